@@ -1,0 +1,53 @@
+"""The `vlkernels` command: info and the benchmark harness end to end (JSON lines, plot)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from vlkernels.cli import main
+
+
+def test_info_reports_backends(capsys):
+    assert main(["info"]) == 0
+    out = capsys.readouterr().out
+    for needle in ("vlkernels", "torch", "triton", "C++ CPU kernels", "CUDA kernels", "Triton on GPU", "faiss", "GPU:"):
+        assert needle in out
+
+
+def test_bench_core_writes_json_and_plot(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    js, png = tmp_path / "r.jsonl", tmp_path / "r.png"
+    assert main(["bench", "core", "--quick", "--json", str(js), "--plot", str(png)]) == 0
+    rows = [json.loads(line) for line in js.read_text().splitlines()]
+    assert rows and all(r["status"] == "ok" for r in rows)
+    row = rows[0]
+    for key in ("device_name", "versions", "git_sha", "date", "params", "results"):
+        assert key in row
+    res = row["results"]["vlkernels"]
+    assert res["runs"] >= 3 and res["min_s"] <= res["median_s"] <= res["max_s"]
+    assert "speedup_vs_baseline" in res and "gbps" in res
+    assert png.stat().st_size > 1000
+
+
+def test_bench_unknown_family_fails(capsys):
+    assert main(["bench", "nosuchfamily", "--quick"]) == 2
+
+
+def test_entry_point_runs():
+    r = subprocess.run([sys.executable, "-m", "vlkernels.cli", "info"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def test_ruff_lint_and_format_clean():
+    ruff = pytest.importorskip("ruff")
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    exe = [sys.executable, "-m", "ruff"]
+    assert ruff is not None
+    lint = subprocess.run([*exe, "check", str(root)], capture_output=True, text=True, cwd=root)
+    assert lint.returncode == 0, lint.stdout[-3000:]
+    fmt = subprocess.run([*exe, "format", "--check", str(root)], capture_output=True, text=True, cwd=root)
+    assert fmt.returncode == 0, fmt.stdout[-3000:]

@@ -1,0 +1,133 @@
+"""Core helpers: count_above (C++/CUDA through torch.library) and l2_normalize (Triton), plus the extension path."""
+
+import numpy as np
+import pytest
+import torch
+
+import vlkernels
+from vlkernels import _ext
+from vlkernels.ops import count_above, l2_normalize
+from vlkernels.testing import FP32_TOL, assert_close_lowp
+
+
+def _np_count(scores: np.ndarray, thr: np.ndarray, inclusive: bool) -> np.ndarray:
+    cmp = np.greater_equal if inclusive else np.greater
+    return np.array([int(cmp(row, t).sum()) for row, t in zip(scores, thr)], dtype=np.int64)
+
+
+@pytest.mark.parametrize("n,m", [(1, 1), (37, 1000), (257, 37), (1000, 257), (0, 5), (5, 0)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("inclusive", [False, True])
+def test_count_above_matches_numpy(n, m, dtype, inclusive):
+    # Quantized scores so ties are frequent and the > / >= distinction is exercised.
+    scores = (torch.randn(n, m) * 4).round().to(dtype) / 4
+    thr = (torch.randn(n) * 4).round().to(dtype) / 4
+    got = count_above(scores, thr, inclusive=inclusive)
+    assert got.dtype == torch.int64
+    np.testing.assert_array_equal(got.numpy(), _np_count(scores.numpy(), thr.numpy(), inclusive))
+
+
+def test_count_above_strided_rows_and_nan():
+    big = torch.randn(50, 300)
+    big[3, 10] = float("nan")
+    view = big[:, 20:220]  # row stride 300, unit column stride: read in place, no copy
+    thr = torch.zeros(50)
+    np.testing.assert_array_equal(count_above(view, thr).numpy(), _np_count(view.numpy(), thr.numpy(), False))
+
+
+def test_count_above_threads_agree():
+    scores, thr = torch.randn(3000, 700), torch.randn(3000)
+    before = vlkernels.get_num_threads()
+    try:
+        vlkernels.set_num_threads(1)
+        one = count_above(scores, thr)
+        vlkernels.set_num_threads(2)
+        two = count_above(scores, thr)
+    finally:
+        vlkernels.set_num_threads(before)
+    assert torch.equal(one, two)
+
+
+def test_count_above_torch_library_registration():
+    scores, thr = torch.randn(20, 30), torch.randn(20)
+    torch.library.opcheck(torch.ops.vlkernels.count_above.default, (scores, thr, False))
+    compiled = torch.compile(lambda s, t: count_above(s, t) + 1, fullgraph=True, backend="eager")
+    assert torch.equal(compiled(scores, thr), count_above(scores, thr) + 1)
+
+
+@pytest.mark.parametrize(
+    "scores,thr,match",
+    [
+        (torch.randn(4, 5).half(), torch.randn(4).half(), "dtype"),
+        (torch.randn(4, 5), torch.randn(4).double(), "thresholds has dtype"),
+        (torch.randn(4, 5, 2), torch.randn(4), "2 dimensions"),
+        (torch.randn(4, 5), torch.randn(3), "3 entries"),
+        (torch.randn(5, 4).t(), torch.randn(4), "unit column stride"),
+        (torch.randn(4, 5), torch.randn(8)[::2], "contiguous"),
+        (torch.randn(4, 5), torch.randn(4, device="meta"), "one device"),
+        ([[1.0]], torch.randn(1), "torch.Tensor"),
+    ],
+)
+def test_count_above_rejects_bad_input(scores, thr, match):
+    with pytest.raises(ValueError, match=match):
+        count_above(scores, thr)
+
+
+def test_extension_stale_and_missing_errors(monkeypatch):
+    assert _ext.available()
+    mod = _ext.load()
+    _ext.load.cache_clear()
+    try:
+        monkeypatch.setattr(_ext, "source_hash", lambda root: "0" * 16)
+        with pytest.raises(_ext.ExtensionError, match="stale.*pip install -e"):
+            _ext.load()
+        _ext.load.cache_clear()
+        monkeypatch.setenv("VLKERNELS_C_PATH", "/nonexistent/_C.so")
+        with pytest.raises(_ext.ExtensionError, match="could not be loaded.*rebuild"):
+            _ext.load()
+    finally:
+        monkeypatch.undo()
+        _ext.load.cache_clear()
+        assert _ext.load() is mod
+
+
+@pytest.mark.parametrize("n,d", [(1, 1), (37, 96), (257, 1000), (3, 5000)])
+def test_l2_normalize_triton_fp32(n, d):
+    x = torch.randn(n, d) * 3
+    ref = torch.nn.functional.normalize(x.double(), dim=-1)
+    torch.testing.assert_close(l2_normalize(x).double(), ref, **FP32_TOL)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_l2_normalize_triton_lowp(dtype):
+    x = (torch.randn(64, 300) * 10).to(dtype)
+    ref = torch.nn.functional.normalize(x.double(), dim=-1)
+    baseline = torch.nn.functional.normalize(x, dim=-1)
+    out = l2_normalize(x)
+    assert out.dtype == dtype
+    assert_close_lowp(out, ref, baseline)
+
+
+def test_l2_normalize_grad_and_zero_row():
+    x = torch.randn(9, 33, dtype=torch.float64)
+    x[4] = 0
+    x.requires_grad_(True)
+    dy = torch.randn(9, 33, dtype=torch.float64)
+    (gx,) = torch.autograd.grad(l2_normalize(x), x, dy)
+    xr = x.detach().clone().requires_grad_(True)
+    (gr,) = torch.autograd.grad(torch.nn.functional.normalize(xr, dim=-1), xr, dy)
+    torch.testing.assert_close(gx, gr)
+
+
+@pytest.mark.parametrize(
+    "x,eps,match",
+    [
+        (torch.randn(3, 4, 5), 1e-12, "2 dimensions"),
+        (torch.ones(3, 4, dtype=torch.int32), 1e-12, "dtype"),
+        (torch.randn(4, 3).t(), 1e-12, "unit column stride"),
+        (torch.randn(3, 4), 0.0, "eps"),
+    ],
+)
+def test_l2_normalize_rejects_bad_input(x, eps, match):
+    with pytest.raises(ValueError, match=match):
+        l2_normalize(x, eps=eps)

@@ -1,0 +1,29 @@
+"""vlkernels: compiled kernels for vision-language training and evaluation."""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from vlkernels import ops
+from vlkernels._ext import ExtensionError
+
+try:
+    __version__ = version("vlkernels")
+except PackageNotFoundError:
+    __version__ = "0.1.0+src"
+
+
+def set_num_threads(n: int) -> None:
+    """Threads used by the C++ CPU kernels (0 = all hardware threads; default from VLKERNELS_NUM_THREADS)."""
+    from vlkernels import _ext
+
+    _ext.load().set_num_threads(int(n))
+
+
+def get_num_threads() -> int:
+    from vlkernels import _ext
+
+    return int(_ext.load().get_num_threads())
+
+
+__all__ = ["ExtensionError", "__version__", "get_num_threads", "ops", "set_num_threads"]

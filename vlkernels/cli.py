@@ -1,0 +1,99 @@
+"""The `vlkernels` command: info, bench, and the families' own subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from pathlib import Path
+
+# Families that add a subcommand expose register(subparsers) in these modules; missing ones are skipped.
+FAMILY_CLIS = ("vlkernels.retrieval.cli", "vlkernels.captioning.cli")
+
+
+def _benchmarks():
+    """The harness: installed as vlkernels.benchmarks, or benchmarks/ of a source checkout on PYTHONPATH."""
+    try:
+        return importlib.import_module("vlkernels.benchmarks.harness")
+    except ModuleNotFoundError:
+        root = Path(__file__).resolve().parent.parent
+        if not (root / "benchmarks" / "harness.py").is_file():
+            raise
+        sys.path.insert(0, str(root))
+        return importlib.import_module("benchmarks.harness")
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    import torch
+
+    import vlkernels
+    from vlkernels import _ext
+    from vlkernels._triton import triton_version
+
+    print(f"vlkernels {vlkernels.__version__}")
+    print(f"torch     {torch.__version__} (CUDA build: {torch.version.cuda or 'no'})")
+    print(f"triton    {triton_version() or 'not installed'}")
+    try:
+        C = _ext.load()
+        cpp = f"yes (families: {', '.join(C.families)}; {vlkernels.get_num_threads()} threads)"
+        cuda_kernels = "yes" if C.has_cuda else "no (built without CUDA)"
+    except _ext.ExtensionError as e:
+        cpp, cuda_kernels = f"NO: {e}", "no"
+    gpu = torch.cuda.is_available()
+    print("backends:")
+    print(f"  C++ CPU kernels   {cpp}")
+    print(f"  CUDA kernels      {cuda_kernels}{'' if gpu else ' (no GPU visible)'}")
+    triton_gpu = "yes" if gpu and triton_version() else "no (needs triton and a CUDA device)"
+    print(f"  Triton on GPU     {triton_gpu}")
+    try:
+        import faiss
+
+        faiss_gpu = hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
+        print(f"  faiss             {faiss.__version__} ({'GPU' if faiss_gpu else 'CPU'})")
+    except ImportError:
+        print("  faiss             not installed")
+    print(f"GPU: {torch.cuda.get_device_name() if gpu else 'none'}")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("error: --device cuda but no CUDA device is visible", file=sys.stderr)
+        return 2
+    harness = _benchmarks()
+    return harness.run(args.families or None, args.device, args.quick, args.json, args.plot)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="vlkernels", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    info = sub.add_parser("info", help="versions, available backends and the GPU")
+    info.set_defaults(func=cmd_info)
+    bench = sub.add_parser("bench", help="run the benchmark suite (all families, or the ones named)")
+    bench.add_argument("families", nargs="*", help="families to run (default: all)")
+    bench.add_argument("--quick", action="store_true", help="small shapes, for a smoke run")
+    bench.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    bench.add_argument("--json", type=Path, default=None, help="append results as JSON lines to this file")
+    bench.add_argument("--plot", type=Path, default=None, help="write a PNG bar chart of the medians")
+    bench.set_defaults(func=cmd_bench)
+    for mod_name in FAMILY_CLIS:
+        try:
+            mod = importlib.import_module(mod_name)
+        except ModuleNotFoundError as e:
+            # Only a family that is not there is skipped; a broken import inside one still raises.
+            if e.name is None or not mod_name.startswith(e.name):
+                raise
+            continue
+        mod.register(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""Launchers and public functions for the core helpers."""
+
+from __future__ import annotations
+
+import torch
+
+from vlkernels import _ext
+from vlkernels._triton import use_triton
+from vlkernels._validate import check_contiguous, check_same_device, check_tensor
+from vlkernels.core.reference import count_above_ref, l2_normalize_ref
+
+
+def count_above_fwd(scores: torch.Tensor, thresholds: torch.Tensor, inclusive: bool) -> torch.Tensor:
+    n, m = scores.shape
+    out = torch.zeros(n, dtype=torch.int64, device=scores.device)
+    if n == 0 or m == 0:
+        return out
+    suffix = "f32" if scores.dtype == torch.float32 else "f64"
+    C = _ext.load()
+    if scores.is_cuda:
+        if not C.has_cuda:
+            return count_above_ref(scores, thresholds, inclusive)
+        stream = torch.cuda.current_stream(scores.device).cuda_stream
+        getattr(C, f"count_above_cuda_{suffix}")(
+            scores.data_ptr(), n, m, scores.stride(0), thresholds.data_ptr(), out.data_ptr(), inclusive, stream
+        )
+    else:
+        getattr(C, f"count_above_{suffix}")(
+            scores.data_ptr(), n, m, scores.stride(0), thresholds.data_ptr(), out.data_ptr(), inclusive
+        )
+    return out
+
+
+@torch.library.custom_op("vlkernels::count_above", mutates_args=())
+def _count_above_op(scores: torch.Tensor, thresholds: torch.Tensor, inclusive: bool) -> torch.Tensor:
+    return count_above_fwd(scores, thresholds, inclusive)
+
+
+@_count_above_op.register_fake
+def _(scores: torch.Tensor, thresholds: torch.Tensor, inclusive: bool) -> torch.Tensor:
+    return scores.new_empty(scores.shape[0], dtype=torch.int64)
+
+
+def count_above(scores: torch.Tensor, thresholds: torch.Tensor, inclusive: bool = False) -> torch.Tensor:
+    """Count, per row, the scores that beat the row's threshold.
+
+    .. math:: c_i = |\\{ j : s_{ij} > t_i \\}|  \\quad (\\ge \\text{ when inclusive})
+
+    The primitive behind streaming rank metrics: the 1-indexed rank of a ground truth scored ``t_i`` is
+    ``1 + c_i``, and counts over column chunks add.
+
+    Args:
+        scores: ``(N, M)`` float32 or float64, rows contiguous (``stride(1) == 1``), on CPU or CUDA.
+        thresholds: ``(N,)`` same dtype and device as ``scores``, contiguous.
+        inclusive: count ties (``>=``) instead of strict wins (``>``).
+
+    Returns:
+        ``(N,)`` int64 counts.
+
+    Raises:
+        ValueError: wrong type, dtype, rank, device, a non-unit column stride or a length mismatch.
+
+    Note:
+        NaN scores never count (every comparison with NaN is false); NaN thresholds are the caller's to avoid.
+        Multithreaded C++ on CPU (``vlkernels.set_num_threads``), one block per row on CUDA. Deterministic.
+        Not differentiable (integer output).
+
+    Example:
+        >>> count_above(torch.tensor([[0.1, 0.5, 0.9]]), torch.tensor([0.5]))
+        tensor([1])
+    """
+    check_tensor(scores, "scores", dtypes=(torch.float32, torch.float64), ndim=2)
+    check_tensor(thresholds, "thresholds", dtypes=(scores.dtype,), ndim=1)
+    check_same_device(scores=scores, thresholds=thresholds)
+    if thresholds.shape[0] != scores.shape[0]:
+        raise ValueError(f"thresholds has {thresholds.shape[0]} entries but scores has {scores.shape[0]} rows")
+    if scores.shape[1] > 1 and scores.stride(1) != 1:
+        strides = tuple(scores.stride())
+        raise ValueError(f"scores must have unit column stride (got strides {strides}); call .contiguous()")
+    check_contiguous(thresholds, "thresholds")
+    return _count_above_op(scores, thresholds, bool(inclusive))
+
+
+def l2_normalize_fwd(x: torch.Tensor, eps: float) -> torch.Tensor:
+    from vlkernels.core.kernels import _l2_normalize_fwd_kernel
+
+    n, d = x.shape
+    y = torch.empty_like(x)
+    if n == 0 or d == 0:
+        return y
+    block_d = min(4096, max(16, 1 << (d - 1).bit_length()))
+    _l2_normalize_fwd_kernel[(n,)](x, y, d, x.stride(0), y.stride(0), eps, BLOCK_D=block_d)
+    return y
+
+
+class _L2NormalizeFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, eps: float) -> torch.Tensor:
+        y = l2_normalize_fwd(x, eps) if use_triton(x) else l2_normalize_ref(x, eps)
+        ctx.save_for_backward(x)
+        ctx.eps = eps
+        return y
+
+    @staticmethod
+    def backward(ctx, dy: torch.Tensor):
+        (x,) = ctx.saved_tensors
+        # d/dx [x / max(|x|, eps)] = (dy - y <y, dy>) / |x| where |x| > eps, else dy / eps.
+        acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+        xf, dyf = x.to(acc), dy.to(acc)
+        norm = xf.norm(dim=-1, keepdim=True)
+        denom = norm.clamp_min(ctx.eps)
+        y = xf / denom
+        proj = torch.where(norm > ctx.eps, (y * dyf).sum(-1, keepdim=True), torch.zeros_like(norm))
+        return ((dyf - y * proj) / denom).to(x.dtype), None
+
+
+def l2_normalize(x: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
+    """Normalize rows to unit L2 norm, as ``torch.nn.functional.normalize(x, dim=-1)``.
+
+    .. math:: y_i = x_i / \\max(\\lVert x_i \\rVert_2, \\epsilon)
+
+    Args:
+        x: ``(N, D)`` fp16/bf16/fp32/fp64, CPU or CUDA, rows contiguous.
+        eps: lower bound on the norm (a zero row stays zero).
+
+    Returns:
+        ``(N, D)`` in ``x``'s dtype.
+
+    Raises:
+        ValueError: wrong type, dtype, rank, or a non-unit column stride.
+
+    Note:
+        Triton on CUDA (and on CPU under ``TRITON_INTERPRET=1``): the norm accumulates in fp32, one read pass and
+        one write pass, no fp32 copy. Elsewhere the fp32 reference. Differentiable.
+
+    Example:
+        >>> l2_normalize(torch.tensor([[3.0, 4.0]]))
+        tensor([[0.6000, 0.8000]])
+    """
+    check_tensor(x, "x", dtypes=(torch.float16, torch.bfloat16, torch.float32, torch.float64), ndim=2)
+    if x.shape[1] > 1 and x.stride(1) != 1:
+        raise ValueError(f"x must have unit column stride (got strides {tuple(x.stride())}); call .contiguous()")
+    if not eps > 0:
+        raise ValueError(f"eps must be positive, got {eps}")
+    return _L2NormalizeFunction.apply(x, float(eps))
