@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
@@ -79,4 +79,10 @@ class CMakeBuild(build_ext):
         subprocess.run(["cmake", "--build", str(build_temp), "--config", cfg, "-j", jobs], check=True)
 
 
-setup(ext_modules=[CMakeExtension("vlkernels._C")], cmdclass={"build_ext": CMakeBuild})
+setup(
+    # benchmarks/ ships inside the package as vlkernels.benchmarks so `vlkernels bench` works from any install.
+    packages=[*find_packages(include=["vlkernels", "vlkernels.*"]), "vlkernels.benchmarks"],
+    package_dir={"vlkernels.benchmarks": "benchmarks"},
+    ext_modules=[CMakeExtension("vlkernels._C")],
+    cmdclass={"build_ext": CMakeBuild},
+)
