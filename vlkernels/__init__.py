@@ -5,6 +5,7 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 from vlkernels import ops
+from vlkernels import metrics
 from vlkernels._ext import ExtensionError
 
 try:
