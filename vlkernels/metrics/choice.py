@@ -271,7 +271,9 @@ def snli_ve_accuracy(
     correct = pred == y
     per_true = confusion.sum(dim=1).double()
     diag = confusion.diagonal().double()
-    per_class = {name: float(diag[k] / per_true[k]) if per_true[k] > 0 else float("nan") for k, name in enumerate(names)}
+    per_class = {
+        name: float(diag[k] / per_true[k]) if per_true[k] > 0 else float("nan") for k, name in enumerate(names)
+    }
     return ClassAccuracy(_mean(correct), per_class, confusion, correct)
 
 

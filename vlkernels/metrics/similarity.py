@@ -115,7 +115,9 @@ def _frame_index(
             )
         return torch.arange(n_frames, device=device) // frames, frames
     if frames.dtype not in (torch.int32, torch.int64) or frames.dim() != 1:
-        raise ValueError(f"frames must be a 1-D int32/int64 tensor, got {frames.dtype} with shape {tuple(frames.shape)}")
+        raise ValueError(
+            f"frames must be a 1-D int32/int64 tensor, got {frames.dtype} with shape {tuple(frames.shape)}"
+        )
     if frames.shape[0] != n_frames:
         raise ValueError(f"frames has {frames.shape[0]} entries but image_emb has {n_frames} rows (one per frame)")
     idx = frames.to(device=device, dtype=torch.int64)
@@ -212,7 +214,9 @@ class ClipScore(NamedTuple):
 
 
 @torch.no_grad()
-def clip_score(image_emb: torch.Tensor, text_emb: torch.Tensor, *, weight: float = 100.0, eps: float = 1e-12) -> ClipScore:
+def clip_score(
+    image_emb: torch.Tensor, text_emb: torch.Tensor, *, weight: float = 100.0, eps: float = 1e-12
+) -> ClipScore:
     """CLIPScore from paired embeddings, with torchmetrics' definition.
 
     .. math::

@@ -55,7 +55,7 @@ NUMBER_WORDS: dict[str, str] = {
     "ten": "10",
 }
 ARTICLES: frozenset[str] = frozenset({"a", "an", "the"})
-PUNCTUATION: tuple[str, ...] = (";", "/", "[", "]", '"', "{", "}", "(", ")", "=", "+", "\\", "_", "-", ">", "<", "@", "`", ",", "?", "!")
+PUNCTUATION: tuple[str, ...] = tuple(';/[]"{}()=+\\_-><@`,?!')
 
 # "1,000": a comma between two digits switches every punctuation mark to deletion instead of a space.
 _COMMA_BETWEEN_DIGITS = re.compile(r"(\d)(,)(\d)")
