@@ -10,7 +10,7 @@ from vlkernels.metrics import clip_score, siglip_score
 from vlkernels.metrics.reference import clip_score_ref, pair_cosine_ref, siglip_score_ref
 from vlkernels.testing import FP32_TOL
 
-DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 
 
 @pytest.fixture(params=["triton", "torch"])
@@ -99,6 +99,9 @@ def test_pair_cosine_launchers_agree_across_chunks():
     want = pair_cosine_ref(x, y[idx])
     torch.testing.assert_close(sim.pair_cosine_chunked(x, y, idx, 1e-12, chunk_rows=37).double(), want, **FP32_TOL)
     torch.testing.assert_close(sim.pair_cosine_fwd(x, y, idx, 1e-12).double(), want, **FP32_TOL)
+    grouped = pair_cosine_ref(x[:960], y[torch.arange(960) // 8])
+    got = sim.pair_cosine_chunked(x[:960], y[:120], None, 1e-12, chunk_rows=37, group=8)
+    torch.testing.assert_close(got.double(), grouped, **FP32_TOL)
 
 
 @pytest.mark.parametrize("n", [1, 37, 257])

@@ -10,7 +10,7 @@ import torch
 from vlkernels._triton import use_triton
 from vlkernels._validate import FLOAT_DTYPES, check_same_device, check_tensor
 
-# Rows per chunk of the torch path are chosen so one fp32 temporary holds about this many elements (16 MiB).
+# Rows per chunk of the torch path: one fp32 chunk buffer holds about this many elements (16 MiB).
 _CHUNK_ELEMENTS = 1 << 22
 
 
@@ -45,30 +45,73 @@ def pair_cosine_fwd(x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor | None, 
 
 
 def pair_cosine_chunked(
-    x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor | None, eps: float, chunk_rows: int | None = None
+    x: torch.Tensor,
+    y: torch.Tensor,
+    idx: torch.Tensor | None,
+    eps: float,
+    chunk_rows: int | None = None,
+    group: int | None = None,
 ) -> torch.Tensor:
-    """Torch path (CPU, or CUDA without Triton): the same cosine, chunked so temporaries stay O(chunk * D)."""
+    """Torch path (CPU, or CUDA without Triton): the same cosine, chunked so temporaries stay O(chunk * D).
+
+    ``idx`` pairs x row ``p`` with y row ``idx[p]``; ``group=k`` with y row ``p // k`` (k frames per caption);
+    neither pairs row ``p`` with row ``p``.
+    """
     n, d = x.shape
-    out = torch.empty(n, dtype=torch.float32, device=x.device)
-    rows = chunk_rows or max(1, _CHUNK_ELEMENTS // max(d, 1))
+    dev = x.device
+    out = torch.empty(n, dtype=torch.float32, device=dev)
+    if n == 0:
+        return out
+    rows = min(n, chunk_rows or max(1, _CHUNK_ELEMENTS // max(d, 1)))
+    gathered = idx is not None or group is not None
+    if gathered:
+        # Each caption's norm once, not once per frame.
+        inv_y = torch.empty(y.shape[0], dtype=torch.float32, device=dev)
+        for a in range(0, y.shape[0], rows):
+            # fp16/bf16 upcast inside the reduction; fp64 is rounded to fp32 first like every other input.
+            src = y[a : a + rows] if y.dtype != torch.float64 else y[a : a + rows].float()
+            torch.linalg.vector_norm(src, dim=1, dtype=torch.float32, out=inv_y[a : a + rows])
+        inv_y.clamp_min_(eps).reciprocal_()
+    # Buffers are allocated once and reused: a fresh chunk-sized allocation per chunk costs page faults that
+    # dominate on CPU. fp32 inputs are read in place.
+    xbuf = None if x.dtype == torch.float32 else torch.empty(rows, d, dtype=torch.float32, device=dev)
+    ybuf = None if y.dtype == torch.float32 and not gathered else torch.empty(rows, d, dtype=torch.float32, device=dev)
+    ysrc = torch.empty(rows, d, dtype=y.dtype, device=dev) if gathered and y.dtype != torch.float32 else None
+    tmp = torch.empty(rows, dtype=torch.float32, device=dev)
     for a in range(0, n, rows):
         b = min(n, a + rows)
-        xb = x[a:b].float()
-        yb = (y[a:b] if idx is None else y.index_select(0, idx[a:b])).float()
-        dot = torch.linalg.vecdot(xb, yb)
-        norm = torch.linalg.vector_norm(xb, dim=1).clamp_min(eps) * torch.linalg.vector_norm(yb, dim=1).clamp_min(eps)
-        out[a:b] = dot / norm
+        c = b - a
+        xv = x[a:b] if xbuf is None else xbuf[:c].copy_(x[a:b])
+        if gathered:
+            rows_y = idx[a:b] if idx is not None else torch.arange(a, b, device=dev) // group
+            if ysrc is None:
+                yv = torch.index_select(y, 0, rows_y, out=ybuf[:c])
+            else:
+                yv = ybuf[:c].copy_(torch.index_select(y, 0, rows_y, out=ysrc[:c]))
+        else:
+            yv = y[a:b] if ybuf is None else ybuf[:c].copy_(y[a:b])
+        o = torch.linalg.vecdot(xv, yv, out=out[a:b])
+        t = tmp[:c]
+        o.div_(torch.linalg.vector_norm(xv, dim=1, out=t).clamp_min_(eps))
+        if gathered:
+            o.mul_(torch.index_select(inv_y, 0, rows_y, out=t))
+        else:
+            o.div_(torch.linalg.vector_norm(yv, dim=1, out=t).clamp_min_(eps))
     return out
 
 
-def _pair_cosine(x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor | None, eps: float) -> torch.Tensor:
+def _pair_cosine(
+    x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor | None, eps: float, group: int | None = None
+) -> torch.Tensor:
     if use_triton(x):
         # The kernel takes row pointers with a unit column stride.
         x = x if x.shape[1] <= 1 or x.stride(1) == 1 else x.contiguous()
         y = y if y.shape[1] <= 1 or y.stride(1) == 1 else y.contiguous()
+        if group is not None:
+            idx = torch.arange(x.shape[0], device=x.device) // group
         cos = pair_cosine_fwd(x, y, idx, eps)
     else:
-        cos = pair_cosine_chunked(x, y, idx, eps)
+        cos = pair_cosine_chunked(x, y, idx, eps, group=group)
     if cos.numel() and not bool(torch.isfinite(cos).all()):
         bad = int((~torch.isfinite(cos)).sum())
         raise ValueError(f"image_emb/text_emb contain NaN/Inf values ({bad} pair(s) affected); inputs must be finite")
@@ -100,9 +143,9 @@ def _scalar(value: float | torch.Tensor, name: str) -> float:
 
 def _frame_index(
     frames: int | torch.Tensor, n_frames: int, n_captions: int, device: torch.device
-) -> tuple[torch.Tensor, int | None]:
-    """Validate ``frames``; return the per-frame caption index (int64, on ``device``) and the fixed frame count
-    (None for an explicit index)."""
+) -> tuple[torch.Tensor | None, int | None, torch.Tensor | None]:
+    """Validate ``frames``. Returns ``(None, k, None)`` for k frames per caption, else ``(index, None, counts)``:
+    the per-frame caption index (int64, on ``device``) and the number of frames of each caption."""
     if isinstance(frames, bool) or not isinstance(frames, (int, torch.Tensor)):
         raise ValueError(f"frames must be None, an int or a 1-D integer tensor, got {type(frames).__name__}")
     if isinstance(frames, int):
@@ -113,7 +156,7 @@ def _frame_index(
                 f"image_emb has {n_frames} rows but text_emb has {n_captions} captions x frames={frames} = "
                 f"{n_captions * frames}"
             )
-        return torch.arange(n_frames, device=device) // frames, frames
+        return None, frames, None
     if frames.dtype not in (torch.int32, torch.int64) or frames.dim() != 1:
         raise ValueError(
             f"frames must be a 1-D int32/int64 tensor, got {frames.dtype} with shape {tuple(frames.shape)}"
@@ -127,7 +170,7 @@ def _frame_index(
     if n_captions and not bool((counts > 0).all()):
         missing = int((counts == 0).sum())
         raise ValueError(f"{missing} caption(s) have no frame in frames; every caption needs at least one")
-    return idx, None
+    return idx, None, counts
 
 
 @torch.no_grad()
@@ -196,12 +239,12 @@ def siglip_score(
                 "match (pass frames= for several frames per caption)"
             )
         return torch.sigmoid(_pair_cosine(image_emb, text_emb, None, eps) * s + b)
-    idx, per_caption = _frame_index(frames, n, m, image_emb.device)
-    prob = torch.sigmoid(_pair_cosine(image_emb, text_emb, idx, eps) * s + b)
+    idx, per_caption, counts = _frame_index(frames, n, m, image_emb.device)
+    prob = torch.sigmoid(_pair_cosine(image_emb, text_emb, idx, eps, group=per_caption) * s + b)
     if per_caption is not None:
         return prob.view(m, per_caption).mean(dim=1)
     sums = torch.zeros(m, dtype=torch.float64, device=prob.device).index_add_(0, idx, prob.double())
-    return (sums / torch.bincount(idx, minlength=m)).float()
+    return (sums / counts).float()
 
 
 class ClipScore(NamedTuple):
