@@ -127,6 +127,11 @@ def test_vqa_per_type_aggregation_and_official_dict():
     }
 
 
+def test_normalize_answer_rejects_non_string():
+    with pytest.raises(ValueError, match="answer must be a str"):
+        normalize_answer(3)
+
+
 def test_vqa_empty():
     res = vqa_accuracy([], [])
     assert res.per_question == [] and res.overall != res.overall

@@ -94,13 +94,29 @@ def process_digit_article(text: str) -> str:
 
 
 def normalize_answer(text: str) -> str:
-    """Full normalization the official script applies to a predicted answer: newlines and tabs to spaces, strip,
-    :func:`process_punctuation`, then :func:`process_digit_article`.
+    """Normalize a predicted answer exactly as the official VQA evaluation does.
+
+    Newlines and tabs become spaces, the ends are stripped, then :func:`process_punctuation` and
+    :func:`process_digit_article` (rules in ``vlkernels/metrics/README.md``).
+
+    Args:
+        text: the answer string.
+
+    Returns:
+        The normalized string (possibly empty).
+
+    Raises:
+        ValueError: ``text`` is not a str.
+
+    Note:
+        Cached (answers repeat heavily); pure Python.
 
     Example:
         >>> normalize_answer("Two dogs.")
         '2 dogs'
     """
+    if not isinstance(text, str):
+        raise ValueError(f"answer must be a str, got {type(text).__name__}")
     return process_digit_article(process_punctuation(_clean(text)))
 
 
@@ -194,7 +210,8 @@ def vqa_accuracy(
             with the wrong number of answers.
 
     Note:
-        Pure Python with cached normalization (answers repeat heavily): ~1 s per 200k questions. Deterministic.
+        Pure Python with cached normalization (answers repeat heavily), linear in the number of answers.
+        Deterministic.
         The quirks are the official ones on purpose, e.g. with ten identical human answers "t-shirt" a predicted
         "t-shirt" normalizes to "t shirt" and scores 0. An empty ``predictions`` gives overall NaN.
 
