@@ -196,3 +196,22 @@ def test_visdial_errors():
         visdial_metrics(s, g, -torch.ones(4, 100))
     with pytest.raises(ValueError, match="relevance contains"):
         visdial_metrics(s, g, torch.full((4, 100), float("inf")))
+
+
+def test_choice_metrics_empty_and_strided_inputs():
+    empty = visdial_metrics(torch.empty(0, 100), torch.empty(0, dtype=torch.long), torch.empty(0, 100))
+    assert empty.ranks.shape == (0,) and math.isnan(empty.mrr) and math.isnan(empty.ndcg)
+    assert math.isnan(
+        vcr_accuracy(torch.empty(0, 4), torch.empty(0, 4), *[torch.empty(0, dtype=torch.long)] * 2).joint_acc
+    )
+    assert math.isnan(snli_ve_accuracy(torch.empty(0, 3), torch.empty(0, dtype=torch.long)).accuracy)
+    # Strided views (a column slice and a transposed matrix) are read correctly.
+    big = _quantized(50, 130)
+    view, gt = big[:, 10:110], torch.randint(0, 100, (50,))
+    assert visdial_metrics(view, gt).ranks.tolist() == visdial_ref(view.contiguous(), gt)["ranks"]
+    t = _quantized(100, 40).t()
+    gt = torch.randint(0, 100, (40,))
+    assert visdial_metrics(t, gt).ranks.tolist() == visdial_ref(t.contiguous(), gt)["ranks"]
+    qa = torch.randn(4, 20)[:, ::5]
+    y = torch.randint(0, 4, (20,))[::5]
+    assert vcr_accuracy(qa, qa, y, y).q2a.tolist() == (qa.argmax(1) == y).tolist()
