@@ -1,11 +1,12 @@
 """VQA v2 accuracy: the seed's worked example, leave-one-out values computed by hand, the official normalization
 rules (GT-Vision-Lab vqaEval.py) case by case, and a naive leave-one-out reference on random data."""
 
+import json
 import random
 
 import pytest
 
-from vlkernels.metrics import normalize_answer, vqa_accuracy
+from vlkernels.metrics import normalize_answer, vqa_accuracy, vqa_evaluate
 from vlkernels.metrics.reference import vqa_accuracy_ref
 from vlkernels.metrics.vqa import CONTRACTIONS, process_punctuation
 
@@ -156,3 +157,47 @@ def test_vqa_empty():
 def test_vqa_errors(args, kwargs, match):
     with pytest.raises(ValueError, match=match):
         vqa_accuracy(*args, **kwargs)
+
+
+def _ann(qid, answers, atype="other", qtype="what is"):
+    return {"question_id": qid, "answers": [{"answer": a, "answer_id": i + 1} for i, a in enumerate(answers)],
+            "answer_type": atype, "question_type": qtype, "image_id": 0}  # fmt: skip
+
+
+def test_vqa_evaluate_official_file_formats(tmp_path):
+    anns = {"annotations": [_ann(7, ["2"] * 2 + ["3"] * 8, "number", "how many"), _ann(3, ["yes"] * 10, "yes/no")]}
+    results = [{"question_id": 3, "answer": "Yes"}, {"question_id": 7, "answer": "two"}]
+    res = vqa_evaluate(anns, results)
+    assert res.question_ids == [7, 3] and res.per_question == pytest.approx([0.6, 1.0])
+    assert res.per_answer_type == pytest.approx({"number": 0.6, "yes/no": 1.0})
+    (tmp_path / "ann.json").write_text(json.dumps(anns))
+    (tmp_path / "res.json").write_text(json.dumps(results))
+    from_files = vqa_evaluate(tmp_path / "ann.json", str(tmp_path / "res.json"))
+    assert (
+        from_files.official()
+        == res.official()
+        == {
+            "overall": 80.0,
+            "perQuestionType": {"how many": 60.0, "what is": 100.0},
+            "perAnswerType": {"number": 60.0, "yes/no": 100.0},
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    "anns,results,match",
+    [
+        ([_ann(1, ["a"] * 10)], [], "1 question"),
+        ([_ann(1, ["a"] * 10)], [{"question_id": 1, "answer": "a"}, {"question_id": 2, "answer": "a"}], "1 result"),
+        ([_ann(1, ["a"] * 10)], [{"question_id": 1, "answer": "a"}] * 2, "more than once"),
+        ([_ann(1, ["a"] * 10)], [{"question_id": 1}], r"results\[0\] must be a dict"),
+        ([_ann(1, ["a"] * 10)], {"question_id": 1}, "results must be a path or a list"),
+        ([{"question_id": 1, "answers": [{"answer": "a"}] * 10}], [{"question_id": 1, "answer": "a"}], "malformed"),
+        ({"questions": []}, [], "annotations must be"),
+        ([_ann(1, ["a"] * 10)] * 2, [{"question_id": 1, "answer": "a"}], "duplicated question_id"),
+        ([_ann(1, ["a"] * 10)], [{"question_id": 1, "answer": None}], r"predictions\[0\] must be a str"),
+    ],
+)
+def test_vqa_evaluate_errors(anns, results, match):
+    with pytest.raises(ValueError, match=match):
+        vqa_evaluate(anns, results)

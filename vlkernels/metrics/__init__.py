@@ -15,7 +15,7 @@ from vlkernels.metrics.choice import (
     visdial_metrics,
 )
 from vlkernels.metrics.similarity import ClipScore, clip_score, siglip_score
-from vlkernels.metrics.vqa import VQAResult, normalize_answer, vqa_accuracy
+from vlkernels.metrics.vqa import VQAResult, normalize_answer, vqa_accuracy, vqa_evaluate
 
 __all__ = [
     "SNLI_VE_CLASSES",
@@ -35,4 +35,5 @@ __all__ = [
     "vcr_accuracy",
     "visdial_metrics",
     "vqa_accuracy",
+    "vqa_evaluate",
 ]

@@ -9,6 +9,8 @@ documented semantics; see README.md in this folder for the rules and their quirk
 from __future__ import annotations
 
 import functools
+import json
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -133,6 +135,8 @@ class VQAResult:
     overall: float
     per_answer_type: dict[str, float] = field(default_factory=dict)
     per_question_type: dict[str, float] = field(default_factory=dict)
+    question_ids: list | None = None
+    """The question id of each entry of ``per_question`` (set by :func:`vqa_evaluate`)."""
 
     def official(self, n: int = 2) -> dict:
         """The official ``VQAEval.accuracy`` dict: percentages rounded to ``n`` decimals."""
@@ -249,3 +253,78 @@ def vqa_accuracy(
         per_answer_type=_group_mean(acc, types["answer_types"]) if "answer_types" in types else {},
         per_question_type=_group_mean(acc, types["question_types"]) if "question_types" in types else {},
     )
+
+
+def _load(obj: object) -> object:
+    if isinstance(obj, (str, os.PathLike)):
+        with open(obj) as f:
+            return json.load(f)
+    return obj
+
+
+def vqa_evaluate(annotations: object, results: object, *, num_answers: int | None = 10) -> VQAResult:
+    """VQA v2 accuracy from the official file formats (what ``VQA.loadRes`` + ``VQAEval.evaluate`` consume).
+
+    .. math:: \\mathrm{Acc}(a) = \\tfrac{1}{10}\\sum_{i} \\min(1, |\\{j \\ne i : g_j = a\\}| / 3)
+
+    Args:
+        annotations: the annotation JSON (a path, the loaded dict with an ``"annotations"`` list, or that list):
+            entries with ``question_id``, ``answers`` (a list of ``{"answer": ...}``), ``answer_type`` and
+            ``question_type``.
+        results: the result JSON (a path or the loaded list) of ``{"question_id": ..., "answer": ...}``.
+        num_answers: as in :func:`vqa_accuracy`.
+
+    Returns:
+        :class:`VQAResult` in annotation order, with ``question_ids`` set.
+
+    Raises:
+        ValueError: malformed entries, a duplicated question id, or results whose question ids differ from the
+            annotations' (the official ``loadRes`` refuses them too), plus everything :func:`vqa_accuracy` raises.
+
+    Note:
+        The whole annotation set is evaluated; subset the annotations first to evaluate part of it.
+
+    Example:
+        >>> ann = [{"question_id": 1, "answers": [{"answer": "dog"}] * 10, "answer_type": "other",
+        ...         "question_type": "what is"}]
+        >>> vqa_evaluate(ann, [{"question_id": 1, "answer": "Dog."}]).overall
+        1.0
+    """
+    anns = _load(annotations)
+    if isinstance(anns, dict):
+        anns = anns.get("annotations")
+    if not isinstance(anns, list):
+        raise ValueError("annotations must be a path, a dict with an 'annotations' list, or that list")
+    res = _load(results)
+    if not isinstance(res, list):
+        raise ValueError("results must be a path or a list of {'question_id', 'answer'} dicts")
+    pred: dict = {}
+    for i, r in enumerate(res):
+        if not isinstance(r, dict) or "question_id" not in r or "answer" not in r:
+            raise ValueError(f"results[{i}] must be a dict with 'question_id' and 'answer'")
+        if r["question_id"] in pred:
+            raise ValueError(f"results has question_id {r['question_id']!r} more than once")
+        pred[r["question_id"]] = r["answer"]
+    qids, answers, atypes, qtypes = [], [], [], []
+    for i, a in enumerate(anns):
+        try:
+            qids.append(a["question_id"])
+            answers.append([x["answer"] for x in a["answers"]])
+            atypes.append(a["answer_type"])
+            qtypes.append(a["question_type"])
+        except (KeyError, TypeError) as e:
+            raise ValueError(
+                f"annotations[{i}] is malformed ({e!r}); entries need question_id, answers (a list of "
+                "{'answer': ...}), answer_type and question_type"
+            ) from e
+    if len(set(qids)) != len(qids):
+        raise ValueError("annotations has a duplicated question_id")
+    missing, extra = set(qids) - set(pred), set(pred) - set(qids)
+    if missing or extra:
+        raise ValueError(
+            f"results do not correspond to the annotations: {len(missing)} question(s) without a result, "
+            f"{len(extra)} result(s) for unknown questions"
+        )
+    out = vqa_accuracy([pred[q] for q in qids], answers, atypes, qtypes, num_answers=num_answers)
+    out.question_ids = qids
+    return out
