@@ -288,9 +288,9 @@ class VisDialMetrics(NamedTuple):
     ndcg: float
     """Mean NDCG over the rounds with a non-zero relevance row (NaN if none)."""
     ranks: torch.Tensor
-    """``(B,)`` int64 1-indexed rank of the ground-truth option."""
+    """``scores.shape[:-1]`` int64 1-indexed rank of the ground-truth option of each round."""
     ndcg_per_round: torch.Tensor
-    """``(B,)`` float64, NaN for rounds without relevance."""
+    """``scores.shape[:-1]`` float64, NaN for rounds without relevance."""
 
 
 def visdial_metrics(
@@ -372,8 +372,8 @@ def visdial_metrics(
         mrr=_mean(1.0 / rf),
         mean_rank=_mean(rf),
         ndcg=_mean(valid),
-        ranks=ranks,
-        ndcg_per_round=ndcg_rows,
+        ranks=ranks.view(scores.shape[:-1]),
+        ndcg_per_round=ndcg_rows.view(scores.shape[:-1]),
     )
 
 
