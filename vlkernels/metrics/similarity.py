@@ -203,7 +203,8 @@ def siglip_score(
             ``int k``: ``k`` consecutive frames per caption, ``N == M * k`` (rows ``j*k .. j*k+k-1`` are caption
             ``j``'s frames).
             ``(N,)`` int32/int64 tensor: ``frames[f]`` is the caption index of frame ``f`` (any order; every caption
-            needs >= 1 frame). From CSR offsets ``o``: ``torch.repeat_interleave(torch.arange(M), o.diff())``.
+            needs >= 1 frame; moved to the embeddings' device). From CSR offsets ``o``:
+            ``torch.repeat_interleave(torch.arange(M), o.diff())``.
         eps: lower bound on each embedding norm (a zero embedding has cosine 0).
 
     Returns:
