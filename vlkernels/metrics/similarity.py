@@ -1,0 +1,305 @@
+"""SigLIP score and CLIP score from embeddings: one fused, chunked pass over (frame, caption) pairs."""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+
+from vlkernels._triton import use_triton
+from vlkernels._validate import FLOAT_DTYPES, check_same_device, check_tensor
+
+# Rows per chunk of the torch path: one fp32 chunk buffer holds about this many elements (16 MiB).
+_CHUNK_ELEMENTS = 1 << 22
+
+
+def pair_cosine_fwd(x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """Triton launcher: ``out[p] = cos(x[p], y[idx[p]])`` (``y[p]`` without idx), fp32, one read of the inputs."""
+    import triton
+
+    from vlkernels.metrics.kernels import _pair_cosine_fwd_kernel
+
+    n, d = x.shape
+    out = torch.empty(n, dtype=torch.float32, device=x.device)
+    if n == 0:
+        return out
+    block_d = min(128, max(16, 1 << (max(d, 1) - 1).bit_length()))
+    block_p = 32
+    grid = (triton.cdiv(n, block_p),)
+    _pair_cosine_fwd_kernel[grid](
+        x,
+        y,
+        idx if idx is not None else out,
+        out,
+        n,
+        d,
+        x.stride(0),
+        y.stride(0),
+        eps,
+        HAS_IDX=idx is not None,
+        BLOCK_P=block_p,
+        BLOCK_D=block_d,
+    )
+    return out
+
+
+def pair_cosine_chunked(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    idx: torch.Tensor | None,
+    eps: float,
+    chunk_rows: int | None = None,
+    group: int | None = None,
+) -> torch.Tensor:
+    """Torch path (CPU, or CUDA without Triton): the same cosine, chunked so temporaries stay O(chunk * D).
+
+    ``idx`` pairs x row ``p`` with y row ``idx[p]``; ``group=k`` with y row ``p // k`` (k frames per caption);
+    neither pairs row ``p`` with row ``p``.
+    """
+    n, d = x.shape
+    dev = x.device
+    out = torch.empty(n, dtype=torch.float32, device=dev)
+    if n == 0:
+        return out
+    rows = min(n, chunk_rows or max(1, _CHUNK_ELEMENTS // max(d, 1)))
+    gathered = idx is not None or group is not None
+    if gathered:
+        # Each caption's norm once, not once per frame.
+        inv_y = torch.empty(y.shape[0], dtype=torch.float32, device=dev)
+        for a in range(0, y.shape[0], rows):
+            # fp16/bf16 upcast inside the reduction; fp64 is rounded to fp32 first like every other input.
+            src = y[a : a + rows] if y.dtype != torch.float64 else y[a : a + rows].float()
+            torch.linalg.vector_norm(src, dim=1, dtype=torch.float32, out=inv_y[a : a + rows])
+        inv_y.clamp_min_(eps).reciprocal_()
+    # Buffers are allocated once and reused: a fresh chunk-sized allocation per chunk costs page faults that
+    # dominate on CPU. fp32 inputs are read in place.
+    xbuf = None if x.dtype == torch.float32 else torch.empty(rows, d, dtype=torch.float32, device=dev)
+    ybuf = None if y.dtype == torch.float32 and not gathered else torch.empty(rows, d, dtype=torch.float32, device=dev)
+    ysrc = torch.empty(rows, d, dtype=y.dtype, device=dev) if gathered and y.dtype != torch.float32 else None
+    tmp = torch.empty(rows, dtype=torch.float32, device=dev)
+    for a in range(0, n, rows):
+        b = min(n, a + rows)
+        c = b - a
+        xv = x[a:b] if xbuf is None else xbuf[:c].copy_(x[a:b])
+        if gathered:
+            rows_y = idx[a:b] if idx is not None else torch.arange(a, b, device=dev) // group
+            if ysrc is None:
+                yv = torch.index_select(y, 0, rows_y, out=ybuf[:c])
+            else:
+                yv = ybuf[:c].copy_(torch.index_select(y, 0, rows_y, out=ysrc[:c]))
+        else:
+            yv = y[a:b] if ybuf is None else ybuf[:c].copy_(y[a:b])
+        o = torch.linalg.vecdot(xv, yv, out=out[a:b])
+        t = tmp[:c]
+        o.div_(torch.linalg.vector_norm(xv, dim=1, out=t).clamp_min_(eps))
+        if gathered:
+            o.mul_(torch.index_select(inv_y, 0, rows_y, out=t))
+        else:
+            o.div_(torch.linalg.vector_norm(yv, dim=1, out=t).clamp_min_(eps))
+    return out
+
+
+def _pair_cosine(
+    x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor | None, eps: float, group: int | None = None
+) -> torch.Tensor:
+    if use_triton(x):
+        # The kernel takes row pointers with a unit column stride.
+        x = x if x.shape[1] <= 1 or x.stride(1) == 1 else x.contiguous()
+        y = y if y.shape[1] <= 1 or y.stride(1) == 1 else y.contiguous()
+        if group is not None:
+            idx = torch.arange(x.shape[0], device=x.device) // group
+        cos = pair_cosine_fwd(x, y, idx, eps)
+    else:
+        cos = pair_cosine_chunked(x, y, idx, eps, group=group)
+    if cos.numel() and not bool(torch.isfinite(cos).all()):
+        bad = int((~torch.isfinite(cos)).sum())
+        raise ValueError(f"image_emb/text_emb contain NaN/Inf values ({bad} pair(s) affected); inputs must be finite")
+    return cos
+
+
+def _check_embeddings(image_emb: torch.Tensor, text_emb: torch.Tensor) -> None:
+    check_tensor(image_emb, "image_emb", dtypes=FLOAT_DTYPES, ndim=2)
+    check_tensor(text_emb, "text_emb", dtypes=FLOAT_DTYPES, ndim=2)
+    check_same_device(image_emb=image_emb, text_emb=text_emb)
+    if image_emb.shape[1] != text_emb.shape[1]:
+        raise ValueError(
+            f"image_emb and text_emb must have the same embedding size, got {tuple(image_emb.shape)} and "
+            f"{tuple(text_emb.shape)}"
+        )
+
+
+def _scalar(value: float | torch.Tensor, name: str) -> float:
+    if isinstance(value, torch.Tensor):
+        if value.numel() != 1:
+            raise ValueError(f"{name} must be a scalar (one element), got shape {tuple(value.shape)}")
+        value = value.detach().item()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name} must be a float or a one-element tensor, got {type(value).__name__}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    return float(value)
+
+
+def _frame_index(
+    frames: int | torch.Tensor, n_frames: int, n_captions: int, device: torch.device
+) -> tuple[torch.Tensor | None, int | None, torch.Tensor | None]:
+    """Validate ``frames``. Returns ``(None, k, None)`` for k frames per caption, else ``(index, None, counts)``:
+    the per-frame caption index (int64, on ``device``) and the number of frames of each caption."""
+    if isinstance(frames, bool) or not isinstance(frames, (int, torch.Tensor)):
+        raise ValueError(f"frames must be None, an int or a 1-D integer tensor, got {type(frames).__name__}")
+    if isinstance(frames, int):
+        if frames < 1:
+            raise ValueError(f"frames (frames per caption) must be >= 1, got {frames}")
+        if n_frames != n_captions * frames:
+            raise ValueError(
+                f"image_emb has {n_frames} rows but text_emb has {n_captions} captions x frames={frames} = "
+                f"{n_captions * frames}"
+            )
+        return None, frames, None
+    if frames.dtype not in (torch.int32, torch.int64) or frames.dim() != 1:
+        raise ValueError(
+            f"frames must be a 1-D int32/int64 tensor, got {frames.dtype} with shape {tuple(frames.shape)}"
+        )
+    if frames.shape[0] != n_frames:
+        raise ValueError(f"frames has {frames.shape[0]} entries but image_emb has {n_frames} rows (one per frame)")
+    idx = frames.to(device=device, dtype=torch.int64)
+    if n_frames and (int(idx.min()) < 0 or int(idx.max()) >= n_captions):
+        raise ValueError(f"frames holds caption indices outside [0, {n_captions}) (text_emb has {n_captions} rows)")
+    counts = torch.bincount(idx, minlength=n_captions)
+    if n_captions and not bool((counts > 0).all()):
+        missing = int((counts == 0).sum())
+        raise ValueError(f"{missing} caption(s) have no frame in frames; every caption needs at least one")
+    return idx, None, counts
+
+
+@torch.no_grad()
+def siglip_score(
+    image_emb: torch.Tensor,
+    text_emb: torch.Tensor,
+    logit_scale: float | torch.Tensor,
+    logit_bias: float | torch.Tensor,
+    frames: int | torch.Tensor | None = None,
+    *,
+    eps: float = 1e-12,
+) -> torch.Tensor:
+    """SigLIP score: the sigmoid of the scaled, biased cosine of each (image, caption) pair, averaged over a
+    video's frames.
+
+    .. math::
+        \\mathrm{score}(c) = \\frac{1}{|F_c|} \\sum_{f \\in F_c} \\sigma\\big(s \\cos(v_f, t_c) + b\\big)
+
+    (Zhai et al. 2023, "Sigmoid Loss for Language Image Pre-Training"; the video form is the SigLIP-score seed:
+    sigmoid per frame, then the mean over frames). Each pair is scored on its own, so the score does not depend on
+    the batch size or on the other pairs.
+
+    Args:
+        image_emb: ``(N, D)`` image or frame embeddings (need not be unit-norm), fp16/bf16/fp32/fp64.
+        text_emb: ``(M, D)`` caption embeddings, same device.
+        logit_scale: ``s``, already exponentiated (open_clip / HF ``logit_scale.exp()``), finite and > 0.
+        logit_bias: ``b`` (SigLIP's learned bias, about -10 for released models), finite.
+        frames: how frames map to captions.
+            ``None``: one image per caption, ``N == M``, row ``i`` pairs with caption ``i``.
+            ``int k``: ``k`` consecutive frames per caption, ``N == M * k`` (rows ``j*k .. j*k+k-1`` are caption
+            ``j``'s frames).
+            ``(N,)`` int32/int64 tensor: ``frames[f]`` is the caption index of frame ``f`` (any order; every caption
+            needs >= 1 frame; moved to the embeddings' device). From CSR offsets ``o``:
+            ``torch.repeat_interleave(torch.arange(M), o.diff())``.
+        eps: lower bound on each embedding norm (a zero embedding has cosine 0).
+
+    Returns:
+        ``(M,)`` float32 scores in (0, 1), one per caption (per pair when ``frames`` is None).
+
+    Raises:
+        ValueError: wrong types, dtypes, ranks or devices; mismatched embedding sizes or pair counts; a bad
+            ``frames`` (wrong length, out-of-range index, a caption without frames); non-finite or non-positive
+            ``logit_scale``, non-finite ``logit_bias``; NaN/Inf in the embeddings.
+
+    Note:
+        Computed in fp32 whatever the input dtype. On CUDA (and on CPU under ``TRITON_INTERPRET=1``) a Triton
+        kernel reads each input row once and writes one fp32 cosine per frame; elsewhere a chunked torch path whose
+        temporaries are O(chunk * D), never O(N * D). Extra memory is O(N) either way. Per-caption means of an
+        explicit ``frames`` index accumulate in fp64 (``index_add_``; on CUDA the summation order, hence the last
+        bits, may vary between runs). Not differentiable. Validation syncs with the device.
+
+    Example:
+        >>> img, txt = torch.randn(8, 16), torch.randn(2, 16)
+        >>> siglip_score(img, txt, logit_scale=10.0, logit_bias=-10.0, frames=4).shape
+        torch.Size([2])
+    """
+    _check_embeddings(image_emb, text_emb)
+    s = _scalar(logit_scale, "logit_scale")
+    b = _scalar(logit_bias, "logit_bias")
+    if s <= 0:
+        raise ValueError(f"logit_scale must be > 0 (pass the exponentiated scale), got {s}")
+    n, m = image_emb.shape[0], text_emb.shape[0]
+    if frames is None:
+        if n != m:
+            raise ValueError(
+                f"image_emb has {n} rows and text_emb has {m}; without frames they pair row by row, so they must "
+                "match (pass frames= for several frames per caption)"
+            )
+        return torch.sigmoid(_pair_cosine(image_emb, text_emb, None, eps) * s + b)
+    idx, per_caption, counts = _frame_index(frames, n, m, image_emb.device)
+    prob = torch.sigmoid(_pair_cosine(image_emb, text_emb, idx, eps, group=per_caption) * s + b)
+    if per_caption is not None:
+        return prob.view(m, per_caption).mean(dim=1)
+    sums = torch.zeros(m, dtype=torch.float64, device=prob.device).index_add_(0, idx, prob.double())
+    return (sums / counts).float()
+
+
+class ClipScore(NamedTuple):
+    """Output of :func:`clip_score`."""
+
+    scores: torch.Tensor
+    """``(N,)`` per-pair ``w * max(cos, 0)``."""
+    mean: torch.Tensor
+    """0-d ``max(w * mean(cos), 0)``: torchmetrics' ``CLIPScore``/``clip_score`` aggregate (clamps the mean)."""
+
+
+@torch.no_grad()
+def clip_score(
+    image_emb: torch.Tensor, text_emb: torch.Tensor, *, weight: float = 100.0, eps: float = 1e-12
+) -> ClipScore:
+    """CLIPScore from paired embeddings, with torchmetrics' definition.
+
+    .. math::
+        \\mathrm{CLIPScore}(I, C) = \\max(100 \\cos(E_I, E_C), 0)
+
+    (Hessel et al. 2021 use ``w = 2.5``; torchmetrics and this function default to ``w = 100``.)
+
+    Args:
+        image_emb: ``(N, D)`` image embeddings (need not be unit-norm), fp16/bf16/fp32/fp64.
+        text_emb: ``(N, D)`` caption embeddings; row ``i`` pairs with image ``i``.
+        weight: ``w``, the factor in front of the cosine (> 0).
+        eps: lower bound on each embedding norm (a zero embedding has cosine 0, where torchmetrics gives NaN).
+
+    Returns:
+        :class:`ClipScore` ``(scores, mean)``: per-pair ``(N,)`` float32 values, and the 0-d float32 corpus score
+        exactly as torchmetrics aggregates it, ``max(w * mean_i cos_i, 0)``. The two agree
+        (``mean == scores.mean()``) whenever no cosine is negative; torchmetrics clamps the mean, not each pair.
+        ``mean`` is NaN for ``N = 0``.
+
+    Raises:
+        ValueError: wrong types, dtypes, ranks or devices; different row counts or embedding sizes; a
+            non-positive weight; NaN/Inf in the embeddings.
+
+    Note:
+        Same engine as :func:`siglip_score`: fp32 arithmetic, one pass, O(N) extra memory, Triton on CUDA.
+        Not differentiable. The mean accumulates in fp64.
+
+    Example:
+        >>> clip_score(torch.tensor([[1.0, 0.0]]), torch.tensor([[1.0, 1.0]])).scores
+        tensor([70.7107])
+    """
+    _check_embeddings(image_emb, text_emb)
+    w = _scalar(weight, "weight")
+    if w <= 0:
+        raise ValueError(f"weight must be > 0, got {w}")
+    if image_emb.shape[0] != text_emb.shape[0]:
+        raise ValueError(
+            f"image_emb has {image_emb.shape[0]} rows and text_emb has {text_emb.shape[0]}; they pair row by row"
+        )
+    cos = _pair_cosine(image_emb, text_emb, None, eps)
+    mean = (cos.double().mean() * w).clamp_min(0.0).float()
+    return ClipScore(scores=(cos * w).clamp_min(0.0), mean=mean)
