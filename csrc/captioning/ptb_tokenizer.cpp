@@ -977,7 +977,7 @@ class Lexer {
     kProgLang, kAssim3, kAssim2, kSgml, kSpmdash, kSpamp, kSppunc, kWordRedaux, kSwordSredaux, kWord, kApoword,
     kApoword2, kFullUrl, kLikelyUrl, kEmail, kTwitter, kRedauxCtx, kSredaux, kDate, kNumber, kSubSupNum, kFrac,
     kFrac2, kTbspec, kThing3, kDolsign, kDolsign2, kAcronymEnd, kAbbrev1, kAbbrev3, kAbbrev2, kTbspec2, kWordDot, kPhone, kDblquotLeft,
-    kDblquot, kDel, kLrb, kRrb, kLsb, kRsb, kLcb, kRcb, kLess, kGreater, kHyphens, kLdots, kFnmarks, kAsts,
+    kDblquot, kDel, kLrb, kRrb, kLsb, kRsb, kLcb, kRcb, kLess, kGreater, kSmiley, kHyphens, kLdots, kFnmarks, kAsts,
     kInsentp, kBang, kPunct, kEquals, kSlash, kHthingDot, kHthing, kThingDot, kThing, kThingaDot, kThinga,
     kQuoteLeft, kRedaux, kQuotes, kDuckFeet, kMisc, kIgnore, kAny
   };
@@ -1086,7 +1086,11 @@ class Lexer {
       int total, tok;
       acronym_sentence_end(i, total, tok);
       if (total > 0) cand(kAcronymEnd, total, tok);
-      cand1(kAbbrev1, abbrev1(i));
+      // {ABBREV1}/[^][^]: two characters of any kind (line breaks included) after the abbreviation lengthen its
+      // match, so "Inc.R&D" gives "Inc." rather than the word "Inc.R".
+      const int a1 = abbrev1(i);
+      if (a1 > 0 && i + a1 + 2 <= n_) cand(kAbbrev1, a1 + 2, a1);
+      cand1(kAbbrev1, a1);
       abbrev3(i, total, tok);
       if (total > 0) cand(kAbbrev3, total, tok);
       cand1(kAbbrev2, abbrev2(i));
@@ -1115,6 +1119,18 @@ class Lexer {
     if (c == '&') {
       cand1(kLess, lit(i, "&lt;"));
       cand1(kGreater, lit(i, "&gt;"));
+    }
+    // {SMILEY}/[^A-Za-z0-9]; SMILEY = [<>]?[:;=][\-o\*']?[\(\)DPdpO\\{@\|\[\]]
+    if (c == '<' || c == '>' || c == ':' || c == ';' || c == '=') {
+      int j = i + ((c == '<' || c == '>') ? 1 : 0);
+      if (in_set(at(j), u":;=")) {
+        ++j;
+        for (int opt = 1; opt >= 0; --opt) {
+          int k = j + ((opt && in_set(at(j), u"-o*'")) ? 1 : 0);
+          if (opt && k == j) continue;
+          if (in_set(at(k), u"()DPdpO\\{@|[]") && has(k + 1) && !ascii_alnum(s_[k + 1])) cand(kSmiley, k + 2 - i, k + 1 - i);
+        }
+      }
     }
     if (c == '-') {
       int k = i;
@@ -1183,9 +1199,10 @@ class Lexer {
         break;
       case kSgml:
       case kFrac:
+      case kSmiley:
       case kPhone: {
         Str t = spaces_to_nbsp(text);
-        if (best_rule == kPhone) {
+        if (best_rule == kPhone || best_rule == kSmiley) {
           Str p;
           for (char16_t ch : t) {
             if (ch == '(') {
