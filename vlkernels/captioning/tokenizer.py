@@ -13,7 +13,25 @@ from collections.abc import Hashable, Mapping, Sequence
 from vlkernels import _ext
 
 # pycocoevalcap 1.2 ptbtokenizer.PUNCTUATIONS, kept here for reference and for tests.
-PUNCTUATIONS = ("''", "'", "``", "`", "-LRB-", "-RRB-", "-LCB-", "-RCB-", ".", "?", "!", ",", ":", "-", "--", "...", ";")
+PUNCTUATIONS = (
+    "''",
+    "'",
+    "``",
+    "`",
+    "-LRB-",
+    "-RRB-",
+    "-LCB-",
+    "-RCB-",
+    ".",
+    "?",
+    "!",
+    ",",
+    ":",
+    "-",
+    "--",
+    "...",
+    ";",
+)
 
 
 def _encode(captions: Sequence[str | bytes], what: str) -> list[bytes]:
@@ -106,7 +124,9 @@ class PTBTokenizer:
                     raise ValueError(f"captions_for_image[{k!r}][{j}] must be a dict with a 'caption' key")
                 cap = c["caption"]
                 if not isinstance(cap, str):
-                    raise ValueError(f"captions_for_image[{k!r}][{j}]['caption'] must be a str, got {type(cap).__name__}")
+                    raise ValueError(
+                        f"captions_for_image[{k!r}][{j}]['caption'] must be a str, got {type(cap).__name__}"
+                    )
                 keys.append(k)
                 texts.append(cap)
         try:
