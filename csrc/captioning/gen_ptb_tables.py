@@ -31,7 +31,7 @@ def ranges(pred):
 
 
 def fmt_ranges(name, rs):
-    body = ",\n".join("  {0x%04X, 0x%04X}" % r for r in rs)
+    body = ",\n".join(f"  {{0x{a:04X}, 0x{b:04X}}}" for a, b in rs)
     return f"static const CpRange {name}[] = {{\n{body}\n}};\n"
 
 
@@ -53,7 +53,7 @@ def main() -> None:
         + fmt_ranges("kDigitRanges", digits)
         + fmt_ranges("kUpperRanges", upper)
         + "static const CpRange kLowerMap[] = {\n"
-        + ",\n".join("  {0x%04X, 0x%04X}" % p for p in lower)
+        + ",\n".join(f"  {{0x{a:04X}, 0x{b:04X}}}" for a, b in lower)
         + "\n};\n"
     )
     Path(__file__).with_name("ptb_tables.h").write_text(text)
