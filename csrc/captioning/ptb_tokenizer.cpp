@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "core/parallel.h"
@@ -115,17 +116,16 @@ class Lexer {
  public:
   // Tokens starting before `end`; s[end:] is read only as trailing context (the Java lexer sees the captions
   // that follow in pycocoevalcap's file, and a few rules look past the end of the current line).
-  Lexer(const Str& s, int end) : s_(s), n_(static_cast<int>(s.size())), end_(end) {}
+  Lexer(const char16_t* s, int n, int end) : s_(s), n_(n), end_(end) {}
 
-  std::vector<Str> run() {
-    std::vector<Str> out;
+  // Appends the caption's tokens to `out`.
+  void run(std::vector<Str>& out) {
     int i = 0;
     while (i < end_) i = step(i, out);
-    return out;
   }
 
  private:
-  const Str& s_;
+  const char16_t* s_;
   int n_, end_;
 
   char16_t at(int i) const { return i < n_ ? s_[i] : char16_t(0xFFFF); }
@@ -150,6 +150,15 @@ class Lexer {
     }
     return k;
   }
+
+  // The ASCII letters s[i, j) lower-cased (abbreviation lists are looked up by the whole letter run: every entry
+  // is letters followed by '.', so it can only match a complete run).
+  std::string lower_run(int i, int j) const {
+    std::string w(static_cast<size_t>(j - i), ' ');
+    for (int k = i; k < j; ++k) w[k - i] = static_cast<char>(s_[k] | 0x20);
+    return w;
+  }
+  static bool in_list(const std::string& w, const std::unordered_set<std::string>& set) { return set.count(w) > 0; }
 
   // {APOS} = ['\u0092\u2019]|&apos;
   int apos(int i) const {
@@ -378,7 +387,7 @@ class Lexer {
     return best < 0 ? -1 : best - i;
   }
 
-  // TWITTER = @[a-zA-Z_][a-zA-Z_0-9]* | #{WORD}
+  // TWITTER = @[a-zA-Z_][a-zA-Z_0-9]* | #{LETTER}+
   int twitter(int i) const {
     if (at(i) == '@' && has(i + 1) && (ascii_alpha(s_[i + 1]) || s_[i + 1] == '_')) {
       int k = i + 2;
@@ -386,8 +395,9 @@ class Lexer {
       return k - i;
     }
     if (at(i) == '#') {
-      int e = word(i + 1);
-      if (e > 0) return e - i;
+      int e = i + 1, l;
+      while ((l = letter(e)) > 0) e += l;
+      if (e > i + 1) return e - i;
     }
     return -1;
   }
@@ -531,7 +541,7 @@ class Lexer {
 
   // ABBREV1 = ({ABMONTH}|{ABDAYS}|{ABSTATE}|{ABCOMP}|{ABNUM}|{ABPTIT}|etc|al|seq|Bldg)\.
   int abbrev1(int i) const {
-    static const char* const caseless[] = {
+    static const std::unordered_set<std::string> caseless = {
         "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec", "mon", "tue",
         "tues", "wed", "thu", "thurs", "fri", "ala", "ariz", "calif", "colo", "conn", "ct", "dak", "fla", "ga",
         "ind", "kan", "kans", "ky", "md", "mich", "minn", "mo", "mont", "neb", "nev", "okla", "penn", "tenn",
@@ -540,60 +550,57 @@ class Lexer {
         "est", "ext", "sq", "jr", "bros", "ed.d", "ph.d", "esq", "etc", "al", "seq", "bldg"};
     // [A]z, [A]rk, [D]el, [I]ll, [L]a, [M]ass, [M]iss, [O]re, [P]a, [T]ex, [W]ash: the bracketed first letter is a
     // character class, which %caseless leaves case-sensitive.
-    static const char* const cap_first[] = {"Az", "Ark", "Del", "Ill", "La", "Mass", "Miss", "Ore", "Pa", "Tex", "Wash"};
+    static const std::unordered_set<std::string> cap_first = {"az", "ark", "del", "ill", "la", "mass", "miss", "ore",
+                                                              "pa", "tex", "wash"};
+    int j = i;
+    while (j < n_ && ascii_alpha(s_[j])) ++j;
+    if (j == i || at(j) != '.') return -1;
+    const std::string w = lower_run(i, j);
     int best = -1;
-    for (const char* w : caseless) {
-      int k = lit(i, w);
-      if (k > 0 && at(i + k) == '.') best = std::max(best, k + 1);
-    }
-    for (const char* w : cap_first) {
-      if (at(i) != static_cast<char16_t>(w[0])) continue;
-      int k = lit(i + 1, w + 1);
-      if (k > 0 && at(i + 1 + k) == '.') best = std::max(best, k + 2);
-    }
+    if (in_list(w, caseless) || (ascii_upper(s_[i]) && in_list(w, cap_first))) best = j + 1 - i;
+    for (const char* d : {"ed.d.", "ph.d."})
+      if (lit(i, d) > 0) best = std::max(best, 5);
     return best;
   }
 
   // ABBREV2 = {ABBREV4}\.; ABBREV4 = {ABTITLE}|vs|[v]|Alex|Wm|Jos|Cie|a\.k\.a|cf|TREAS|Ph|{ACRO}|{ABCOMP2}
-  int abbrev2(int i) const {
-    static const char* const caseless[] = {
+  int abbrev2(int i, bool acro_possible) const {
+    static const std::unordered_set<std::string> caseless = {
         "mr", "mrs", "ms", "dr", "drs", "prof", "profs", "sen", "sens", "rep", "reps", "atty", "attys", "lt",
         "col", "gen", "messrs", "gov", "govs", "adm", "rev", "maj", "sgt", "cpl", "pvt", "capt", "st", "ste",
         "ave", "pres", "lieut", "rt", "hon", "brig", "cmdr", "comdr", "pfc", "spc", "supt", "supts", "det", "mt",
         "ft", "adj", "adv", "asst", "assoc", "ens", "insp", "mlle", "mme", "msgr", "sfc", "sr", "vs", "alex",
-        "wm", "jos", "cie", "a.k.a", "cf", "treas", "ph", "invt", "elec", "natl", "mfg", "mtg", "dept", "blvd",
+        "wm", "jos", "cie", "cf", "treas", "ph", "invt", "elec", "natl", "mfg", "mtg", "dept", "blvd",
         "rd"};
+    int j = i;
+    while (j < n_ && ascii_alpha(s_[j])) ++j;
     int best = -1;
-    for (const char* w : caseless) {
-      int k = lit(i, w);
-      if (k > 0 && at(i + k) == '.') best = std::max(best, k + 1);
+    if (j > i && at(j) == '.') {
+      const std::string w = lower_run(i, j);
+      if (in_list(w, caseless) || (s_[i] == 'M' && w == "miss")) best = j + 1 - i;
     }
-    if (at(i) == 'M') {
-      int k = lit(i + 1, "iss");
-      if (k > 0 && at(i + 4) == '.') best = std::max(best, 5);
-    }
-    for (int e : acro(i))
-      if (at(e) == '.') best = std::max(best, e + 1 - i);
+    if (lit(i, "a.k.a.") > 0) best = std::max(best, 6);
+    if (acro_possible)
+      for (int e : acro(i))
+        if (at(e) == '.') best = std::max(best, e + 1 - i);
     return best;
   }
 
   // {ABBREV3}/{SPACENL}?[:digit:]; ABBREV3 = (ca|figs?|prop|nos?|sect?s?|arts?|paras?|bldg|pp|op|approx|[P][t]|rs)\.
   void abbrev3(int i, int& total, int& tok) const {
     total = tok = -1;
-    static const char* const caseless[] = {"ca", "fig", "figs", "prop", "no", "nos", "sec", "secs", "sect",
-                                           "sects", "art", "arts", "para", "paras", "bldg", "pp", "op", "approx",
-                                           "rs"};
-    int best = -1;
-    for (const char* w : caseless) {
-      int k = lit(i, w);
-      if (k > 0 && at(i + k) == '.') best = std::max(best, k + 1);
-    }
-    if (at(i) == 'P' && at(i + 1) == 't' && at(i + 2) == '.') best = std::max(best, 3);
-    if (best < 0) return;
-    int j = i + best;
-    if (has(j) && is_digit(s_[j])) {
+    static const std::unordered_set<std::string> caseless = {"ca", "fig", "figs", "prop", "no", "nos", "sec", "secs",
+                                                             "sect", "sects", "art", "arts", "para", "paras",
+                                                             "bldg", "pp", "op", "approx", "rs"};
+    int j = i;
+    while (j < n_ && ascii_alpha(s_[j])) ++j;
+    if (j == i || at(j) != '.') return;
+    const std::string w = lower_run(i, j);
+    if (!in_list(w, caseless) && !(j == i + 2 && s_[i] == 'P' && s_[i + 1] == 't')) return;
+    const int best = j + 1 - i;
+    if (has(j + 1) && is_digit(s_[j + 1])) {
       total = best + 1;
-    } else if (has(j + 1) && (is_space(s_[j]) || is_newline_char(s_[j])) && is_digit(s_[j + 1])) {
+    } else if (has(j + 2) && (is_space(s_[j + 1]) || is_newline_char(s_[j + 1])) && is_digit(s_[j + 2])) {
       total = best + 2;
     } else {
       return;
@@ -601,7 +608,8 @@ class Lexer {
     tok = best;
   }
 
-  // {ACRONYM}/({SPACENLS})([A]bout|...|[Y]ou)({SPACENL}|[?!]): an acronym (ACRO\.) before a sentence-initial word.
+  // {ACRONYM}/({SPACENLS})([A]bout|...|[Y]ou|{SGML})({SPACENL}|[?!]): an acronym (ACRO\.) before a sentence-initial
+  // word.
   // A one-letter acronym ("P.") gives up its period: the token is the letter alone.
   void acronym_sentence_end(int i, int& total, int& tok) const {
     total = tok = -1;
@@ -615,6 +623,16 @@ class Lexer {
       int j = e + 1, k = j;
       while (has(k) && (is_space(s_[k]) || is_newline_char(s_[k]))) ++k;
       if (k == j) continue;
+      // An SGML tag also counts as a sentence start here (3.4.1 behaviour, verified against the jar).
+      const int g = sgml(k);
+      if (g > 0) {
+        const int q = k + g;
+        if (has(q) && (is_space(s_[q]) || is_newline_char(s_[q]) || s_[q] == '?' || s_[q] == '!') &&
+            q + 1 - i > total) {
+          total = q + 1 - i;
+          tok = (e + 1 - i == 2) ? 1 : e + 1 - i;
+        }
+      }
       for (const char* w : words) {
         if (at(k) != static_cast<char16_t>(w[0])) continue;
         int m = lit(k + 1, w + 1);
@@ -1003,6 +1021,26 @@ class Lexer {
     }
     if (c == '&' && lit(i, "&nbsp;") > 0) return i + 6;
 
+    // Fast path for the most common token, a run of ASCII letters followed by a space, a line break or the end:
+    // the only rules that match such a run are WORD/THING (the whole run, WORD first) and, on a tie, the
+    // assimilation rules (cannot, gonna, ...), which must see their exact word.
+    if (ascii_alpha(c)) {
+      int j = i + 1;
+      while (j < n_ && ascii_alpha(s_[j])) ++j;
+      if (j == n_ || is_space(s_[j]) || (is_newline_char(s_[j]) && s_[j] != 0x85)) {
+        const int len = j - i;
+        bool assim = false;
+        if (len == 5 || len == 6) {
+          for (const char* w : {"cannot", "gonna", "gotta", "lemme", "gimme", "wanna"})
+            if (lit(i, w) == len) assim = true;
+        }
+        if (!assim) {
+          out.emplace_back(s_ + i, len);
+          return j;
+        }
+      }
+    }
+
     {
       int k = lit(i, "c++");
       if (k < 0) k = lit(i, "c#");
@@ -1041,12 +1079,22 @@ class Lexer {
       cand1(kWord, w_end - i);
       if (at(w_end) == '.' && in_set(at(w_end + 1), u",;:\u3001")) cand(kWordDot, w_end + 2 - i, w_end + 1 - i);
     }
-    {
+    // Guards: rules that need an apostrophe, a period, a hyphen or a slash right after the leading run of
+    // letters are skipped when that character is absent (they cannot match then).
+    int ja = i;  // end of the [A-Za-z\u00AD] run
+    while (ja < n_ && (ascii_alpha(s_[ja]) || s_[ja] == 0x00AD)) ++ja;
+    int jl = i;  // end of the [:letter:] run
+    while (jl < n_ && is_letter(s_[jl])) ++jl;
+    auto apos_start = [](char16_t ch) {
+      return ch == '\'' || ch == '&' || ch == 0x0092 || ch == 0x2019 || ch == 0x0091 || ch == 0x2018 || ch == 0x201B;
+    };
+    if (ja > i && apos_start(at(ja))) {
       int total, tok;
       sword_sredaux(i, total, tok);
       if (total > 0) cand(kSwordSredaux, total, tok);
     }
-    cand1(kApoword, apoword(i));
+    if (apos_start(c) || apos_start(at(jl)) || apos_start(at(ja)) || (jl > i && apos_start(at(i + 1))))
+      cand1(kApoword, apoword(i));
     if (c == 'y' || c == 'Y') {
       int a = apos(i + 1);
       if (a > 0 && has(i + 1 + a) && is_letter(s_[i + 1 + a])) cand(kApoword2, a + 2, a + 1);
@@ -1072,8 +1120,12 @@ class Lexer {
     cand1(kNumber, number(i));
     cand1(kSubSupNum, subsupnum(i));
     if (c == 0xBC || c == 0xBD || c == 0xBE || (c >= 0x2153 && c <= 0x215E)) cand1(kFrac2, 1);
-    cand1(kTbspec, tbspec(i));
-    if (ascii_alnum(c)) cand1(kThing3, thing3(i));
+    if (in_set(c, u"-cCsSpPaA")) cand1(kTbspec, tbspec(i));
+    if (ascii_alnum(c)) {
+      int k = i;
+      while (k < n_ && (ascii_alnum(s_[k]) || s_[k] == '-')) ++k;
+      if (at(k) == '/' || at(k) == '\\') cand1(kThing3, thing3(i));
+    }
     if (c == '#') cand1(kDolsign, 1);
     {
       int k = i;
@@ -1082,10 +1134,12 @@ class Lexer {
     }
     if (in_set(c, u"\u00A2\u00A3\u00A4\u00A5\u0080\u20A0\u20AC\u060B\u0E3F\u20A4\uFFE0\uFFE1\uFFE5\uFFE6"))
       cand1(kDolsign2, 1);
-    if (ascii_alpha(c)) {
+    if (ascii_alpha(c) && (at(ja) == '.' || at(ja) == '-')) {
+      // ACRO needs a period right after its first letter, or one of its hyphenated special forms.
+      const bool acro_possible = at(i + 1) == '.' || at(ja) == '-';
       int total, tok;
-      acronym_sentence_end(i, total, tok);
-      if (total > 0) cand(kAcronymEnd, total, tok);
+      if (acro_possible) acronym_sentence_end(i, total, tok);
+      if (acro_possible && total > 0) cand(kAcronymEnd, total, tok);
       // {ABBREV1}/[^][^]: two characters of any kind (line breaks included) after the abbreviation lengthen its
       // match, so "Inc.R&D" gives "Inc." rather than the word "Inc.R".
       const int a1 = abbrev1(i);
@@ -1093,7 +1147,7 @@ class Lexer {
       cand1(kAbbrev1, a1);
       abbrev3(i, total, tok);
       if (total > 0) cand(kAbbrev3, total, tok);
-      cand1(kAbbrev2, abbrev2(i));
+      cand1(kAbbrev2, abbrev2(i, acro_possible));
     }
     {
       int a = apos(i);
@@ -1165,7 +1219,9 @@ class Lexer {
     if (in_set(c, u".\u00A1\u00BF\u037E\u0589\u061F\u06D4\u0700\u0701\u0702\u07FA\u3002")) cand1(kPunct, 1);
     if (c == '=') cand1(kEquals, 1);
     if (c == '/') cand1(kSlash, 1);
-    if (ascii_alnum(c)) {
+    int jh = i;
+    while (jh < n_ && (ascii_alnum(s_[jh]) || s_[jh] == '.' || s_[jh] == ',' || s_[jh] == 0xAD)) ++jh;
+    if (ascii_alnum(c) && at(jh) == '-') {
       Ends h = hthing(i);
       for (int e : h)
         if (at(e) == '.' && in_set(at(e + 1), u",;:\u3001")) cand(kHthingDot, e + 2 - i, e + 1 - i);
@@ -1193,7 +1249,7 @@ class Lexer {
     if (is_misc_symbol(c)) cand1(kMisc, 1);
     if (best_total == 0) return i + 1;  // a line break, or an untokenizable character (dropped: "firstDelete") character: dropped (the default "firstDelete")
 
-    const Str text = s_.substr(i, best_tok);
+    const Str text(s_ + i, best_tok);
     switch (best_rule) {
       case kDel:
         break;
@@ -1307,13 +1363,19 @@ Str java_lower(const Str& in) {
     } else if (c == 0x0130) {
       out += u"i\u0307";
     } else if (c == 0x03A3) {
+      // Final sigma, as java.lang.ConditionalSpecialCasing decides it: a cased letter before it and none after it
+      // within the same word (letters and digits stay in one word).
       bool before = false, after = false;
-      for (size_t b = k; b-- > 0;)
+      for (size_t b = k; b-- > 0 && (is_letter(in[b]) || is_digit(in[b]));)
         if (is_letter(in[b])) {
           before = true;
           break;
         }
-      if (k + 1 < in.size() && is_letter(in[k + 1])) after = true;
+      for (size_t a = k + 1; a < in.size() && (is_letter(in[a]) || is_digit(in[a])); ++a)
+        if (is_letter(in[a])) {
+          after = true;
+          break;
+        }
       out += (before && !after) ? char16_t(0x03C2) : char16_t(0x03C3);
     } else {
       // kLowerMap is sorted by source code point.
@@ -1428,12 +1490,33 @@ int64_t utf8_invalid_offset(const char* data, int64_t len) {
   return -1;
 }
 
+namespace {
+
+// Lower-cases, filters and joins one caption's tokens (pycocoevalcap's post-processing).
+void join_filtered(const std::vector<Str>& toks, std::string& out) {
+  out.clear();
+  bool first = true;
+  for (const Str& t : toks) {
+    Str low = java_lower(t);
+    if (is_filtered(low)) continue;
+    // No token holds an ASCII space (spaces inside tokens become U+00A0) or ends in whitespace, so
+    // pycocoevalcap's line.rstrip().split(' ') gives back exactly these tokens.
+    if (!first) out += ' ';
+    first = false;
+    append_utf8(out, low);
+  }
+}
+
+}  // namespace
+
 std::vector<std::string> ptb_tokens(const std::string& utf8, const std::string& following) {
-  const Str s = utf8_to_utf16(utf8 + following);
   const Str own = utf8_to_utf16(utf8);
-  Lexer lexer(s, static_cast<int>(own.size()));
+  const Str s = own + utf8_to_utf16(following);
+  Lexer lexer(s.data(), static_cast<int>(s.size()), static_cast<int>(own.size()));
+  std::vector<Str> toks;
+  lexer.run(toks);
   std::vector<std::string> out;
-  for (const Str& t : lexer.run()) {
+  for (const Str& t : toks) {
     std::string u;
     append_utf8(u, java_lower(t));
     out.push_back(std::move(u));
@@ -1443,22 +1526,12 @@ std::vector<std::string> ptb_tokens(const std::string& utf8, const std::string& 
 
 std::string ptb_tokenize_caption(const std::string& utf8, const std::string& following) {
   const Str own = utf8_to_utf16(utf8);
-  const Str s = following.empty() ? own : own + utf8_to_utf16(following);
-  Lexer lexer(s, static_cast<int>(own.size()));
-  std::vector<Str> toks = lexer.run();
-  std::vector<Str> kept;
-  kept.reserve(toks.size());
-  for (const Str& t : toks) {
-    Str low = java_lower(t);
-    if (!is_filtered(low)) kept.push_back(std::move(low));
-  }
-  // No token holds an ASCII space (the lexer turns spaces inside tokens into U+00A0) or ends in whitespace, so
-  // pycocoevalcap's line.rstrip().split(' ') gives back exactly these tokens.
+  const Str s = own + utf8_to_utf16(following);
+  Lexer lexer(s.data(), static_cast<int>(s.size()), static_cast<int>(own.size()));
+  std::vector<Str> toks;
+  lexer.run(toks);
   std::string out;
-  for (size_t k = 0; k < kept.size(); ++k) {
-    if (k) out += ' ';
-    append_utf8(out, kept[k]);
-  }
+  join_filtered(toks, out);
   return out;
 }
 
@@ -1470,30 +1543,35 @@ void launch_ptb_tokenize(const char* const* texts, const int64_t* lens, int64_t 
                                   std::to_string(bad) + ")");
     }
   }
+  if (n == 0) return;
+  // The lexer reads the captions the way pycocoevalcap's input file holds them: one UTF-16 buffer, captions joined
+  // by '\n' (with their own '\n' turned into ' '), so trailing-context rules see the following captions.
+  std::vector<int64_t> start(n + 1);
+  std::vector<Str> parts(n);
+  parallel_for(n, 1024, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) parts[i] = utf8_to_utf16(std::string(texts[i], lens[i]));
+  });
+  for (int64_t i = 0; i < n; ++i) start[i + 1] = start[i] + static_cast<int64_t>(parts[i].size()) + 1;
+  Str buf(static_cast<size_t>(start[n] - 1), u'\n');
+  parallel_for(n, 1024, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      char16_t* dst = &buf[static_cast<size_t>(start[i])];
+      for (char16_t ch : parts[i]) *dst++ = ch == u'\n' ? u' ' : ch;
+      Str().swap(parts[i]);
+    }
+  });
+  const int64_t total = static_cast<int64_t>(buf.size());
   // Captions are short and independent; 256 per chunk keeps thread start-up negligible.
-  parallel_for(n, 256, [&](int64_t begin, int64_t end) {
-    std::string following;
-    for (int64_t i = begin; i < end; ++i) {
-      // pycocoevalcap writes the captions to one file, '\n'-separated, with '\n' inside captions replaced by ' ':
-      // the lexer's trailing-context rules see the start of the next captions, so we give it the same view.
-      following.clear();
-      for (int64_t j = i + 1; j < n && following.size() < kContextBytes; ++j) {
-        following += '\n';
-        const size_t start = following.size();
-        following.append(texts[j], static_cast<size_t>(std::min<int64_t>(lens[j], kContextBytes)));
-        for (size_t k = start; k < following.size(); ++k)
-          if (following[k] == '\n') following[k] = ' ';
-      }
-      // Cut at a character boundary so the context stays valid UTF-8.
-      if (following.size() > kContextBytes) {
-        size_t cut = kContextBytes;
-        while (cut > 0 && (static_cast<unsigned char>(following[cut]) & 0xC0) == 0x80) --cut;
-        following.resize(cut);
-      }
-      std::string own(texts[i], lens[i]);
-      for (char& ch : own)
-        if (ch == '\n') ch = ' ';
-      out[i] = ptb_tokenize_caption(own, following);
+  parallel_for(n, 256, [&](int64_t b, int64_t e) {
+    std::vector<Str> toks;
+    for (int64_t i = b; i < e; ++i) {
+      // The look-ahead of every rule is short; cap the visible context so positions fit in int.
+      const int64_t len = start[i + 1] - 1 - start[i];
+      const int64_t visible = std::min<int64_t>(total - start[i], len + static_cast<int64_t>(kContextBytes));
+      Lexer lexer(buf.data() + start[i], static_cast<int>(visible), static_cast<int>(len));
+      toks.clear();
+      lexer.run(toks);
+      join_filtered(toks, out[i]);
     }
   });
 }

@@ -20,7 +20,7 @@ std::vector<std::string> ptb_tokens(const std::string& utf8, const std::string& 
 // The caption as pycocoevalcap's PTBTokenizer returns it: tokens minus its PUNCTUATIONS list, joined by ' '.
 std::string ptb_tokenize_caption(const std::string& utf8, const std::string& following = "");
 
-// Bytes of the following captions given to the lexer as trailing context (its longest look-ahead is far shorter).
+// Code units of the following captions visible to the lexer as trailing context (its look-ahead is far shorter).
 constexpr size_t kContextBytes = 256;
 
 // Tokenizes n captions in parallel, as pycocoevalcap does when it gets them in this order (caption i is read with
