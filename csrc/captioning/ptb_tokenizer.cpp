@@ -307,7 +307,7 @@ class Lexer {
   }
 
   // Character classes used by the URL / e-mail rules.
-  static bool url_body(char16_t c) { return !in_set(c, u" \t\n\f\r\"<>|()"); }
+  static bool url_body(char16_t c) { return !in_set(c, u" \t\n\f\r\"<>|(){}"); }
   static bool url_last(char16_t c) { return !in_set(c, u" \t\n\f\r\"<>|.!?(){},-"); }
 
   // Longest prefix of a run of url_body chars, starting at j, of length >= 2 whose last char is url_last.
@@ -363,15 +363,22 @@ class Lexer {
     return best < 0 ? -1 : best - i;
   }
 
-  // EMAIL = [a-zA-Z0-9][^ \t\n\f\r\"<>|()\u00A0]*@([^ \t\n\f\r\"<>|().\u00A0]+\.)*([^ \t\n\f\r\"<>|().\u00A0]+)
+  // EMAIL = (&lt;|<)?[a-zA-Z0-9][^ \t\n\f\r\"<>|()\u00A0{}]*@([^ \t\n\f\r\"<>|(){}.\u00A0]+\.)*
+  //         ([^ \t\n\f\r\"<>|(){}.\u00A0]+)(&gt;|>)?
   int email(int i) const {
-    if (!has(i) || !ascii_alnum(s_[i])) return -1;
-    auto local = [](char16_t c) { return !in_set(c, u" \t\n\f\r\"<>|()\u00A0"); };
-    auto dom = [](char16_t c) { return !in_set(c, u" \t\n\f\r\"<>|().\u00A0"); };
-    int k = i + 1;
+    int p = i;
+    if (lit(i, "&lt;") > 0) {
+      p = i + 4;
+    } else if (at(i) == '<') {
+      p = i + 1;
+    }
+    if (!has(p) || !ascii_alnum(s_[p])) return -1;
+    auto local = [](char16_t c) { return !in_set(c, u" \t\n\f\r\"<>|(){}"); };
+    auto dom = [](char16_t c) { return !in_set(c, u" \t\n\f\r\"<>|(){}.\u00A0"); };
+    int k = p + 1;
     while (has(k) && local(s_[k])) ++k;
     int best = -1;
-    for (int a = i + 1; a < k; ++a) {
+    for (int a = p + 1; a < k; ++a) {
       if (s_[a] != '@') continue;
       int j = a + 1, last = -1;
       for (;;) {
@@ -381,6 +388,12 @@ class Lexer {
         last = m;
         if (at(m) != '.') break;
         j = m + 1;
+      }
+      if (last < 0) continue;
+      if (lit(last, "&gt;") > 0) {
+        last += 4;
+      } else if (at(last) == '>') {
+        last += 1;
       }
       best = std::max(best, last);
     }
@@ -1101,7 +1114,7 @@ class Lexer {
     }
     if (c == 'h' || c == 'H') cand1(kFullUrl, fullurl(i));
     cand1(kLikelyUrl, likelyurl(i));
-    cand1(kEmail, email(i));
+    if (ascii_alnum(c) || c == '<' || c == '&') cand1(kEmail, email(i));
     if (c == '@' || c == '#') cand1(kTwitter, twitter(i));
     {
       int r = redaux(i);
@@ -1371,7 +1384,7 @@ Str java_lower(const Str& in) {
           before = true;
           break;
         }
-      for (size_t a = k + 1; a < in.size() && (is_letter(in[a]) || is_digit(in[a])); ++a)
+      for (size_t a = k + 1; a < in.size() && (is_letter(in[a]) || is_digit(in[a]) || in[a] == '-'); ++a)
         if (is_letter(in[a])) {
           after = true;
           break;
@@ -1492,18 +1505,32 @@ int64_t utf8_invalid_offset(const char* data, int64_t len) {
 
 namespace {
 
-// Lower-cases, filters and joins one caption's tokens (pycocoevalcap's post-processing).
+// Python's str.isspace(), for the rstrip() pycocoevalcap applies to each output line.
+bool py_space(char16_t c) {
+  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+// pycocoevalcap's post-processing of one output line: ' '.join(lower-cased tokens), rstrip(), split(' '), drop the
+// PUNCTUATIONS, join by ' '. The rstrip matters: a line may end in a token that ends in U+00A0 (a URL).
 void join_filtered(const std::vector<Str>& toks, std::string& out) {
+  Str line;
+  for (size_t k = 0; k < toks.size(); ++k) {
+    if (k) line += u' ';
+    line += java_lower(toks[k]);
+  }
+  while (!line.empty() && py_space(line.back())) line.pop_back();
   out.clear();
   bool first = true;
-  for (const Str& t : toks) {
-    Str low = java_lower(t);
-    if (is_filtered(low)) continue;
-    // No token holds an ASCII space (spaces inside tokens become U+00A0) or ends in whitespace, so
-    // pycocoevalcap's line.rstrip().split(' ') gives back exactly these tokens.
+  size_t b = 0;
+  for (size_t e = 0; e <= line.size(); ++e) {
+    if (e < line.size() && line[e] != u' ') continue;
+    const Str t = line.substr(b, e - b);
+    b = e + 1;
+    if (is_filtered(t)) continue;
     if (!first) out += ' ';
     first = false;
-    append_utf8(out, low);
+    append_utf8(out, t);
   }
 }
 
