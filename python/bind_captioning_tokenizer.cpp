@@ -1,6 +1,5 @@
 #include <pybind11/stl.h>
 
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -22,10 +21,12 @@ py::list ptb_tokenize(const py::list& captions) {
     lens[i] = PyBytes_GET_SIZE(obj);
   }
   std::vector<std::string> out(n);
+  int64_t bad;
   {
     py::gil_scoped_release release;
-    vlk::launch_ptb_tokenize(ptrs.data(), lens.data(), n, out.data());
+    bad = vlk::launch_ptb_tokenize(ptrs.data(), lens.data(), n, out.data());
   }
+  if (bad >= 0) throw py::value_error("caption " + std::to_string(bad) + " is not valid UTF-8");
   py::list result(n);
   for (int64_t i = 0; i < n; ++i) result[i] = py::str(out[i]);
   return result;
@@ -44,7 +45,6 @@ py::list ptb_tokens(const py::bytes& caption, const py::bytes& following) {
 }  // namespace
 
 VLK_BIND(captioning_tokenizer) {
-  // std::invalid_argument (invalid UTF-8, naming the caption) reaches Python as ValueError.
   m.def("ptb_tokenize", &ptb_tokenize, py::arg("captions"));
   m.def("ptb_tokens", &ptb_tokens, py::arg("caption"), py::arg("following") = py::bytes(""));
 }

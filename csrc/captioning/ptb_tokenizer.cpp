@@ -10,7 +10,6 @@
 #include "captioning/ptb_tokenizer.h"
 
 #include <algorithm>
-#include <stdexcept>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -1562,15 +1561,11 @@ std::string ptb_tokenize_caption(const std::string& utf8, const std::string& fol
   return out;
 }
 
-void launch_ptb_tokenize(const char* const* texts, const int64_t* lens, int64_t n, std::string* out) {
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t bad = utf8_invalid_offset(texts[i], lens[i]);
-    if (bad >= 0) {
-      throw std::invalid_argument("caption " + std::to_string(i) + " is not valid UTF-8 (byte offset " +
-                                  std::to_string(bad) + ")");
-    }
-  }
-  if (n == 0) return;
+int64_t launch_ptb_tokenize(const char* const* texts, const int64_t* lens, int64_t n, std::string* out) {
+  // Python validates first; this re-check keeps invalid bytes from ever reaching the decoder.
+  for (int64_t i = 0; i < n; ++i)
+    if (utf8_invalid_offset(texts[i], lens[i]) >= 0) return i;
+  if (n == 0) return -1;
   // The lexer reads the captions the way pycocoevalcap's input file holds them: one UTF-16 buffer, captions joined
   // by '\n' (with their own '\n' turned into ' '), so trailing-context rules see the following captions.
   std::vector<int64_t> start(n + 1);
@@ -1601,6 +1596,7 @@ void launch_ptb_tokenize(const char* const* texts, const int64_t* lens, int64_t 
       join_filtered(toks, out[i]);
     }
   });
+  return -1;
 }
 
 }  // namespace vlk

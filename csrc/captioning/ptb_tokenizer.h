@@ -25,7 +25,8 @@ constexpr size_t kContextBytes = 256;
 
 // Tokenizes n captions in parallel, as pycocoevalcap does when it gets them in this order (caption i is read with
 // '\n' + caption i+1 + ... as trailing context). texts[i] points at lens[i] bytes; out[i] receives the result.
-// Throws std::invalid_argument("caption <i> ...") for the first caption (lowest index) that is not valid UTF-8.
-void launch_ptb_tokenize(const char* const* texts, const int64_t* lens, int64_t n, std::string* out);
+// Returns -1, or the index of the first caption that is not valid UTF-8 (then nothing is tokenized). No exceptions:
+// the sanitizer build cannot intercept C++ throws from an extension loaded into Python.
+int64_t launch_ptb_tokenize(const char* const* texts, const int64_t* lens, int64_t n, std::string* out);
 
 }  // namespace vlk

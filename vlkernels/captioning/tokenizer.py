@@ -45,7 +45,10 @@ def _encode(captions: Sequence[str | bytes], what: str) -> list[bytes]:
             except UnicodeEncodeError as e:
                 raise ValueError(f"{what}[{i}] is not valid Unicode text ({e.reason} at index {e.start})") from None
         elif isinstance(c, bytes):
-            # UTF-8 validity of bytes is checked in C++, which names the item.
+            try:
+                c.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{what}[{i}] is not valid UTF-8 ({e.reason} at byte {e.start})") from None
             out.append(c)
         else:
             raise ValueError(f"{what}[{i}] must be a str (or UTF-8 bytes), got {type(c).__name__}")
