@@ -64,6 +64,18 @@ inline bool in_set(char16_t c, const char16_t* set) {
   return false;
 }
 
+// An ASCII character class as a 128-bit mask (non-ASCII code units are never members).
+struct AsciiSet {
+  uint64_t lo = 0, hi = 0;
+  explicit AsciiSet(const char* chars) {
+    for (; *chars; ++chars) {
+      const unsigned c = static_cast<unsigned char>(*chars);
+      (c < 64 ? lo : hi) |= uint64_t{1} << (c & 63);
+    }
+  }
+  bool has(char16_t c) const { return c < 64 ? (lo >> c) & 1 : c < 128 ? (hi >> (c - 64)) & 1 : false; }
+};
+
 // Letters outside Character.isLetter that the Java WORD rule accepts (combining marks, modifier letters, ...).
 bool is_extra_word_char(char16_t c) {
   static const CpRange extra[] = {
@@ -102,6 +114,46 @@ inline bool is_newline_char(char16_t c) {
   return c == '\r' || c == '\n' || c == 0x2028 || c == 0x2029 || c == 0x0B || c == 0x0C || c == 0x85;
 }
 
+// java.lang.String.toLowerCase of one token, appended to `out` (BMP; U+0130 expands to "i\u0307"; final sigma).
+void java_lower_append(const char16_t* in, size_t n, Str& out) {
+  for (size_t k = 0; k < n; ++k) {
+    char16_t c = in[k];
+    if (c < 0x80) {
+      out += (c >= 'A' && c <= 'Z') ? static_cast<char16_t>(c | 0x20) : c;
+    } else if (c == 0x0130) {
+      out += u"i\u0307";
+    } else if (c == 0x03A3) {
+      // Final sigma, as java.lang.ConditionalSpecialCasing decides it: a cased letter before it and none after it
+      // within the same word (letters, digits and hyphens stay in one word).
+      bool before = false, after = false;
+      for (size_t b = k; b-- > 0 && (is_letter(in[b]) || is_digit(in[b]));)
+        if (is_letter(in[b])) {
+          before = true;
+          break;
+        }
+      for (size_t a = k + 1; a < n && (is_letter(in[a]) || is_digit(in[a]) || in[a] == '-'); ++a)
+        if (is_letter(in[a])) {
+          after = true;
+          break;
+        }
+      out += (before && !after) ? char16_t(0x03C2) : char16_t(0x03C3);
+    } else {
+      // kLowerMap is sorted by source code point.
+      constexpr size_t kN = sizeof(kLowerMap) / sizeof(kLowerMap[0]);
+      size_t lo = 0, hi = kN;
+      while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (kLowerMap[mid].lo < c) {
+          lo = mid + 1;
+        } else {
+          hi = mid;
+        }
+      }
+      out += (lo < kN && kLowerMap[lo].lo == c) ? static_cast<char16_t>(kLowerMap[lo].hi) : c;
+    }
+  }
+}
+
 // Ends of a pattern tried at one start: small sorted sets of positions, the way a JFlex DFA keeps every
 // alternative alive until the longest one is known.
 using Ends = std::vector<int>;
@@ -117,15 +169,24 @@ class Lexer {
   // that follow in pycocoevalcap's file, and a few rules look past the end of the current line).
   Lexer(const char16_t* s, int n, int end) : s_(s), n_(n), end_(end) {}
 
-  // Appends the caption's tokens to `out`.
-  void run(std::vector<Str>& out) {
+  // Appends the caption's tokens, lower-cased (java.lang.String.toLowerCase) and separated by ' ', to `line`:
+  // the Java output line. No token holds an ASCII space (the rules turn spaces inside tokens into U+00A0).
+  void run(Str& line) {
+    line_ = &line;
     int i = 0;
-    while (i < end_) i = step(i, out);
+    while (i < end_) i = step(i);
   }
 
  private:
   const char16_t* s_;
   int n_, end_;
+  Str* line_ = nullptr;
+
+  void emit(const char16_t* p, size_t len) {
+    if (!line_->empty()) *line_ += u' ';
+    java_lower_append(p, len, *line_);
+  }
+  void emit(const Str& t) { emit(t.data(), t.size()); }
 
   char16_t at(int i) const { return i < n_ ? s_[i] : char16_t(0xFFFF); }
   bool has(int i) const { return i < n_; }
@@ -306,8 +367,14 @@ class Lexer {
   }
 
   // Character classes used by the URL / e-mail rules.
-  static bool url_body(char16_t c) { return !in_set(c, u" \t\n\f\r\"<>|(){}"); }
-  static bool url_last(char16_t c) { return !in_set(c, u" \t\n\f\r\"<>|.!?(){},-"); }
+  static bool url_body(char16_t c) {
+    static const AsciiSet ex(" \t\n\f\r\"<>|(){}");
+    return !ex.has(c);
+  }
+  static bool url_last(char16_t c) {
+    static const AsciiSet ex(" \t\n\f\r\"<>|.!?(){},-");
+    return !ex.has(c);
+  }
 
   // Longest prefix of a run of url_body chars, starting at j, of length >= 2 whose last char is url_last.
   int url_tail(int j) const {
@@ -343,7 +410,8 @@ class Lexer {
     }
     // ([^ \t\n\f\r\"`'<>|.!?(){},-_$]+\.)+(com|net|org|edu); ",-_" is the range U+002C..U+005F.
     {
-      auto body = [](char16_t c) { return !(in_set(c, u" \t\n\f\r\"`'<>|.!?(){}$") || (c >= 0x2C && c <= 0x5F)); };
+      static const AsciiSet ex(" \t\n\f\r\"`'<>|.!?(){}$");
+      auto body = [](char16_t c) { return !(ex.has(c) || (c >= 0x2C && c <= 0x5F)); };
       int j = i;
       for (;;) {
         int k = j;
@@ -372,8 +440,9 @@ class Lexer {
       p = i + 1;
     }
     if (!has(p) || !ascii_alnum(s_[p])) return -1;
-    auto local = [](char16_t c) { return !in_set(c, u" \t\n\f\r\"<>|(){}"); };
-    auto dom = [](char16_t c) { return !in_set(c, u" \t\n\f\r\"<>|(){}.\u00A0"); };
+    static const AsciiSet local_ex(" \t\n\f\r\"<>|(){}"), dom_ex(" \t\n\f\r\"<>|(){}.");
+    auto local = [](char16_t c) { return !local_ex.has(c) && c != 0x00A0; };
+    auto dom = [](char16_t c) { return !dom_ex.has(c) && c != 0x00A0; };
     int k = p + 1;
     while (has(k) && local(s_[k])) ++k;
     int best = -1;
@@ -1013,7 +1082,7 @@ class Lexer {
   };
 
   // Tries every rule at i, applies the winner's action and returns the next position.
-  int step(int i, std::vector<Str>& out) {
+  int step(int i) {
     int best_total = 0, best_tok = 0, best_rule = kAny;
     auto cand = [&](int rule, int total, int tok) {
       if (total > best_total || (total == best_total && rule < best_rule)) {
@@ -1047,7 +1116,10 @@ class Lexer {
             if (lit(i, w) == len) assim = true;
         }
         if (!assim) {
-          out.emplace_back(s_ + i, len);
+          if (!line_->empty()) *line_ += u' ';
+          const size_t at0 = line_->size();
+          line_->append(s_ + i, static_cast<size_t>(len));
+          for (size_t k = at0; k < line_->size(); ++k) (*line_)[k] |= 0x20;
           return j;
         }
       }
@@ -1283,17 +1355,17 @@ class Lexer {
           }
           t = p;
         }
-        out.push_back(t);
+        emit(t);
         break;
       }
       case kSpmdash:
-        out.push_back(u"--");
+        emit(u"--");
         break;
       case kSpamp:
       case kTbspec:
       case kThinga:
       case kThingaDot:
-        out.push_back(normalize_amp(text));
+        emit(normalize_amp(text));
         break;
       case kWordRedaux:
       case kSwordSredaux:
@@ -1302,111 +1374,67 @@ class Lexer {
       case kNumber:
       case kHthing:
       case kHthingDot:
-        out.push_back(remove_soft_hyphens(text));
+        emit(remove_soft_hyphens(text));
         break;
       case kRedauxCtx:
       case kSredaux:
       case kRedaux:
       case kQuotes:
       case kDblquot:
-        out.push_back(latex_quotes(text, false));
+        emit(latex_quotes(text, false));
         break;
       case kDblquotLeft:
       case kQuoteLeft:
-        out.push_back(latex_quotes(text, true));
+        emit(latex_quotes(text, true));
         break;
       case kFrac2: {
         const char16_t f = text[0];
-        out.push_back(f == 0xBC ? u"1/4" : f == 0xBD ? u"1/2" : f == 0xBE ? u"3/4" : f == 0x2153 ? u"1/3"
+        emit(f == 0xBC ? u"1/4" : f == 0xBD ? u"1/2" : f == 0xBE ? u"3/4" : f == 0x2153 ? u"1/3"
                       : f == 0x2154 ? u"2/3" : text);
         break;
       }
       case kDolsign2: {
         const char16_t f = text[0];
-        out.push_back(f == 0xA2 ? u"cents" : f == 0xA3 ? u"#"
+        emit(f == 0xA2 ? u"cents" : f == 0xA3 ? u"#"
                       : (f == 0x80 || f == 0xA4 || f == 0x20A0 || f == 0x20AC) ? u"$" : text);
         break;
       }
       case kLrb:
-        out.push_back(u"-LRB-");
+        emit(u"-LRB-");
         break;
       case kRrb:
-        out.push_back(u"-RRB-");
+        emit(u"-RRB-");
         break;
       case kLsb:
-        out.push_back(u"-LSB-");
+        emit(u"-LSB-");
         break;
       case kRsb:
-        out.push_back(u"-RSB-");
+        emit(u"-RSB-");
         break;
       case kLcb:
-        out.push_back(u"-LCB-");
+        emit(u"-LCB-");
         break;
       case kRcb:
-        out.push_back(u"-RCB-");
+        emit(u"-RCB-");
         break;
       case kLess:
-        out.push_back(u"<");
+        emit(u"<");
         break;
       case kGreater:
-        out.push_back(u">");
+        emit(u">");
         break;
       case kHyphens:
-        out.push_back(text.size() >= 3 && text.size() <= 4 ? Str(u"--") : text);
+        emit(text.size() >= 3 && text.size() <= 4 ? Str(u"--") : text);
         break;
       case kLdots:
-        out.push_back(u"...");
+        emit(u"...");
         break;
       default:
-        out.push_back(text);
+        emit(text);
     }
     return i + best_tok;
   }
 };
-
-// java.lang.String.toLowerCase for one token (BMP; the U+0130 expansion and the final-sigma rule included).
-Str java_lower(const Str& in) {
-  Str out;
-  out.reserve(in.size());
-  for (size_t k = 0; k < in.size(); ++k) {
-    char16_t c = in[k];
-    if (c < 0x80) {
-      out += (c >= 'A' && c <= 'Z') ? static_cast<char16_t>(c | 0x20) : c;
-    } else if (c == 0x0130) {
-      out += u"i\u0307";
-    } else if (c == 0x03A3) {
-      // Final sigma, as java.lang.ConditionalSpecialCasing decides it: a cased letter before it and none after it
-      // within the same word (letters and digits stay in one word).
-      bool before = false, after = false;
-      for (size_t b = k; b-- > 0 && (is_letter(in[b]) || is_digit(in[b]));)
-        if (is_letter(in[b])) {
-          before = true;
-          break;
-        }
-      for (size_t a = k + 1; a < in.size() && (is_letter(in[a]) || is_digit(in[a]) || in[a] == '-'); ++a)
-        if (is_letter(in[a])) {
-          after = true;
-          break;
-        }
-      out += (before && !after) ? char16_t(0x03C2) : char16_t(0x03C3);
-    } else {
-      // kLowerMap is sorted by source code point.
-      size_t lo = 0, hi = sizeof(kLowerMap) / sizeof(kLowerMap[0]);
-      char16_t m = c;
-      while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (kLowerMap[mid].lo < c) {
-          lo = mid + 1;
-        } else {
-          hi = mid;
-        }
-      }
-      if (lo < sizeof(kLowerMap) / sizeof(kLowerMap[0]) && kLowerMap[lo].lo == c) m = static_cast<char16_t>(kLowerMap[lo].hi);
-      out += m;
-    }
-  }
-  return out;
-}
 
 Str utf8_to_utf16(const std::string& s) {
   Str out;
@@ -1432,10 +1460,18 @@ Str utf8_to_utf16(const std::string& s) {
   return out;
 }
 
-void append_utf8(std::string& out, const Str& s) {
-  for (size_t k = 0; k < s.size(); ++k) {
+void append_utf8(std::string& out, const char16_t* s, size_t n) {
+  size_t k = 0;
+  // ASCII prefix in one go (the common case: the whole token).
+  while (k < n && s[k] < 0x80) ++k;
+  if (k) {
+    const size_t at0 = out.size();
+    out.resize(at0 + k);
+    for (size_t q = 0; q < k; ++q) out[at0 + q] = static_cast<char>(s[q]);
+  }
+  for (; k < n; ++k) {
     uint32_t c = s[k];
-    if (c >= 0xD800 && c <= 0xDBFF && k + 1 < s.size() && s[k + 1] >= 0xDC00 && s[k + 1] <= 0xDFFF) {
+    if (c >= 0xD800 && c <= 0xDBFF && k + 1 < n && s[k + 1] >= 0xDC00 && s[k + 1] <= 0xDFFF) {
       c = 0x10000 + ((c - 0xD800) << 10) + (s[k + 1] - 0xDC00);
       ++k;
     }
@@ -1457,13 +1493,41 @@ void append_utf8(std::string& out, const Str& s) {
   }
 }
 
-// pycocoevalcap's PUNCTUATIONS (upper-case entries never match a -lowerCase token but are kept for fidelity).
-bool is_filtered(const Str& t) {
+// pycocoevalcap's PUNCTUATIONS (the upper-case entries never match a -lowerCase token; kept for fidelity).
+bool is_filtered(const char16_t* t, size_t len) {
+  if (len == 0 || len > 5 || !in_set(t[0], u"'`-.?!,:;")) return false;
   static const char16_t* const kPunct[] = {u"''", u"'", u"``", u"`", u"-LRB-", u"-RRB-", u"-LCB-", u"-RCB-", u".",
                                            u"?",  u"!", u",",  u":", u"-",     u"--",    u"...",   u";"};
   for (const char16_t* p : kPunct)
-    if (t == p) return true;
+    if (std::char_traits<char16_t>::length(p) == len && std::char_traits<char16_t>::compare(p, t, len) == 0)
+      return true;
   return false;
+}
+
+// Python's str.isspace(), for the rstrip() pycocoevalcap applies to each output line.
+bool py_space(char16_t c) {
+  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+// pycocoevalcap's post-processing of one output line: rstrip(), split(' '), drop the PUNCTUATIONS, join by ' '.
+// The rstrip matters: a line may end in a token that ends in U+00A0 (a URL).
+void join_filtered(Str& line, std::string& out) {
+  while (!line.empty() && py_space(line.back())) line.pop_back();
+  out.clear();
+  out.reserve(line.size() + line.size() / 4);
+  bool first = true;
+  size_t b = 0;
+  for (size_t e = 0; e <= line.size(); ++e) {
+    if (e < line.size() && line[e] != u' ') continue;
+    const char16_t* t = line.data() + b;
+    const size_t len = e - b;
+    b = e + 1;
+    if (is_filtered(t, len)) continue;
+    if (!first) out += ' ';
+    first = false;
+    append_utf8(out, t, len);
+  }
 }
 
 }  // namespace
@@ -1502,50 +1566,20 @@ int64_t utf8_invalid_offset(const char* data, int64_t len) {
   return -1;
 }
 
-namespace {
-
-// Python's str.isspace(), for the rstrip() pycocoevalcap applies to each output line.
-bool py_space(char16_t c) {
-  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
-}
-
-// pycocoevalcap's post-processing of one output line: ' '.join(lower-cased tokens), rstrip(), split(' '), drop the
-// PUNCTUATIONS, join by ' '. The rstrip matters: a line may end in a token that ends in U+00A0 (a URL).
-void join_filtered(const std::vector<Str>& toks, std::string& out) {
-  Str line;
-  for (size_t k = 0; k < toks.size(); ++k) {
-    if (k) line += u' ';
-    line += java_lower(toks[k]);
-  }
-  while (!line.empty() && py_space(line.back())) line.pop_back();
-  out.clear();
-  bool first = true;
-  size_t b = 0;
-  for (size_t e = 0; e <= line.size(); ++e) {
-    if (e < line.size() && line[e] != u' ') continue;
-    const Str t = line.substr(b, e - b);
-    b = e + 1;
-    if (is_filtered(t)) continue;
-    if (!first) out += ' ';
-    first = false;
-    append_utf8(out, t);
-  }
-}
-
-}  // namespace
-
 std::vector<std::string> ptb_tokens(const std::string& utf8, const std::string& following) {
   const Str own = utf8_to_utf16(utf8);
   const Str s = own + utf8_to_utf16(following);
   Lexer lexer(s.data(), static_cast<int>(s.size()), static_cast<int>(own.size()));
-  std::vector<Str> toks;
-  lexer.run(toks);
+  Str line;
+  lexer.run(line);
   std::vector<std::string> out;
-  for (const Str& t : toks) {
+  size_t b = 0;
+  for (size_t e = 0; e <= line.size() && !line.empty(); ++e) {
+    if (e < line.size() && line[e] != u' ') continue;
     std::string u;
-    append_utf8(u, java_lower(t));
+    append_utf8(u, line.data() + b, e - b);
     out.push_back(std::move(u));
+    b = e + 1;
   }
   return out;
 }
@@ -1554,10 +1588,10 @@ std::string ptb_tokenize_caption(const std::string& utf8, const std::string& fol
   const Str own = utf8_to_utf16(utf8);
   const Str s = own + utf8_to_utf16(following);
   Lexer lexer(s.data(), static_cast<int>(s.size()), static_cast<int>(own.size()));
-  std::vector<Str> toks;
-  lexer.run(toks);
+  Str line;
+  lexer.run(line);
   std::string out;
-  join_filtered(toks, out);
+  join_filtered(line, out);
   return out;
 }
 
@@ -1585,15 +1619,15 @@ int64_t launch_ptb_tokenize(const char* const* texts, const int64_t* lens, int64
   const int64_t total = static_cast<int64_t>(buf.size());
   // Captions are short and independent; 256 per chunk keeps thread start-up negligible.
   parallel_for(n, 256, [&](int64_t b, int64_t e) {
-    std::vector<Str> toks;
+    Str line;
     for (int64_t i = b; i < e; ++i) {
       // The look-ahead of every rule is short; cap the visible context so positions fit in int.
       const int64_t len = start[i + 1] - 1 - start[i];
       const int64_t visible = std::min<int64_t>(total - start[i], len + static_cast<int64_t>(kContextBytes));
       Lexer lexer(buf.data() + start[i], static_cast<int>(visible), static_cast<int>(len));
-      toks.clear();
-      lexer.run(toks);
-      join_filtered(toks, out[i]);
+      line.clear();
+      lexer.run(line);
+      join_filtered(line, out[i]);
     }
   });
   return -1;
