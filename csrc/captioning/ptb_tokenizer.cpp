@@ -124,14 +124,18 @@ void java_lower_append(const char16_t* in, size_t n, Str& out) {
       out += u"i\u0307";
     } else if (c == 0x03A3) {
       // Final sigma, as java.lang.ConditionalSpecialCasing decides it: a cased letter before it and none after it
-      // within the same word (letters, digits and hyphens stay in one word).
+      // within the same word.
       bool before = false, after = false;
       for (size_t b = k; b-- > 0 && (is_letter(in[b]) || is_digit(in[b]));)
         if (is_letter(in[b])) {
           before = true;
           break;
         }
-      for (size_t a = k + 1; a < n && (is_letter(in[a]) || is_digit(in[a]) || in[a] == '-'); ++a)
+      // (JDK word boundaries: a hyphen joins two letters, e.g. "ΟΔΟΣ-LRB", but not a digit and a letter.)
+      auto joins = [&](size_t a) {
+        return in[a] == '-' && is_letter(in[a - 1]) && a + 1 < n && is_letter(in[a + 1]);
+      };
+      for (size_t a = k + 1; a < n && (is_letter(in[a]) || is_digit(in[a]) || joins(a)); ++a)
         if (is_letter(in[a])) {
           after = true;
           break;
@@ -816,7 +820,7 @@ class Lexer {
     return best < 0 ? -1 : best - i;
   }
 
-  // HTHING = [A-Za-z0-9][A-Za-z0-9.,\u00AD]*(-([A-Za-z0-9\u00AD]+|{ACRO}\.))+  -> all ends
+  // HTHING = [A-Za-z0-9][A-Za-z0-9.,\u00AD]*(-([A-Za-z0-9\u00AD]+|{ACRO2}\.))+  -> all ends
   Ends hthing(int i) const {
     Ends out;
     if (!has(i) || !ascii_alnum(s_[i])) return out;
@@ -836,8 +840,9 @@ class Lexer {
             add_end(next, e);
           }
         }
+        // {ACRO2}\.: an acronym of at least two letters (a single letter and its period do not count here).
         for (int e : acro(j))
-          if (at(e) == '.' && std::find(out.begin(), out.end(), e + 1) == out.end()) {
+          if (e > j + 1 && at(e) == '.' && std::find(out.begin(), out.end(), e + 1) == out.end()) {
             add_end(out, e + 1);
             add_end(next, e + 1);
           }
