@@ -1,0 +1,1641 @@
+// PTB tokenizer compatible with Stanford CoreNLP 3.4.1 PTBTokenizer (-preserveLines -lowerCase) as run by
+// pycocoevalcap 1.2, followed by pycocoevalcap's punctuation filter.
+//
+// The Java tokenizer is a JFlex scanner: at each position every rule is tried, the longest match wins (a rule with
+// trailing context r1/r2 competes with the length of r1 r2 but consumes only r1), and ties go to the earlier rule.
+// This file re-implements that selection with one hand-written matcher per rule (their patterns and order are
+// listed in vlkernels/captioning/README_tokenizer.md). Matching runs on UTF-16 code units, as Java does: a
+// supplementary character reaches the rules as two surrogates, which no rule accepts, so it is dropped like any
+// other untokenizable character.
+#include "captioning/ptb_tokenizer.h"
+
+#include <algorithm>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "core/parallel.h"
+
+namespace vlk {
+namespace {
+
+struct CpRange {
+  uint32_t lo, hi;
+};
+#include "captioning/ptb_tables.h"
+
+template <size_t N>
+bool in_table(const CpRange (&t)[N], uint32_t c) {
+  size_t lo = 0, hi = N;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (c < t[mid].lo) {
+      hi = mid;
+    } else if (c > t[mid].hi) {
+      lo = mid + 1;
+    } else {
+      return true;
+    }
+  }
+  return false;
+}
+
+using Str = std::u16string;
+
+inline bool is_letter(char16_t c) {
+  if (c < 0x80) return (c | 0x20) >= 'a' && (c | 0x20) <= 'z';
+  return in_table(kLetterRanges, c);
+}
+inline bool is_digit(char16_t c) {
+  if (c < 0x80) return c >= '0' && c <= '9';
+  return in_table(kDigitRanges, c);
+}
+inline bool is_upper(char16_t c) {
+  if (c < 0x80) return c >= 'A' && c <= 'Z';
+  return in_table(kUpperRanges, c);
+}
+inline bool ascii_alpha(char16_t c) { return (c | 0x20) >= 'a' && (c | 0x20) <= 'z'; }
+inline bool ascii_upper(char16_t c) { return c >= 'A' && c <= 'Z'; }
+inline bool ascii_digit(char16_t c) { return c >= '0' && c <= '9'; }
+inline bool ascii_alnum(char16_t c) { return ascii_alpha(c) || ascii_digit(c); }
+inline bool in_set(char16_t c, const char16_t* set) {
+  for (; *set; ++set)
+    if (*set == c) return true;
+  return false;
+}
+
+// An ASCII character class as a 128-bit mask (non-ASCII code units are never members).
+struct AsciiSet {
+  uint64_t lo = 0, hi = 0;
+  explicit AsciiSet(const char* chars) {
+    for (; *chars; ++chars) {
+      const unsigned c = static_cast<unsigned char>(*chars);
+      (c < 64 ? lo : hi) |= uint64_t{1} << (c & 63);
+    }
+  }
+  bool has(char16_t c) const { return c < 64 ? (lo >> c) & 1 : c < 128 ? (hi >> (c - 64)) & 1 : false; }
+};
+
+// Letters outside Character.isLetter that the Java WORD rule accepts (combining marks, modifier letters, ...).
+bool is_extra_word_char(char16_t c) {
+  static const CpRange extra[] = {
+      {0x00AD, 0x00AD}, {0x0237, 0x024F}, {0x02C2, 0x02C5}, {0x02D2, 0x02DF}, {0x02E5, 0x02FF}, {0x0300, 0x036F},
+      {0x0370, 0x037D}, {0x0384, 0x0385}, {0x03CF, 0x03CF}, {0x03F6, 0x03F6}, {0x03FC, 0x03FF}, {0x0483, 0x0487},
+      {0x04CF, 0x04CF}, {0x04F6, 0x04FF}, {0x0510, 0x0525}, {0x055A, 0x055F}, {0x0591, 0x05BD}, {0x05BF, 0x05BF},
+      {0x05C1, 0x05C2}, {0x05C4, 0x05C5}, {0x05C7, 0x05C7}, {0x0615, 0x061A}, {0x063B, 0x063F}, {0x064B, 0x065E},
+      {0x0670, 0x0670}, {0x06D6, 0x06EF}, {0x06FA, 0x06FF}, {0x070F, 0x070F}, {0x0711, 0x0711}, {0x0730, 0x074F},
+      {0x0750, 0x077F}, {0x07A6, 0x07B1}, {0x07CA, 0x07F5}, {0x07FA, 0x07FA}, {0x0900, 0x0903}, {0x093C, 0x093C},
+      {0x093E, 0x094E}, {0x0951, 0x0955}, {0x0962, 0x0963}, {0x0981, 0x0983}, {0x09BC, 0x09C4}, {0x09C7, 0x09C8},
+      {0x09CB, 0x09CD}, {0x09D7, 0x09D7}, {0x09E2, 0x09E3}, {0x0A01, 0x0A03}, {0x0A3C, 0x0A3C}, {0x0A3E, 0x0A4F},
+      {0x0A81, 0x0A83}, {0x0ABC, 0x0ACF}, {0x0B82, 0x0B82}, {0x0BBE, 0x0BC2}, {0x0BC6, 0x0BC8}, {0x0BCA, 0x0BCD},
+      {0x0C01, 0x0C03}, {0x0C3E, 0x0C56}, {0x0D3E, 0x0D44}, {0x0D46, 0x0D48}, {0x0E30, 0x0E3A}, {0x0E47, 0x0E4E},
+      {0x0EB1, 0x0EBC}, {0x0EC8, 0x0ECD}};
+  return in_table(extra, c);
+}
+
+// Characters the MISCSYMBOL rule returns as one-character tokens.
+bool is_misc_symbol(char16_t c) {
+  static const CpRange misc[] = {
+      {0x0025, 0x0026}, {0x002B, 0x002B}, {0x005C, 0x005C}, {0x005E, 0x005E}, {0x007C, 0x007C}, {0x007E, 0x007E},
+      {0x00A6, 0x00A9}, {0x00AC, 0x00AC}, {0x00AE, 0x00BA}, {0x00D7, 0x00D7}, {0x00F7, 0x00F7}, {0x0387, 0x0387},
+      {0x05BE, 0x05BE}, {0x05C0, 0x05C0}, {0x05C3, 0x05C3}, {0x05C6, 0x05C6}, {0x05F3, 0x05F4}, {0x0600, 0x0603},
+      {0x0606, 0x060A}, {0x060C, 0x060C}, {0x0614, 0x0614}, {0x061B, 0x061B}, {0x061E, 0x061E}, {0x066A, 0x066A},
+      {0x066D, 0x066D}, {0x0703, 0x070D}, {0x07F6, 0x07F8}, {0x0964, 0x0965}, {0x0E4F, 0x0E4F}, {0x1FBD, 0x1FBD},
+      {0x2016, 0x2017}, {0x2020, 0x2023}, {0x2030, 0x2038}, {0x203B, 0x203B}, {0x203E, 0x2042}, {0x2044, 0x2044},
+      {0x207A, 0x207F}, {0x208A, 0x208E}, {0x2100, 0x214F}, {0x2190, 0x21FF}, {0x2200, 0x2BFF}, {0x3012, 0x3012},
+      {0x30FB, 0x30FB}, {0xFF01, 0xFF0F}, {0xFF1A, 0xFF20}, {0xFF3B, 0xFF40}, {0xFF5B, 0xFF65}};
+  return in_table(misc, c);
+}
+
+inline bool is_space(char16_t c) {
+  return c == ' ' || c == '\t' || c == 0x00A0 || (c >= 0x2000 && c <= 0x200A) || c == 0x3000;
+}
+inline bool is_newline_char(char16_t c) {
+  return c == '\r' || c == '\n' || c == 0x2028 || c == 0x2029 || c == 0x0B || c == 0x0C || c == 0x85;
+}
+
+// java.lang.String.toLowerCase of one token, appended to `out` (BMP; U+0130 expands to "i\u0307"; final sigma).
+void java_lower_append(const char16_t* in, size_t n, Str& out) {
+  for (size_t k = 0; k < n; ++k) {
+    char16_t c = in[k];
+    if (c < 0x80) {
+      out += (c >= 'A' && c <= 'Z') ? static_cast<char16_t>(c | 0x20) : c;
+    } else if (c == 0x0130) {
+      out += u"i\u0307";
+    } else if (c == 0x03A3) {
+      // Final sigma, as java.lang.ConditionalSpecialCasing decides it: a cased letter before it and none after it
+      // within the same word.
+      bool before = false, after = false;
+      for (size_t b = k; b-- > 0 && (is_letter(in[b]) || is_digit(in[b]));)
+        if (is_letter(in[b])) {
+          before = true;
+          break;
+        }
+      // (JDK word boundaries: a hyphen joins two letters, e.g. "ΟΔΟΣ-LRB", but not a digit and a letter.)
+      auto joins = [&](size_t a) {
+        return in[a] == '-' && is_letter(in[a - 1]) && a + 1 < n && is_letter(in[a + 1]);
+      };
+      for (size_t a = k + 1; a < n && (is_letter(in[a]) || is_digit(in[a]) || joins(a)); ++a)
+        if (is_letter(in[a])) {
+          after = true;
+          break;
+        }
+      out += (before && !after) ? char16_t(0x03C2) : char16_t(0x03C3);
+    } else {
+      // kLowerMap is sorted by source code point.
+      constexpr size_t kN = sizeof(kLowerMap) / sizeof(kLowerMap[0]);
+      size_t lo = 0, hi = kN;
+      while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (kLowerMap[mid].lo < c) {
+          lo = mid + 1;
+        } else {
+          hi = mid;
+        }
+      }
+      out += (lo < kN && kLowerMap[lo].lo == c) ? static_cast<char16_t>(kLowerMap[lo].hi) : c;
+    }
+  }
+}
+
+// Ends of a pattern tried at one start: small sorted sets of positions, the way a JFlex DFA keeps every
+// alternative alive until the longest one is known.
+using Ends = std::vector<int>;
+
+void add_end(Ends& e, int p) {
+  if (std::find(e.begin(), e.end(), p) == e.end()) e.push_back(p);
+}
+int max_end(const Ends& e) { return e.empty() ? -1 : *std::max_element(e.begin(), e.end()); }
+
+class Lexer {
+ public:
+  // Tokens starting before `end`; s[end:] is read only as trailing context (the Java lexer sees the captions
+  // that follow in pycocoevalcap's file, and a few rules look past the end of the current line).
+  Lexer(const char16_t* s, int n, int end) : s_(s), n_(n), end_(end) {}
+
+  // Appends the caption's tokens, lower-cased (java.lang.String.toLowerCase) and separated by ' ', to `line`:
+  // the Java output line. No token holds an ASCII space (the rules turn spaces inside tokens into U+00A0).
+  void run(Str& line) {
+    line_ = &line;
+    int i = 0;
+    while (i < end_) i = step(i);
+  }
+
+ private:
+  const char16_t* s_;
+  int n_, end_;
+  Str* line_ = nullptr;
+
+  void emit(const char16_t* p, size_t len) {
+    if (!line_->empty()) *line_ += u' ';
+    java_lower_append(p, len, *line_);
+  }
+  void emit(const Str& t) { emit(t.data(), t.size()); }
+
+  char16_t at(int i) const { return i < n_ ? s_[i] : char16_t(0xFFFF); }
+  bool has(int i) const { return i < n_; }
+
+  // Case-insensitive ASCII literal at i (JFlex %caseless applies to literals, not to character classes).
+  int lit(int i, const char* w) const {
+    int k = 0;
+    for (; w[k]; ++k) {
+      if (i + k >= n_) return -1;
+      char16_t c = s_[i + k];
+      char16_t x = static_cast<char16_t>(static_cast<unsigned char>(w[k]));
+      if (ascii_alpha(x) ? (c | 0x20) != (x | 0x20) : c != x) return -1;
+    }
+    return k;
+  }
+  // Exact (case-sensitive) literal.
+  int lit_cs(int i, const char* w) const {
+    int k = 0;
+    for (; w[k]; ++k) {
+      if (i + k >= n_ || s_[i + k] != static_cast<char16_t>(w[k])) return -1;
+    }
+    return k;
+  }
+
+  // The ASCII letters s[i, j) lower-cased (abbreviation lists are looked up by the whole letter run: every entry
+  // is letters followed by '.', so it can only match a complete run).
+  std::string lower_run(int i, int j) const {
+    std::string w(static_cast<size_t>(j - i), ' ');
+    for (int k = i; k < j; ++k) w[k - i] = static_cast<char>(s_[k] | 0x20);
+    return w;
+  }
+  static bool in_list(const std::string& w, const std::unordered_set<std::string>& set) { return set.count(w) > 0; }
+
+  // {APOS} = ['\u0092\u2019]|&apos;
+  int apos(int i) const {
+    if (!has(i)) return -1;
+    char16_t c = s_[i];
+    if (c == '\'' || c == 0x0092 || c == 0x2019) return 1;
+    if (c == '&') return lit(i, "&apos;");
+    return -1;
+  }
+  // {APOSETCETERA} = {APOS}|[\u0091\u2018\u201B]
+  int apos_etc(int i) const {
+    int a = apos(i);
+    if (a > 0) return a;
+    char16_t c = at(i);
+    return (c == 0x0091 || c == 0x2018 || c == 0x201B) ? 1 : -1;
+  }
+
+  // {LETTER} as used by WORD: [:letter:], an SGML letter entity (&eacute; ...), or an extra range.
+  int letter(int i) const {
+    if (!has(i)) return -1;
+    char16_t c = s_[i];
+    if (is_letter(c) || is_extra_word_char(c)) return 1;
+    if (c == '&' && i + 1 < n_ && in_set(s_[i + 1], u"aeiouAEIOU")) {
+      for (const char* suf : {"acute;", "grave;", "uml;"}) {
+        int k = lit(i + 2, suf);
+        if (k > 0) return 2 + k;
+      }
+    }
+    return -1;
+  }
+
+  // WORD = LETTER (LETTER|DIGIT)* ([.!?] LETTER (LETTER|DIGIT)*)*  -> longest end, -1 if none.
+  int word(int i) const {
+    int k = letter(i);
+    if (k < 0) return -1;
+    int j = i + k;
+    for (;;) {
+      int l = letter(j);
+      if (l > 0) {
+        j += l;
+      } else if (has(j) && is_digit(s_[j])) {
+        ++j;
+      } else if (has(j) && (s_[j] == '.' || s_[j] == '!' || s_[j] == '?') && letter(j + 1) > 0) {
+        j += 1 + letter(j + 1);
+      } else {
+        break;
+      }
+    }
+    return j;
+  }
+
+  // REDAUX = {APOS}([msdMSD]|re|ve|ll)
+  int redaux(int i) const {
+    int a = apos(i);
+    if (a < 0) return -1;
+    int j = i + a;
+    if (has(j) && in_set(s_[j], u"msdMSD")) return a + 1;
+    for (const char* w : {"re", "ve", "ll"})
+      if (lit(j, w) > 0) return a + 2;
+    return -1;
+  }
+  // SREDAUX = n{APOSETCETERA}t
+  int sredaux(int i) const {
+    if (lit(i, "n") < 0) return -1;
+    int a = apos_etc(i + 1);
+    if (a < 0 || lit(i + 1 + a, "t") < 0) return -1;
+    return a + 2;
+  }
+
+  // {SWORD}/{SREDAUX}: SWORD = [A-Za-z\u00AD]*[A-MO-Za-mo-z]\u00AD*  -> (total, token length)
+  void sword_sredaux(int i, int& total, int& tok) const {
+    total = tok = -1;
+    int j = i;
+    while (has(j) && (ascii_alpha(s_[j]) || s_[j] == 0x00AD)) ++j;
+    // The token ends right before an n of n't; its last non-soft-hyphen letter must not be n.
+    for (int p = i + 1; p <= j; ++p) {
+      int r = sredaux(p);
+      if (r < 0) continue;
+      int q = p - 1;
+      while (q >= i && s_[q] == 0x00AD) --q;
+      if (q < i || (s_[q] | 0x20) == 'n') continue;
+      if (p + r - i > total) {
+        total = p + r - i;
+        tok = p - i;
+      }
+    }
+  }
+
+  // APOWORD alternatives; longest length or -1.
+  int apoword(int i) const {
+    int best = -1;
+    auto upd = [&](int len) {
+      if (len > best) best = len;
+    };
+    int a = apos(i);
+    if (a > 0) {
+      int j = i + a;
+      if (lit(j, "n") > 0) {
+        int b = apos(j + 1);
+        upd(b > 0 ? a + 1 + b : a + 1);
+      }
+      if (lit(j, "em") > 0) upd(a + 2);
+      if (has(j) && s_[j] >= '2' && s_[j] <= '9' && at(j + 1) == '0' && lit(j + 2, "s") > 0) upd(a + 3);
+      if (lit(j, "till") > 0) upd(a + 4);
+      if (lit(j, "til") > 0) upd(a + 3);
+      if (lit(j, "cause") > 0) upd(a + 5);
+    }
+    if (has(i) && in_set(s_[i], u"lLdDjJ")) {
+      int b = apos(i + 1);
+      if (b > 0) upd(1 + b);
+    }
+    for (const char* w : {"dunkin", "somethin", "ol"}) {
+      int k = lit(i, w);
+      if (k > 0) {
+        int b = apos(i + k);
+        if (b > 0) upd(k + b);
+      }
+    }
+    // [A-HJ-XZn]{APOSETCETERA}[:letter:]{2}[:letter:]*
+    if (has(i) && ((s_[i] >= 'A' && s_[i] <= 'H') || (s_[i] >= 'J' && s_[i] <= 'X') || s_[i] == 'Z' || s_[i] == 'n')) {
+      int b = apos_etc(i + 1);
+      if (b > 0) {
+        int j = i + 1 + b, k = j;
+        while (has(k) && is_letter(s_[k])) ++k;
+        if (k - j >= 2) upd(k - i);
+      }
+    }
+    // [:letter:][:letter:]*[aeiouyAEIOUY]{APOSETCETERA}[aeiouA-Z][:letter:]*
+    {
+      int k = i;
+      while (has(k) && is_letter(s_[k])) ++k;
+      if (k - i >= 2 && in_set(s_[k - 1], u"aeiouyAEIOUY")) {
+        int b = apos_etc(k);
+        if (b > 0 && has(k + b) && (in_set(s_[k + b], u"aeiou") || ascii_upper(s_[k + b]))) {
+          int m = k + b + 1;
+          while (has(m) && is_letter(s_[m])) ++m;
+          upd(m - i);
+        }
+      }
+    }
+    for (const char* w : {"cont'd.", "cont'd", "nor'easter", "c'mon", "e'er", "s'mores", "ev'ry", "li'l", "nat'l"}) {
+      int k = lit(i, w);
+      if (k > 0) upd(k);
+    }
+    return best;
+  }
+
+  // Character classes used by the URL / e-mail rules.
+  static bool url_body(char16_t c) {
+    static const AsciiSet ex(" \t\n\f\r\"<>|(){}");
+    return !ex.has(c);
+  }
+  static bool url_last(char16_t c) {
+    static const AsciiSet ex(" \t\n\f\r\"<>|.!?(){},-");
+    return !ex.has(c);
+  }
+
+  // Longest prefix of a run of url_body chars, starting at j, of length >= 2 whose last char is url_last.
+  int url_tail(int j) const {
+    int k = j;
+    while (has(k) && url_body(s_[k])) ++k;
+    for (int e = k; e >= j + 2; --e)
+      if (url_last(s_[e - 1])) return e;
+    return -1;
+  }
+
+  int fullurl(int i) const {
+    int k = lit(i, "https://");
+    if (k < 0) k = lit(i, "http://");
+    if (k < 0) return -1;
+    int e = url_tail(i + k);
+    return e < 0 ? -1 : e - i;
+  }
+
+  int likelyurl(int i) const {
+    Ends ends;
+    // www\.([^ \t\n\f\r\"<>|.!?(){},]+\.)+[a-zA-Z]{2,4}
+    if (lit(i, "www.") > 0) {
+      int j = i + 4;
+      for (;;) {
+        int k = j;
+        while (has(k) && !in_set(s_[k], u" \t\n\f\r\"<>|.!?(){},")) ++k;
+        if (k == j || at(k) != '.') break;
+        j = k + 1;
+        int m = j;
+        while (has(m) && ascii_alpha(s_[m]) && m - j < 4) ++m;
+        for (int e = j + 2; e <= m; ++e) add_end(ends, e);
+      }
+    }
+    // ([^ \t\n\f\r\"`'<>|.!?(){},-_$]+\.)+(com|net|org|edu); ",-_" is the range U+002C..U+005F.
+    {
+      static const AsciiSet ex(" \t\n\f\r\"`'<>|.!?(){}$");
+      auto body = [](char16_t c) { return !(ex.has(c) || (c >= 0x2C && c <= 0x5F)); };
+      int j = i;
+      for (;;) {
+        int k = j;
+        while (has(k) && body(s_[k])) ++k;
+        if (k == j || at(k) != '.') break;
+        j = k + 1;
+        for (const char* tld : {"com", "net", "org", "edu"})
+          if (lit(j, tld) > 0) add_end(ends, j + 3);
+      }
+    }
+    int best = -1;
+    for (int e : ends) {
+      best = std::max(best, e);
+      if (at(e) == '/') best = std::max(best, url_tail(e + 1));
+    }
+    return best < 0 ? -1 : best - i;
+  }
+
+  // EMAIL = (&lt;|<)?[a-zA-Z0-9][^ \t\n\f\r\"<>|()\u00A0{}]*@([^ \t\n\f\r\"<>|(){}.\u00A0]+\.)*
+  //         ([^ \t\n\f\r\"<>|(){}.\u00A0]+)(&gt;|>)?
+  int email(int i) const {
+    int p = i;
+    if (lit(i, "&lt;") > 0) {
+      p = i + 4;
+    } else if (at(i) == '<') {
+      p = i + 1;
+    }
+    if (!has(p) || !ascii_alnum(s_[p])) return -1;
+    static const AsciiSet local_ex(" \t\n\f\r\"<>|(){}"), dom_ex(" \t\n\f\r\"<>|(){}.");
+    auto local = [](char16_t c) { return !local_ex.has(c) && c != 0x00A0; };
+    auto dom = [](char16_t c) { return !dom_ex.has(c) && c != 0x00A0; };
+    int k = p + 1;
+    while (has(k) && local(s_[k])) ++k;
+    int best = -1;
+    for (int a = p + 1; a < k; ++a) {
+      if (s_[a] != '@') continue;
+      int j = a + 1, last = -1;
+      for (;;) {
+        int m = j;
+        while (has(m) && dom(s_[m])) ++m;
+        if (m == j) break;
+        last = m;
+        if (at(m) != '.') break;
+        j = m + 1;
+      }
+      if (last < 0) continue;
+      if (lit(last, "&gt;") > 0) {
+        last += 4;
+      } else if (at(last) == '>') {
+        last += 1;
+      }
+      best = std::max(best, last);
+    }
+    return best < 0 ? -1 : best - i;
+  }
+
+  // TWITTER = @[a-zA-Z_][a-zA-Z_0-9]* | #{LETTER}+
+  int twitter(int i) const {
+    if (at(i) == '@' && has(i + 1) && (ascii_alpha(s_[i + 1]) || s_[i + 1] == '_')) {
+      int k = i + 2;
+      while (has(k) && (ascii_alnum(s_[k]) || s_[k] == '_')) ++k;
+      return k - i;
+    }
+    if (at(i) == '#') {
+      int e = i + 1, l;
+      while ((l = letter(e)) > 0) e += l;
+      if (e > i + 1) return e - i;
+    }
+    return -1;
+  }
+
+  int digits_run(int j, int maxlen = 1 << 30) const {
+    int k = j;
+    while (has(k) && is_digit(s_[k]) && k - j < maxlen) ++k;
+    return k - j;
+  }
+  static bool is_digit_ext(char16_t c) { return is_digit(c) || (c >= 0x07C0 && c <= 0x07C9); }
+  int digits_ext(int j) const {
+    int k = j;
+    while (has(k) && is_digit_ext(s_[k])) ++k;
+    return k - j;
+  }
+
+  // DATE = {DIGIT}{1,2}[\-\/]{DIGIT}{1,2}[\-\/]{DIGIT}{2,4}
+  int date(int i) const {
+    int a = digits_ext(i);
+    if (a < 1 || a > 2 || (at(i + a) != '-' && at(i + a) != '/')) return -1;
+    int j = i + a + 1, b = digits_ext(j);
+    if (b < 1 || b > 2 || (at(j + b) != '-' && at(j + b) != '/')) return -1;
+    int m = j + b + 1, c = digits_ext(m);
+    if (c < 2) return -1;
+    return m + std::min(c, 4) - i;
+  }
+
+  // NUMBER = [\-+]?{NUM}; NUM = {DIGIT}+|{DIGIT}*([.:,\u00AD\u066B\u066C]{DIGIT}+)+
+  int number(int i) const {
+    int j = i;
+    if (at(j) == '-' || at(j) == '+') ++j;
+    int k = j + digits_ext(j);
+    for (;;) {
+      char16_t c = at(k);
+      if ((c == '.' || c == ':' || c == ',' || c == 0x00AD || c == 0x066B || c == 0x066C) && has(k + 1) &&
+          is_digit_ext(s_[k + 1])) {
+        k += 1 + digits_ext(k + 1);
+      } else {
+        break;
+      }
+    }
+    return k > j ? k - i : -1;
+  }
+
+  // SUBSUPNUM = [\u207A\u207B\u208A\u208B]?([\u2070\u00B9\u00B2\u00B3\u2074-\u2079]+|[\u2080-\u2089]+)
+  int subsupnum(int i) const {
+    int j = i;
+    if (in_set(at(j), u"\u207A\u207B\u208A\u208B")) ++j;
+    auto sup = [](char16_t c) { return c == 0x2070 || c == 0xB9 || c == 0xB2 || c == 0xB3 || (c >= 0x2074 && c <= 0x2079); };
+    auto sub = [](char16_t c) { return c >= 0x2080 && c <= 0x2089; };
+    int k = j;
+    if (has(k) && sup(s_[k])) {
+      while (has(k) && sup(s_[k])) ++k;
+    } else {
+      while (has(k) && sub(s_[k])) ++k;
+    }
+    return k > j ? k - i : -1;
+  }
+
+  // FRAC = ({DIGIT}{1,4}[- \u00A0])?{DIGIT}{1,4}(\\?\/|\u2044){DIGIT}{1,4}
+  int frac_core(int j) const {
+    int a = digits_ext(j);
+    if (a < 1 || a > 4) return -1;
+    int k = j + a;
+    if (at(k) == '\\' && at(k + 1) == '/') {
+      k += 2;
+    } else if (at(k) == '/' || at(k) == 0x2044) {
+      k += 1;
+    } else {
+      return -1;
+    }
+    int b = digits_ext(k);
+    if (b < 1) return -1;
+    return k + std::min(b, 4);
+  }
+  int frac(int i) const {
+    int best = frac_core(i);
+    int a = digits_ext(i);
+    if (a >= 1 && a <= 4 && (at(i + a) == '-' || at(i + a) == ' ' || at(i + a) == 0x00A0)) {
+      best = std::max(best, frac_core(i + a + 1));
+    }
+    return best < 0 ? -1 : best - i;
+  }
+
+  // THING3 = [A-Za-z0-9]+(-[A-Za-z]+){0,2}(\\?\/[A-Za-z0-9]+(-[A-Za-z]+){0,2}){1,2}
+  Ends thing3_part(const Ends& starts, bool first) const {
+    Ends out;
+    for (int j0 : starts) {
+      int j = j0;
+      if (!first) {
+        if (at(j) == '\\' && at(j + 1) == '/') {
+          j += 2;
+        } else if (at(j) == '/') {
+          j += 1;
+        } else {
+          continue;
+        }
+      }
+      int k = j;
+      while (has(k) && ascii_alnum(s_[k])) ++k;
+      if (k == j) continue;
+      for (int e = j + 1; e <= k; ++e) add_end(out, e);
+      int h = k;
+      for (int rep = 0; rep < 2; ++rep) {
+        if (at(h) != '-') break;
+        int m = h + 1;
+        while (has(m) && ascii_alpha(s_[m])) ++m;
+        if (m == h + 1) break;
+        for (int e = h + 2; e <= m; ++e) add_end(out, e);
+        h = m;
+      }
+    }
+    return out;
+  }
+  int thing3(int i) const {
+    Ends e0 = thing3_part(Ends{i}, true);
+    Ends e1 = thing3_part(e0, false);
+    Ends e2 = thing3_part(e1, false);
+    int best = std::max(max_end(e1), max_end(e2));
+    return best < 0 ? -1 : best - i;
+  }
+
+  // ACRO = [A-Za-z](\.[A-Za-z])*|(Canada|Sino|Korean|EU|Japan|non)-U\.S|U\.S\.-(U\.K|U\.S\.S\.R)  -> all ends
+  Ends acro(int i) const {
+    Ends out;
+    if (has(i) && ascii_alpha(s_[i])) {
+      int k = i + 1;
+      add_end(out, k);
+      while (at(k) == '.' && has(k + 1) && ascii_alpha(s_[k + 1])) {
+        k += 2;
+        add_end(out, k);
+      }
+    }
+    for (const char* w : {"canada-u.s", "sino-u.s", "korean-u.s", "eu-u.s", "japan-u.s", "non-u.s", "u.s.-u.k",
+                          "u.s.-u.s.s.r"}) {
+      int k = lit(i, w);
+      if (k > 0) add_end(out, i + k);
+    }
+    return out;
+  }
+
+  // ABBREV1 = ({ABMONTH}|{ABDAYS}|{ABSTATE}|{ABCOMP}|{ABNUM}|{ABPTIT}|etc|al|seq|Bldg)\.
+  int abbrev1(int i) const {
+    static const std::unordered_set<std::string> caseless = {
+        "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec", "mon", "tue",
+        "tues", "wed", "thu", "thurs", "fri", "ala", "ariz", "calif", "colo", "conn", "ct", "dak", "fla", "ga",
+        "ind", "kan", "kans", "ky", "md", "mich", "minn", "mo", "mont", "neb", "nev", "okla", "penn", "tenn",
+        "va", "vt", "wis", "wisc", "wyo", "inc", "co", "cos", "corp", "pty", "ptys", "pte", "ptes", "ppty",
+        "pptys", "ppte", "pptes", "ltd", "plc", "rt", "bancorp", "bhd", "assn", "univ", "intl", "sys", "tel",
+        "est", "ext", "sq", "jr", "bros", "ed.d", "ph.d", "esq", "etc", "al", "seq", "bldg"};
+    // [A]z, [A]rk, [D]el, [I]ll, [L]a, [M]ass, [M]iss, [O]re, [P]a, [T]ex, [W]ash: the bracketed first letter is a
+    // character class, which %caseless leaves case-sensitive.
+    static const std::unordered_set<std::string> cap_first = {"az", "ark", "del", "ill", "la", "mass", "miss", "ore",
+                                                              "pa", "tex", "wash"};
+    int j = i;
+    while (j < n_ && ascii_alpha(s_[j])) ++j;
+    if (j == i || at(j) != '.') return -1;
+    const std::string w = lower_run(i, j);
+    int best = -1;
+    if (in_list(w, caseless) || (ascii_upper(s_[i]) && in_list(w, cap_first))) best = j + 1 - i;
+    for (const char* d : {"ed.d.", "ph.d."})
+      if (lit(i, d) > 0) best = std::max(best, 5);
+    return best;
+  }
+
+  // ABBREV2 = {ABBREV4}\.; ABBREV4 = {ABTITLE}|vs|[v]|Alex|Wm|Jos|Cie|a\.k\.a|cf|TREAS|Ph|{ACRO}|{ABCOMP2}
+  int abbrev2(int i, bool acro_possible) const {
+    static const std::unordered_set<std::string> caseless = {
+        "mr", "mrs", "ms", "dr", "drs", "prof", "profs", "sen", "sens", "rep", "reps", "atty", "attys", "lt",
+        "col", "gen", "messrs", "gov", "govs", "adm", "rev", "maj", "sgt", "cpl", "pvt", "capt", "st", "ste",
+        "ave", "pres", "lieut", "rt", "hon", "brig", "cmdr", "comdr", "pfc", "spc", "supt", "supts", "det", "mt",
+        "ft", "adj", "adv", "asst", "assoc", "ens", "insp", "mlle", "mme", "msgr", "sfc", "sr", "vs", "alex",
+        "wm", "jos", "cie", "cf", "treas", "ph", "invt", "elec", "natl", "mfg", "mtg", "dept", "blvd",
+        "rd"};
+    int j = i;
+    while (j < n_ && ascii_alpha(s_[j])) ++j;
+    int best = -1;
+    if (j > i && at(j) == '.') {
+      const std::string w = lower_run(i, j);
+      if (in_list(w, caseless) || (s_[i] == 'M' && w == "miss")) best = j + 1 - i;
+    }
+    if (lit(i, "a.k.a.") > 0) best = std::max(best, 6);
+    if (acro_possible)
+      for (int e : acro(i))
+        if (at(e) == '.') best = std::max(best, e + 1 - i);
+    return best;
+  }
+
+  // {ABBREV3}/{SPACENL}?[:digit:]; ABBREV3 = (ca|figs?|prop|nos?|sect?s?|arts?|paras?|bldg|pp|op|approx|[P][t]|rs)\.
+  void abbrev3(int i, int& total, int& tok) const {
+    total = tok = -1;
+    static const std::unordered_set<std::string> caseless = {"ca", "fig", "figs", "prop", "no", "nos", "sec", "secs",
+                                                             "sect", "sects", "art", "arts", "para", "paras",
+                                                             "bldg", "pp", "op", "approx", "rs"};
+    int j = i;
+    while (j < n_ && ascii_alpha(s_[j])) ++j;
+    if (j == i || at(j) != '.') return;
+    const std::string w = lower_run(i, j);
+    if (!in_list(w, caseless) && !(j == i + 2 && s_[i] == 'P' && s_[i + 1] == 't')) return;
+    const int best = j + 1 - i;
+    if (has(j + 1) && is_digit(s_[j + 1])) {
+      total = best + 1;
+    } else if (has(j + 2) && (is_space(s_[j + 1]) || is_newline_char(s_[j + 1])) && is_digit(s_[j + 2])) {
+      total = best + 2;
+    } else {
+      return;
+    }
+    tok = best;
+  }
+
+  // {ACRONYM}/({SPACENLS})([A]bout|...|[Y]ou|{SGML})({SPACENL}|[?!]): an acronym (ACRO\.) before a sentence-initial
+  // word.
+  // A one-letter acronym ("P.") gives up its period: the token is the letter alone.
+  void acronym_sentence_end(int i, int& total, int& tok) const {
+    total = tok = -1;
+    static const char* const words[] = {
+        "About", "According", "Additionally", "After", "An", "A", "As", "At", "But", "Earlier", "He", "Her",
+        "Here", "However", "If", "In", "It", "Last", "Many", "More", "Mr.", "Ms.", "Now", "Once", "One", "Other",
+        "Our", "She", "Since", "So", "Some", "Such", "That", "The", "Then", "There", "These", "They", "This", "We",
+        "When", "While", "What", "Yet", "You"};
+    for (int e : acro(i)) {
+      if (at(e) != '.') continue;
+      int j = e + 1, k = j;
+      while (has(k) && (is_space(s_[k]) || is_newline_char(s_[k]))) ++k;
+      if (k == j) continue;
+      // An SGML tag also counts as a sentence start here (3.4.1 behaviour, verified against the jar).
+      const int g = sgml(k);
+      if (g > 0) {
+        const int q = k + g;
+        if (has(q) && (is_space(s_[q]) || is_newline_char(s_[q]) || s_[q] == '?' || s_[q] == '!') &&
+            q + 1 - i > total) {
+          total = q + 1 - i;
+          tok = (e + 1 - i == 2) ? 1 : e + 1 - i;
+        }
+      }
+      for (const char* w : words) {
+        if (at(k) != static_cast<char16_t>(w[0])) continue;
+        int m = lit(k + 1, w + 1);
+        if (m < 0) continue;
+        int q = k + 1 + m;
+        if (has(q) && (is_space(s_[q]) || is_newline_char(s_[q]) || s_[q] == '?' || s_[q] == '!')) {
+          if (q + 1 - i > total) {
+            total = q + 1 - i;
+            tok = (e + 1 - i == 2) ? 1 : e + 1 - i;
+          }
+        }
+      }
+    }
+  }
+
+  // PHONE (American and international forms); longest length or -1.
+  int phone(int i) const {
+    auto dig = [&](int j, int lo, int hi, Ends& out) {
+      int k = j;
+      while (has(k) && ascii_digit(s_[k]) && k - j < hi) ++k;
+      for (int e = j + lo; e <= k; ++e) add_end(out, e);
+    };
+    auto sep = [&](int j) { return at(j) == '-' || at(j) == ' ' || at(j) == 0x00A0; };
+    int best = -1;
+    // (\([0-9]{2,3}\)[ \u00A0]?|(\+\+?)?([0-9]{2,4}[\- \u00A0])?[0-9]{2,4}[\- \u00A0])[0-9]{3,4}[\- \u00A0]?[0-9]{3,5}
+    Ends heads;
+    if (at(i) == '(') {
+      Ends d;
+      dig(i + 1, 2, 3, d);
+      for (int e : d)
+        if (at(e) == ')') {
+          add_end(heads, e + 1);
+          if (at(e + 1) == ' ' || at(e + 1) == 0x00A0) add_end(heads, e + 2);
+        }
+    }
+    {
+      Ends starts{i};
+      if (at(i) == '+') {
+        add_end(starts, i + 1);
+        if (at(i + 1) == '+') add_end(starts, i + 2);
+      }
+      for (int st : starts) {
+        if (st == i && at(i) == '+') continue;
+        Ends mids{st};
+        Ends d0;
+        dig(st, 2, 4, d0);
+        for (int e : d0)
+          if (sep(e)) add_end(mids, e + 1);
+        for (int m : mids) {
+          Ends d1;
+          dig(m, 2, 4, d1);
+          for (int e : d1)
+            if (sep(e)) add_end(heads, e + 1);
+        }
+      }
+    }
+    for (int h : heads) {
+      Ends d;
+      dig(h, 3, 4, d);
+      for (int e : d) {
+        Ends tails{e};
+        if (sep(e)) add_end(tails, e + 1);
+        for (int t : tails) {
+          Ends f;
+          dig(t, 3, 5, f);
+          best = std::max(best, max_end(f));
+        }
+      }
+    }
+    // ((\+\+?)?[0-9]{2,4}\.)?[0-9]{2,4}\.[0-9]{3,4}\.[0-9]{3,5}
+    {
+      Ends starts{i};
+      Ends pre;
+      int p = i;
+      if (at(p) == '+') {
+        ++p;
+        if (at(p) == '+') ++p;
+      }
+      Ends d;
+      dig(p, 2, 4, d);
+      for (int e : d)
+        if (at(e) == '.') add_end(starts, e + 1);
+      for (int st : starts) {
+        if (at(st) == '+') continue;
+        Ends a;
+        dig(st, 2, 4, a);
+        for (int e : a) {
+          if (at(e) != '.') continue;
+          Ends b;
+          dig(e + 1, 3, 4, b);
+          for (int f : b) {
+            if (at(f) != '.') continue;
+            Ends c;
+            dig(f + 1, 3, 5, c);
+            best = std::max(best, max_end(c));
+          }
+        }
+      }
+    }
+    return best < 0 ? -1 : best - i;
+  }
+
+  // HTHING = [A-Za-z0-9][A-Za-z0-9.,\u00AD]*(-([A-Za-z0-9\u00AD]+|{ACRO2}\.))+  -> all ends
+  Ends hthing(int i) const {
+    Ends out;
+    if (!has(i) || !ascii_alnum(s_[i])) return out;
+    auto body = [](char16_t c) { return ascii_alnum(c) || c == '.' || c == ',' || c == 0xAD; };
+    int k = i + 1;
+    while (has(k) && body(s_[k])) ++k;
+    Ends frontier{k};
+    while (!frontier.empty()) {
+      Ends next;
+      for (int h : frontier) {
+        if (at(h) != '-') continue;
+        int j = h + 1, m = j;
+        while (has(m) && (ascii_alnum(s_[m]) || s_[m] == 0xAD)) ++m;
+        for (int e = j + 1; e <= m; ++e) {
+          if (std::find(out.begin(), out.end(), e) == out.end()) {
+            add_end(out, e);
+            add_end(next, e);
+          }
+        }
+        // {ACRO2}\.: an acronym of at least two letters (a single letter and its period do not count here).
+        for (int e : acro(j))
+          if (e > j + 1 && at(e) == '.' && std::find(out.begin(), out.end(), e + 1) == out.end()) {
+            add_end(out, e + 1);
+            add_end(next, e + 1);
+          }
+      }
+      frontier.swap(next);
+    }
+    return out;
+  }
+
+  // THING = ([dDoOlL]{APOSETCETERA}([:letter:]|[:digit:]))?([:letter:]|[:digit:])+
+  //         ({HYPHEN}([dDoOlL]{APOSETCETERA}([:letter:]|[:digit:]))?([:letter:]|[:digit:])+)*   -> longest end
+  int thing(int i) const {
+    auto ld = [](char16_t c) { return is_letter(c) || is_digit(c); };
+    auto seg = [&](int j) -> int {
+      // longest end of one segment starting at j, or -1
+      int best = -1;
+      if (has(j) && in_set(s_[j], u"dDoOlL")) {
+        int a = apos_etc(j + 1);
+        if (a > 0 && has(j + 1 + a) && ld(s_[j + 1 + a])) {
+          int k = j + 2 + a;
+          while (has(k) && ld(s_[k])) ++k;
+          if (k > j + 2 + a) best = k;
+        }
+      }
+      int k = j;
+      while (has(k) && ld(s_[k])) ++k;
+      if (k > j) best = std::max(best, k);
+      return best;
+    };
+    auto hyphen = [](char16_t c) { return c == '-' || c == '_' || c == 0x058A || c == 0x2010 || c == 0x2011; };
+    int e = seg(i);
+    if (e < 0) return -1;
+    for (;;) {
+      if (!has(e) || !hyphen(s_[e])) break;
+      int f = seg(e + 1);
+      if (f < 0) break;
+      e = f;
+    }
+    return e - i;
+  }
+
+  // THINGA = [A-Z]+(([+&]|{SPAMP})[A-Z]+)+
+  int thinga(int i) const {
+    int k = i;
+    while (has(k) && ascii_upper(s_[k])) ++k;
+    if (k == i) return -1;
+    int best = -1;
+    for (;;) {
+      int j;
+      if (at(k) == '+' || at(k) == '&') {
+        j = k + 1;
+        int a = lit(k, "&amp;");
+        if (a > 0 && has(k + a) && ascii_upper(s_[k + a])) j = k + a;
+      } else {
+        break;
+      }
+      int m = j;
+      while (has(m) && ascii_upper(s_[m])) ++m;
+      if (m == j) break;
+      best = m;
+      k = m;
+    }
+    return best < 0 ? -1 : best - i;
+  }
+
+  // SGML = <([!?][A-Za-z-][^>\r\n]*|\/?[A-Za-z][A-Za-z0-9:.-]*([ ]+([A-Za-z][A-Za-z0-9:.-]*([ ]*=[ ]*QSTR)?
+  //        |QSTR|[ ]*\/))*[ ]*)>   with QSTR = ['"][^\r\n'"]*['"]
+  int sgml(int i) const {
+    if (at(i) != '<') return -1;
+    int best = -1;
+    int j = i + 1;
+    if ((at(j) == '!' || at(j) == '?') && has(j + 1) && (ascii_alpha(s_[j + 1]) || s_[j + 1] == '-')) {
+      int k = j + 2;
+      while (has(k) && s_[k] != '>' && s_[k] != '\r' && s_[k] != '\n') ++k;
+      if (at(k) == '>') best = k + 1;
+    }
+    auto name_end = [&](int p) -> int {
+      if (!has(p) || !ascii_alpha(s_[p])) return -1;
+      int k = p + 1;
+      while (has(k) && (ascii_alnum(s_[k]) || s_[k] == ':' || s_[k] == '.' || s_[k] == '-')) ++k;
+      return k;
+    };
+    auto qstr = [&](int p) -> int {
+      if (at(p) != '\'' && at(p) != '"') return -1;
+      int k = p + 1;
+      while (has(k) && !in_set(s_[k], u"\r\n'\"")) ++k;
+      return has(k) ? k + 1 : -1;
+    };
+    auto spaces = [&](int p) {
+      while (at(p) == ' ') ++p;
+      return p;
+    };
+    int p = j;
+    if (at(p) == '/') ++p;
+    int ne = name_end(p);
+    if (ne > 0) {
+      // Attribute lists are matched greedily; the grammar only ends at '>', so the longest parse is the one
+      // that reaches the first '>' it can.
+      Ends frontier{ne}, seen{ne};
+      for (size_t idx = 0; idx < frontier.size(); ++idx) {
+        int q = frontier[idx];
+        int r = spaces(q);
+        if (at(r) == '>') best = std::max(best, r + 1);
+        if (r == q) continue;
+        Ends nexts;
+        int a = name_end(r);
+        if (a > 0) {
+          add_end(nexts, a);
+          int b = spaces(a);
+          if (at(b) == '=') {
+            int c = qstr(spaces(b + 1));
+            if (c > 0) add_end(nexts, c);
+          }
+        }
+        int c = qstr(r);
+        if (c > 0) add_end(nexts, c);
+        if (at(r) == '/') add_end(nexts, r + 1);
+        for (int x : nexts)
+          if (std::find(seen.begin(), seen.end(), x) == seen.end()) {
+            seen.push_back(x);
+            frontier.push_back(x);
+          }
+      }
+    }
+    return best < 0 ? -1 : best - i;
+  }
+
+  // TBSPEC = -(RRB|LRB|RCB|LCB|RSB|LSB)-|C\.D\.s|pro-|anti-|S(&|&amp;)P-500|S(&|&amp;)Ls|Cap{APOS}n|c{APOS}est
+  int tbspec(int i) const {
+    int best = -1;
+    for (const char* w : {"-rrb-", "-lrb-", "-rcb-", "-lcb-", "-rsb-", "-lsb-", "c.d.s", "pro-", "anti-", "s&p-500",
+                          "s&amp;p-500", "s&ls", "s&amp;ls"}) {
+      int k = lit(i, w);
+      if (k > best) best = k;
+    }
+    int k = lit(i, "cap");
+    if (k > 0) {
+      int a = apos(i + 3);
+      if (a > 0 && lit(i + 3 + a, "n") > 0) best = std::max(best, 4 + a);
+    }
+    if (lit(i, "c") > 0) {
+      int a = apos(i + 1);
+      if (a > 0 && lit(i + 1 + a, "est") > 0) best = std::max(best, 4 + a);
+    }
+    return best;
+  }
+
+  // LDOTS = \.{3,5}|(\.[ \u00A0]){2,4}\.|[\u0085\u2026]
+  int ldots(int i) const {
+    if (at(i) == 0x0085 || at(i) == 0x2026) return 1;
+    int best = -1;
+    int k = i;
+    while (at(k) == '.' && k - i < 5) ++k;
+    if (k - i >= 3) best = k - i;
+    int j = i, reps = 0;
+    while (reps < 4 && at(j) == '.' && (at(j + 1) == ' ' || at(j + 1) == 0x00A0)) {
+      j += 2;
+      ++reps;
+      if (reps >= 2 && at(j) == '.') best = std::max(best, j + 1 - i);
+    }
+    return best;
+  }
+
+  int quotes(int i) const {
+    int best = apos(i);
+    if (at(i) == '\'' && at(i + 1) == '\'') best = std::max(best, 2);
+    auto q = [](char16_t c) {
+      return c == '`' || c == 0x2018 || c == 0x2019 || c == 0x201A || c == 0x201B || c == 0x201C || c == 0x201D ||
+             c == 0x0091 || c == 0x0092 || c == 0x0093 || c == 0x0094 || c == 0x201E || c == 0x201F ||
+             c == 0x2039 || c == 0x203A || c == 0x00AB || c == 0x00BB;
+    };
+    if (has(i) && q(s_[i])) best = std::max(best, (has(i + 1) && q(s_[i + 1])) ? 2 : 1);
+    return best;
+  }
+
+  // latexQuotes(): how the Java tokenizer rewrites quote characters in a token.
+  static Str latex_quotes(const Str& in, bool probably_left) {
+    Str a;
+    for (size_t k = 0; k < in.size();) {
+      if (in.compare(k, 6, u"&apos;") == 0 || in[k] == '\'') {
+        a += probably_left ? u"`" : u"'";
+        k += in[k] == '\'' ? 1 : 6;
+      } else if (in.compare(k, 6, u"&quot;") == 0 || in[k] == '"') {
+        a += probably_left ? u"``" : u"''";
+        k += in[k] == '"' ? 1 : 6;
+      } else {
+        a += in[k++];
+      }
+    }
+    Str out;
+    for (char16_t c : a) {
+      if (c == 0x0091 || c == 0x2018 || c == 0x201B || c == 0x2039) {
+        out += u"`";
+      } else if (c == 0x0092 || c == 0x2019 || c == 0x203A) {
+        out += u"'";
+      } else if (c == 0x0093 || c == 0x201C || c == 0x00AB) {
+        out += u"``";
+      } else if (c == 0x0094 || c == 0x201D || c == 0x00BB) {
+        out += u"''";
+      } else {
+        out += c;
+      }
+    }
+    return out;
+  }
+
+  static Str remove_soft_hyphens(const Str& in) {
+    Str out;
+    for (char16_t c : in)
+      if (c != 0x00AD) out += c;
+    return out.empty() ? Str(u"-") : out;
+  }
+  static Str normalize_amp(const Str& in) {
+    Str out;
+    for (size_t k = 0; k < in.size();) {
+      if (in[k] == '&' && k + 5 <= in.size()) {
+        Str w = in.substr(k, 5);
+        for (auto& c : w) c = ascii_alpha(c) ? (c | 0x20) : c;
+        if (w == u"&amp;") {
+          out += u"&";
+          k += 5;
+          continue;
+        }
+      }
+      out += in[k++];
+    }
+    return out;
+  }
+  static Str spaces_to_nbsp(Str in) {
+    for (auto& c : in)
+      if (c == ' ') c = 0x00A0;
+    return in;
+  }
+
+  enum Rule {
+    kProgLang, kAssim3, kAssim2, kSgml, kSpmdash, kSpamp, kSppunc, kWordRedaux, kSwordSredaux, kWord, kApoword,
+    kApoword2, kFullUrl, kLikelyUrl, kEmail, kTwitter, kRedauxCtx, kSredaux, kDate, kNumber, kSubSupNum, kFrac,
+    kFrac2, kTbspec, kThing3, kDolsign, kDolsign2, kAcronymEnd, kAbbrev1, kAbbrev3, kAbbrev2, kTbspec2, kWordDot, kPhone, kDblquotLeft,
+    kDblquot, kDel, kLrb, kRrb, kLsb, kRsb, kLcb, kRcb, kLess, kGreater, kSmiley, kHyphens, kLdots, kFnmarks, kAsts,
+    kInsentp, kBang, kPunct, kEquals, kSlash, kHthingDot, kHthing, kThingDot, kThing, kThingaDot, kThinga,
+    kQuoteLeft, kRedaux, kQuotes, kDuckFeet, kMisc, kIgnore, kAny
+  };
+
+  // Tries every rule at i, applies the winner's action and returns the next position.
+  int step(int i) {
+    int best_total = 0, best_tok = 0, best_rule = kAny;
+    auto cand = [&](int rule, int total, int tok) {
+      if (total > best_total || (total == best_total && rule < best_rule)) {
+        best_total = total;
+        best_tok = tok;
+        best_rule = rule;
+      }
+    };
+    auto cand1 = [&](int rule, int len) {
+      if (len > 0) cand(rule, len, len);
+    };
+    const char16_t c = s_[i];
+
+    // Spaces and line breaks separate tokens (a caption is tokenized on its own: a line break inside it is a space).
+    if (is_space(c) || (is_newline_char(c) && c != 0x85) || c == 0 || c == 0x200B || c == 0x200E || c == 0x200F || c == 0xFEFF) {
+      return i + 1;
+    }
+    if (c == '&' && lit(i, "&nbsp;") > 0) return i + 6;
+
+    // Fast path for the most common token, a run of ASCII letters followed by a space, a line break or the end:
+    // the only rules that match such a run are WORD/THING (the whole run, WORD first) and, on a tie, the
+    // assimilation rules (cannot, gonna, ...), which must see their exact word.
+    if (ascii_alpha(c)) {
+      int j = i + 1;
+      while (j < n_ && ascii_alpha(s_[j])) ++j;
+      if (j == n_ || is_space(s_[j]) || (is_newline_char(s_[j]) && s_[j] != 0x85)) {
+        const int len = j - i;
+        bool assim = false;
+        if (len == 5 || len == 6) {
+          for (const char* w : {"cannot", "gonna", "gotta", "lemme", "gimme", "wanna"})
+            if (lit(i, w) == len) assim = true;
+        }
+        if (!assim) {
+          if (!line_->empty()) *line_ += u' ';
+          const size_t at0 = line_->size();
+          line_->append(s_ + i, static_cast<size_t>(len));
+          for (size_t k = at0; k < line_->size(); ++k) (*line_)[k] |= 0x20;
+          return j;
+        }
+      }
+    }
+
+    {
+      int k = lit(i, "c++");
+      if (k < 0) k = lit(i, "c#");
+      if (k < 0) k = lit(i, "f#");
+      cand1(kProgLang, k);
+    }
+    for (const char* w : {"cannot", "'twas"}) {
+      int k = lit(i, w);
+      if (k > 0) cand(kAssim3, k, k - 3);
+    }
+    for (const char* w : {"gonna", "gotta", "lemme", "gimme", "wanna"}) {
+      int k = lit(i, w);
+      if (k > 0) cand(kAssim2, k, k - 2);
+    }
+    {
+      int a = apos(i);
+      if (a > 0 && lit(i + a, "tis") > 0) cand(kAssim2, a + 3, a + 1);
+    }
+    if (c == '<') cand1(kSgml, sgml(i));
+    if (c == 0x0096 || c == 0x0097 || (c >= 0x2013 && c <= 0x2015)) cand1(kSpmdash, 1);
+    if (c == '&') {
+      for (const char* w : {"&md;", "&mdash;", "&ndash;"}) cand1(kSpmdash, lit(i, w));
+      cand1(kSpamp, lit(i, "&amp;"));
+      for (const char* w : {"&ht;", "&tl;", "&ur;", "&lr;", "&qc;", "&ql;", "&qr;", "&odq;", "&cdq;"})
+        cand1(kSppunc, lit(i, w));
+      if (at(i + 1) == '#') {
+        int k = i + 2;
+        while (has(k) && ascii_digit(s_[k])) ++k;
+        if (k > i + 2 && at(k) == ';') cand1(kSppunc, k + 1 - i);
+      }
+    }
+    const int w_end = word(i);
+    if (w_end > 0) {
+      int r = redaux(w_end);
+      if (r > 0) cand(kWordRedaux, w_end + r - i, w_end - i);
+      cand1(kWord, w_end - i);
+      if (at(w_end) == '.' && in_set(at(w_end + 1), u",;:\u3001")) cand(kWordDot, w_end + 2 - i, w_end + 1 - i);
+    }
+    // Guards: rules that need an apostrophe, a period, a hyphen or a slash right after the leading run of
+    // letters are skipped when that character is absent (they cannot match then).
+    int ja = i;  // end of the [A-Za-z\u00AD] run
+    while (ja < n_ && (ascii_alpha(s_[ja]) || s_[ja] == 0x00AD)) ++ja;
+    int jl = i;  // end of the [:letter:] run
+    while (jl < n_ && is_letter(s_[jl])) ++jl;
+    auto apos_start = [](char16_t ch) {
+      return ch == '\'' || ch == '&' || ch == 0x0092 || ch == 0x2019 || ch == 0x0091 || ch == 0x2018 || ch == 0x201B;
+    };
+    if (ja > i && apos_start(at(ja))) {
+      int total, tok;
+      sword_sredaux(i, total, tok);
+      if (total > 0) cand(kSwordSredaux, total, tok);
+    }
+    if (apos_start(c) || apos_start(at(jl)) || apos_start(at(ja)) || (jl > i && apos_start(at(i + 1))))
+      cand1(kApoword, apoword(i));
+    if (c == 'y' || c == 'Y') {
+      int a = apos(i + 1);
+      if (a > 0 && has(i + 1 + a) && is_letter(s_[i + 1 + a])) cand(kApoword2, a + 2, a + 1);
+    }
+    if (c == 'h' || c == 'H') cand1(kFullUrl, fullurl(i));
+    cand1(kLikelyUrl, likelyurl(i));
+    if (ascii_alnum(c) || c == '<' || c == '&') cand1(kEmail, email(i));
+    if (c == '@' || c == '#') cand1(kTwitter, twitter(i));
+    {
+      int r = redaux(i);
+      if (r > 0) {
+        if (has(i + r) && !ascii_alpha(s_[i + r])) cand(kRedauxCtx, r + 1, r);
+        cand1(kRedaux, r);
+      }
+    }
+    cand1(kSredaux, sredaux(i));
+    if (is_digit_ext(c)) {
+      cand1(kDate, date(i));
+      cand1(kFrac, frac(i));
+      cand1(kPhone, phone(i));
+    }
+    if (c == '(' || c == '+') cand1(kPhone, phone(i));
+    cand1(kNumber, number(i));
+    cand1(kSubSupNum, subsupnum(i));
+    if (c == 0xBC || c == 0xBD || c == 0xBE || (c >= 0x2153 && c <= 0x215E)) cand1(kFrac2, 1);
+    if (in_set(c, u"-cCsSpPaA")) cand1(kTbspec, tbspec(i));
+    if (ascii_alnum(c)) {
+      int k = i;
+      while (k < n_ && (ascii_alnum(s_[k]) || s_[k] == '-')) ++k;
+      if (at(k) == '/' || at(k) == '\\') cand1(kThing3, thing3(i));
+    }
+    if (c == '#') cand1(kDolsign, 1);
+    {
+      int k = i;
+      while (has(k) && ascii_upper(s_[k])) ++k;
+      if (at(k) == '$') cand1(kDolsign, k + 1 - i);
+    }
+    if (in_set(c, u"\u00A2\u00A3\u00A4\u00A5\u0080\u20A0\u20AC\u060B\u0E3F\u20A4\uFFE0\uFFE1\uFFE5\uFFE6"))
+      cand1(kDolsign2, 1);
+    if (ascii_alpha(c) && (at(ja) == '.' || at(ja) == '-')) {
+      // ACRO needs a period right after its first letter, or one of its hyphenated special forms.
+      const bool acro_possible = at(i + 1) == '.' || at(ja) == '-';
+      int total, tok;
+      if (acro_possible) acronym_sentence_end(i, total, tok);
+      if (acro_possible && total > 0) cand(kAcronymEnd, total, tok);
+      // {ABBREV1}/[^][^]: two characters of any kind (line breaks included) after the abbreviation lengthen its
+      // match, so "Inc.R&D" gives "Inc." rather than the word "Inc.R".
+      const int a1 = abbrev1(i);
+      if (a1 > 0 && i + a1 + 2 <= n_) cand(kAbbrev1, a1 + 2, a1);
+      cand1(kAbbrev1, a1);
+      abbrev3(i, total, tok);
+      if (total > 0) cand(kAbbrev3, total, tok);
+      cand1(kAbbrev2, abbrev2(i, acro_possible));
+    }
+    {
+      int a = apos(i);
+      if (a > 0 && has(i + a + 1) && ascii_digit(s_[i + a]) && ascii_digit(s_[i + a + 1]) &&
+          has(i + a + 2) && (is_space(s_[i + a + 2]) || is_newline_char(s_[i + a + 2])))
+        cand(kTbspec2, a + 3, a + 2);
+    }
+    if (c == '"') cand(kDblquot, 1, 1);
+    if (c == '&' && lit(i, "&quot;") > 0) cand(kDblquot, 6, 6);
+    if (best_rule == kDblquot && has(i + best_tok) &&
+        (ascii_alnum(s_[i + best_tok]) || s_[i + best_tok] == '$')) {
+      cand(kDblquotLeft, best_tok + 1, best_tok);
+    }
+    if (c == 0x7F) cand1(kDel, 1);
+    if (c == '(') cand1(kLrb, 1);
+    if (c == ')') cand1(kRrb, 1);
+    if (c == '[') cand1(kLsb, 1);
+    if (c == ']') cand1(kRsb, 1);
+    if (c == '{') cand1(kLcb, 1);
+    if (c == '}') cand1(kRcb, 1);
+    if (c == '<') cand1(kLess, 1);
+    if (c == '>') cand1(kGreater, 1);
+    if (c == '&') {
+      cand1(kLess, lit(i, "&lt;"));
+      cand1(kGreater, lit(i, "&gt;"));
+    }
+    // {SMILEY}/[^A-Za-z0-9]; SMILEY = [<>]?[:;=][\-o\*']?[\(\)DPdpO\\{@\|\[\]]
+    if (c == '<' || c == '>' || c == ':' || c == ';' || c == '=') {
+      int j = i + ((c == '<' || c == '>') ? 1 : 0);
+      if (in_set(at(j), u":;=")) {
+        ++j;
+        for (int opt = 1; opt >= 0; --opt) {
+          int k = j + ((opt && in_set(at(j), u"-o*'")) ? 1 : 0);
+          if (opt && k == j) continue;
+          if (in_set(at(k), u"()DPdpO\\{@|[]") && has(k + 1) && !ascii_alnum(s_[k + 1])) cand(kSmiley, k + 2 - i, k + 1 - i);
+        }
+      }
+    }
+    if (c == '-') {
+      int k = i;
+      while (at(k) == '-') ++k;
+      cand1(kHyphens, k - i);
+    }
+    if (c == '.' || c == 0x0085 || c == 0x2026) cand1(kLdots, ldots(i));
+    if (c == '@' || c == '#' || c == '_') {
+      int k = i;
+      while (at(k) == c) ++k;
+      cand1(kFnmarks, k - i);
+    }
+    if (c == '*') {
+      int k = i;
+      while (at(k) == '*') ++k;
+      cand1(kAsts, k - i);
+    }
+    if (c == '\\' && at(i + 1) == '*') {
+      int k = i, r = 0;
+      while (r < 3 && at(k) == '\\' && at(k + 1) == '*') {
+        k += 2;
+        ++r;
+      }
+      cand1(kAsts, k - i);
+    }
+    if (c == ',' || c == ';' || c == ':' || c == 0x3001) cand1(kInsentp, 1);
+    if (c == '?' || c == '!') {
+      int k = i;
+      while (at(k) == '?' || at(k) == '!') ++k;
+      cand1(kBang, k - i);
+    }
+    if (in_set(c, u".\u00A1\u00BF\u037E\u0589\u061F\u06D4\u0700\u0701\u0702\u07FA\u3002")) cand1(kPunct, 1);
+    if (c == '=') cand1(kEquals, 1);
+    if (c == '/') cand1(kSlash, 1);
+    int jh = i;
+    while (jh < n_ && (ascii_alnum(s_[jh]) || s_[jh] == '.' || s_[jh] == ',' || s_[jh] == 0xAD)) ++jh;
+    if (ascii_alnum(c) && at(jh) == '-') {
+      Ends h = hthing(i);
+      for (int e : h)
+        if (at(e) == '.' && in_set(at(e + 1), u",;:\u3001")) cand(kHthingDot, e + 2 - i, e + 1 - i);
+      int he = max_end(h);
+      if (he > 0) cand1(kHthing, he - i);
+    }
+    {
+      int t = thing(i);
+      if (t > 0) {
+        if (at(i + t) == '.' && in_set(at(i + t + 1), u",;:\u3001")) cand(kThingDot, t + 2, t + 1);
+        cand1(kThing, t);
+      }
+    }
+    if (ascii_upper(c)) {
+      int t = thinga(i);
+      if (t > 0) {
+        if (at(i + t) == '.' && in_set(at(i + t + 1), u",;:\u3001")) cand(kThingaDot, t + 2, t + 1);
+        cand1(kThinga, t);
+      }
+    }
+    if (c == '\'' && has(i + 2) && ascii_alpha(s_[i + 1]) && !in_set(s_[i + 2], u" \t\n\r\u00A0"))
+      cand(kQuoteLeft, 3, 1);
+    cand1(kQuotes, quotes(i));
+    if ((c == '<' && at(i + 1) == '<') || (c == '>' && at(i + 1) == '>')) cand1(kDuckFeet, 2);
+    if (is_misc_symbol(c)) cand1(kMisc, 1);
+    if (best_total == 0) return i + 1;  // a line break, or an untokenizable character (dropped: "firstDelete") character: dropped (the default "firstDelete")
+
+    const Str text(s_ + i, best_tok);
+    switch (best_rule) {
+      case kDel:
+        break;
+      case kSgml:
+      case kFrac:
+      case kSmiley:
+      case kPhone: {
+        Str t = spaces_to_nbsp(text);
+        if (best_rule == kPhone || best_rule == kSmiley) {
+          Str p;
+          for (char16_t ch : t) {
+            if (ch == '(') {
+              p += u"-LRB-";
+            } else if (ch == ')') {
+              p += u"-RRB-";
+            } else {
+              p += ch;
+            }
+          }
+          t = p;
+        }
+        emit(t);
+        break;
+      }
+      case kSpmdash:
+        emit(u"--");
+        break;
+      case kSpamp:
+      case kTbspec:
+      case kThinga:
+      case kThingaDot:
+        emit(normalize_amp(text));
+        break;
+      case kWordRedaux:
+      case kSwordSredaux:
+      case kWord:
+      case kWordDot:
+      case kNumber:
+      case kHthing:
+      case kHthingDot:
+        emit(remove_soft_hyphens(text));
+        break;
+      case kRedauxCtx:
+      case kSredaux:
+      case kRedaux:
+      case kQuotes:
+      case kDblquot:
+        emit(latex_quotes(text, false));
+        break;
+      case kDblquotLeft:
+      case kQuoteLeft:
+        emit(latex_quotes(text, true));
+        break;
+      case kFrac2: {
+        const char16_t f = text[0];
+        emit(f == 0xBC ? u"1/4" : f == 0xBD ? u"1/2" : f == 0xBE ? u"3/4" : f == 0x2153 ? u"1/3"
+                      : f == 0x2154 ? u"2/3" : text);
+        break;
+      }
+      case kDolsign2: {
+        const char16_t f = text[0];
+        emit(f == 0xA2 ? u"cents" : f == 0xA3 ? u"#"
+                      : (f == 0x80 || f == 0xA4 || f == 0x20A0 || f == 0x20AC) ? u"$" : text);
+        break;
+      }
+      case kLrb:
+        emit(u"-LRB-");
+        break;
+      case kRrb:
+        emit(u"-RRB-");
+        break;
+      case kLsb:
+        emit(u"-LSB-");
+        break;
+      case kRsb:
+        emit(u"-RSB-");
+        break;
+      case kLcb:
+        emit(u"-LCB-");
+        break;
+      case kRcb:
+        emit(u"-RCB-");
+        break;
+      case kLess:
+        emit(u"<");
+        break;
+      case kGreater:
+        emit(u">");
+        break;
+      case kHyphens:
+        emit(text.size() >= 3 && text.size() <= 4 ? Str(u"--") : text);
+        break;
+      case kLdots:
+        emit(u"...");
+        break;
+      default:
+        emit(text);
+    }
+    return i + best_tok;
+  }
+};
+
+Str utf8_to_utf16(const std::string& s) {
+  Str out;
+  out.reserve(s.size());
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  for (size_t i = 0; i < n;) {
+    uint32_t c = p[i];
+    int len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+    if (len == 2) c &= 0x1F;
+    if (len == 3) c &= 0x0F;
+    if (len == 4) c &= 0x07;
+    for (int k = 1; k < len; ++k) c = (c << 6) | (p[i + k] & 0x3F);
+    i += len;
+    if (c >= 0x10000) {
+      c -= 0x10000;
+      out += static_cast<char16_t>(0xD800 + (c >> 10));
+      out += static_cast<char16_t>(0xDC00 + (c & 0x3FF));
+    } else {
+      out += static_cast<char16_t>(c);
+    }
+  }
+  return out;
+}
+
+void append_utf8(std::string& out, const char16_t* s, size_t n) {
+  size_t k = 0;
+  // ASCII prefix in one go (the common case: the whole token).
+  while (k < n && s[k] < 0x80) ++k;
+  if (k) {
+    const size_t at0 = out.size();
+    out.resize(at0 + k);
+    for (size_t q = 0; q < k; ++q) out[at0 + q] = static_cast<char>(s[q]);
+  }
+  for (; k < n; ++k) {
+    uint32_t c = s[k];
+    if (c >= 0xD800 && c <= 0xDBFF && k + 1 < n && s[k + 1] >= 0xDC00 && s[k + 1] <= 0xDFFF) {
+      c = 0x10000 + ((c - 0xD800) << 10) + (s[k + 1] - 0xDC00);
+      ++k;
+    }
+    if (c < 0x80) {
+      out += static_cast<char>(c);
+    } else if (c < 0x800) {
+      out += static_cast<char>(0xC0 | (c >> 6));
+      out += static_cast<char>(0x80 | (c & 0x3F));
+    } else if (c < 0x10000) {
+      out += static_cast<char>(0xE0 | (c >> 12));
+      out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (c & 0x3F));
+    } else {
+      out += static_cast<char>(0xF0 | (c >> 18));
+      out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
+      out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (c & 0x3F));
+    }
+  }
+}
+
+// pycocoevalcap's PUNCTUATIONS (the upper-case entries never match a -lowerCase token; kept for fidelity).
+bool is_filtered(const char16_t* t, size_t len) {
+  if (len == 0 || len > 5 || !in_set(t[0], u"'`-.?!,:;")) return false;
+  static const char16_t* const kPunct[] = {u"''", u"'", u"``", u"`", u"-LRB-", u"-RRB-", u"-LCB-", u"-RCB-", u".",
+                                           u"?",  u"!", u",",  u":", u"-",     u"--",    u"...",   u";"};
+  for (const char16_t* p : kPunct)
+    if (std::char_traits<char16_t>::length(p) == len && std::char_traits<char16_t>::compare(p, t, len) == 0)
+      return true;
+  return false;
+}
+
+// Python's str.isspace(), for the rstrip() pycocoevalcap applies to each output line.
+bool py_space(char16_t c) {
+  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+// pycocoevalcap's post-processing of one output line: rstrip(), split(' '), drop the PUNCTUATIONS, join by ' '.
+// The rstrip matters: a line may end in a token that ends in U+00A0 (a URL).
+void join_filtered(Str& line, std::string& out) {
+  while (!line.empty() && py_space(line.back())) line.pop_back();
+  out.clear();
+  out.reserve(line.size() + line.size() / 4);
+  bool first = true;
+  size_t b = 0;
+  for (size_t e = 0; e <= line.size(); ++e) {
+    if (e < line.size() && line[e] != u' ') continue;
+    const char16_t* t = line.data() + b;
+    const size_t len = e - b;
+    b = e + 1;
+    if (is_filtered(t, len)) continue;
+    if (!first) out += ' ';
+    first = false;
+    append_utf8(out, t, len);
+  }
+}
+
+}  // namespace
+
+int64_t utf8_invalid_offset(const char* data, int64_t len) {
+  const auto* p = reinterpret_cast<const unsigned char*>(data);
+  int64_t i = 0;
+  while (i < len) {
+    const unsigned char c = p[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    int n;
+    uint32_t cp;
+    if (c >= 0xC2 && c <= 0xDF) {
+      n = 1;
+      cp = c & 0x1F;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      n = 2;
+      cp = c & 0x0F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      n = 3;
+      cp = c & 0x07;
+    } else {
+      return i;
+    }
+    for (int k = 1; k <= n; ++k) {
+      if (i + k >= len || (p[i + k] & 0xC0) != 0x80) return i;
+      cp = (cp << 6) | (p[i + k] & 0x3F);
+    }
+    if ((n == 2 && cp < 0x800) || (n == 3 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF))
+      return i;
+    i += n + 1;
+  }
+  return -1;
+}
+
+std::vector<std::string> ptb_tokens(const std::string& utf8, const std::string& following) {
+  const Str own = utf8_to_utf16(utf8);
+  const Str s = own + utf8_to_utf16(following);
+  Lexer lexer(s.data(), static_cast<int>(s.size()), static_cast<int>(own.size()));
+  Str line;
+  lexer.run(line);
+  std::vector<std::string> out;
+  size_t b = 0;
+  for (size_t e = 0; e <= line.size() && !line.empty(); ++e) {
+    if (e < line.size() && line[e] != u' ') continue;
+    std::string u;
+    append_utf8(u, line.data() + b, e - b);
+    out.push_back(std::move(u));
+    b = e + 1;
+  }
+  return out;
+}
+
+std::string ptb_tokenize_caption(const std::string& utf8, const std::string& following) {
+  const Str own = utf8_to_utf16(utf8);
+  const Str s = own + utf8_to_utf16(following);
+  Lexer lexer(s.data(), static_cast<int>(s.size()), static_cast<int>(own.size()));
+  Str line;
+  lexer.run(line);
+  std::string out;
+  join_filtered(line, out);
+  return out;
+}
+
+int64_t launch_ptb_tokenize(const char* const* texts, const int64_t* lens, int64_t n, std::string* out) {
+  // Python validates first; this re-check keeps invalid bytes from ever reaching the decoder.
+  for (int64_t i = 0; i < n; ++i)
+    if (utf8_invalid_offset(texts[i], lens[i]) >= 0) return i;
+  if (n == 0) return -1;
+  // The lexer reads the captions the way pycocoevalcap's input file holds them: one UTF-16 buffer, captions joined
+  // by '\n' (with their own '\n' turned into ' '), so trailing-context rules see the following captions.
+  std::vector<int64_t> start(n + 1);
+  std::vector<Str> parts(n);
+  parallel_for(n, 1024, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) parts[i] = utf8_to_utf16(std::string(texts[i], lens[i]));
+  });
+  for (int64_t i = 0; i < n; ++i) start[i + 1] = start[i] + static_cast<int64_t>(parts[i].size()) + 1;
+  Str buf(static_cast<size_t>(start[n] - 1), u'\n');
+  parallel_for(n, 1024, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      char16_t* dst = &buf[static_cast<size_t>(start[i])];
+      for (char16_t ch : parts[i]) *dst++ = ch == u'\n' ? u' ' : ch;
+      Str().swap(parts[i]);
+    }
+  });
+  const int64_t total = static_cast<int64_t>(buf.size());
+  // Captions are short and independent; 256 per chunk keeps thread start-up negligible.
+  parallel_for(n, 256, [&](int64_t b, int64_t e) {
+    Str line;
+    for (int64_t i = b; i < e; ++i) {
+      // The look-ahead of every rule is short; cap the visible context so positions fit in int.
+      const int64_t len = start[i + 1] - 1 - start[i];
+      const int64_t visible = std::min<int64_t>(total - start[i], len + static_cast<int64_t>(kContextBytes));
+      Lexer lexer(buf.data() + start[i], static_cast<int>(visible), static_cast<int>(len));
+      line.clear();
+      lexer.run(line);
+      join_filtered(line, out[i]);
+    }
+  });
+  return -1;
+}
+
+}  // namespace vlk

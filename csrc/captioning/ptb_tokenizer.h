@@ -1,0 +1,32 @@
+// PTB tokenizer compatible with pycocoevalcap 1.2: Stanford CoreNLP 3.4.1 PTBTokenizer (-preserveLines -lowerCase)
+// followed by pycocoevalcap's punctuation filter, one caption at a time, without Java.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace vlk {
+
+// Byte offset of the first invalid UTF-8 sequence in [data, data + len), or -1 when the text is valid UTF-8
+// (overlong forms, surrogates and code points above U+10FFFF are invalid).
+int64_t utf8_invalid_offset(const char* data, int64_t len);
+
+// Tokens of one caption exactly as PTBTokenizer prints them (lower-cased, before the punctuation filter).
+// `utf8` must be valid UTF-8.
+// `following` is text read only as trailing context (what comes after the caption in pycocoevalcap's input file).
+std::vector<std::string> ptb_tokens(const std::string& utf8, const std::string& following = "");
+
+// The caption as pycocoevalcap's PTBTokenizer returns it: tokens minus its PUNCTUATIONS list, joined by ' '.
+std::string ptb_tokenize_caption(const std::string& utf8, const std::string& following = "");
+
+// Code units of the following captions visible to the lexer as trailing context (its look-ahead is far shorter).
+constexpr size_t kContextBytes = 256;
+
+// Tokenizes n captions in parallel, as pycocoevalcap does when it gets them in this order (caption i is read with
+// '\n' + caption i+1 + ... as trailing context). texts[i] points at lens[i] bytes; out[i] receives the result.
+// Returns -1, or the index of the first caption that is not valid UTF-8 (then nothing is tokenized). No exceptions:
+// the sanitizer build cannot intercept C++ throws from an extension loaded into Python.
+int64_t launch_ptb_tokenize(const char* const* texts, const int64_t* lens, int64_t n, std::string* out);
+
+}  // namespace vlk
