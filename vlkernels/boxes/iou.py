@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -215,8 +216,9 @@ def box_iou(
     v1 = _check_valid(valid1, "valid1", batch_shape, n, boxes1.device)
     v2 = _check_valid(valid2, "valid2", batch_shape, m, boxes1.device)
     dtype = _compute_dtype(boxes1.dtype)
-    b1 = boxes1.to(dtype).reshape(-1, n, 4).contiguous()
-    b2 = boxes2.to(dtype).reshape(-1, m, 4).contiguous()
+    nb = math.prod(batch_shape)
+    b1 = boxes1.to(dtype).reshape(nb, n, 4).contiguous()
+    b2 = boxes2.to(dtype).reshape(nb, m, 4).contiguous()
     out = _BoxIouFunction.apply(b1, b2, _FMTS[fmt], _KINDS[kind], bool(aligned), float(eps), v1, v2)
     return out.reshape(*batch_shape, n) if aligned else out.reshape(*batch_shape, n, m)
 
@@ -294,7 +296,8 @@ def segment_iou(seg1: torch.Tensor, seg2: torch.Tensor, aligned: bool = False, u
     check_finite(seg1, "seg1")
     check_finite(seg2, "seg2")
     dtype = _compute_dtype(seg1.dtype)
-    s1 = seg1.detach().to(dtype).reshape(-1, n, 2).contiguous()
-    s2 = seg2.detach().to(dtype).reshape(-1, m, 2).contiguous()
+    nb = math.prod(batch_shape)
+    s1 = seg1.detach().to(dtype).reshape(nb, n, 2).contiguous()
+    s2 = seg2.detach().to(dtype).reshape(nb, m, 2).contiguous()
     out = _segment_iou_op(s1, s2, _SEG_UNIONS[union], bool(aligned))
     return out.reshape(*batch_shape, n) if aligned else out.reshape(*batch_shape, n, m)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from vlkernels import _ext
@@ -72,8 +74,9 @@ def _prepare(masks1: torch.Tensor, masks2: torch.Tensor, aligned: bool):
         raise ValueError(f"aligned=True needs as many masks in masks1 as in masks2, got {n} and {m}")
     pixels = masks1.shape[-1] * masks1.shape[-2]
     # bool and uint8 share a byte layout; the kernels treat any nonzero byte as foreground.
-    a = masks1.detach().reshape(-1, n, pixels).contiguous().view(torch.uint8)
-    b = masks2.detach().reshape(-1, m, pixels).contiguous().view(torch.uint8)
+    nb = math.prod(batch_shape)
+    a = masks1.detach().reshape(nb, n, pixels).contiguous().view(torch.uint8)
+    b = masks2.detach().reshape(nb, m, pixels).contiguous().view(torch.uint8)
     return a, b, batch_shape, n, m
 
 
