@@ -92,7 +92,11 @@ def test_ris_metrics_empty_mask_policies(empty, expected):
 def test_ris_metrics_all_empty_and_ragged_sizes():
     e = torch.zeros(2, 3, 3, dtype=torch.bool)
     assert ris_metrics(e, e)["cIoU"] == 0.0
-    assert ris_metrics(e, e, empty="one") == {"mIoU": 1.0, "cIoU": 1.0, **{f"Pr@{t}": 1.0 for t in (0.5, 0.6, 0.7, 0.8, 0.9)}}
+    assert ris_metrics(e, e, empty="one") == {
+        "mIoU": 1.0,
+        "cIoU": 1.0,
+        **{f"Pr@{t}": 1.0 for t in (0.5, 0.6, 0.7, 0.8, 0.9)},
+    }
     a = [torch.ones(2, 3, dtype=torch.bool), torch.ones(5, 1, dtype=torch.bool)]
     b = [torch.ones(2, 3, dtype=torch.bool), torch.zeros(5, 1, dtype=torch.bool)]
     out = ris_metrics(a, b, thresholds=(0.5,))
@@ -144,7 +148,9 @@ def test_moment_retrieval_top10_and_list_order():
     scores = [[1.0 - 0.01 * i for i in range(11)]]
     gt = [[[0.0, 10.0]]]
     assert moment_retrieval_metrics(pred, scores, gt)["mAP"] == 0.0
-    assert moment_retrieval_metrics(pred, scores, gt, max_pred_windows=11)["mAP@0.5"] == pytest.approx(100 / 11, abs=0.01)
+    assert moment_retrieval_metrics(pred, scores, gt, max_pred_windows=11)["mAP@0.5"] == pytest.approx(
+        100 / 11, abs=0.01
+    )
     # List order vs score order: Moment-DETR's R1 reads the first listed window.
     pred2, scores2 = [[[0.0, 10.0], [40.0, 50.0]]], [[0.1, 0.9]]
     assert moment_retrieval_metrics(pred2, scores2, gt, sort_by_score=False)["R1@0.5"] == 100.0

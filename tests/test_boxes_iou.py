@@ -47,7 +47,7 @@ def test_box_iou_matches_torchvision_formula_with_degenerate_boxes(kind, fmt, dt
     close(out, box_iou_ref(a, b, fmt, kind, eps=eps), dtype)
     if kind in ("iou", "giou") and fmt == "xyxy":
         assert torch.isnan(out[2, 2]) and not torch.isnan(out[0, 0])  # 0/0 -> NaN, as torchvision
-        assert out[0, 0] == 1 and out[1, 1] == (0 if kind == "iou" else 0)
+        assert out[0, 0] == 1 and out[1, 1] == 0  # touching boxes: I = 0, and C = U so GIoU = 0 too
 
 
 def test_box_iou_hand_values():
@@ -128,7 +128,7 @@ def test_box_iou_gradcheck(kind, aligned):
     assert torch.autograd.gradcheck(lambda x, y: box_iou(x, y, kind=kind, aligned=aligned, eps=1e-7), (a, b))
     # xywh and a ragged batch: padded boxes get exactly zero gradient.
     v = torch.tensor([3, 4])
-    fn = lambda x, y: box_iou(x, y, fmt="xywh", kind=kind, aligned=aligned, valid1=v)  # noqa: E731
+    fn = lambda x, y: box_iou(x, y, fmt="xywh", kind=kind, aligned=aligned, valid1=v)
     assert torch.autograd.gradcheck(fn, (a, b))
     fn(a, b).sum().backward()
     assert torch.all(a.grad[0, 3] == 0)
@@ -210,7 +210,9 @@ def test_segment_iou_bit_identical_to_moment_detr(union, aligned):
 
 
 def test_segment_iou_hand_values_and_errors():
-    torch.testing.assert_close(segment_iou(torch.tensor([[0.0, 2.0]]), torch.tensor([[1.0, 3.0]])), torch.tensor([[1 / 3]]))
+    torch.testing.assert_close(
+        segment_iou(torch.tensor([[0.0, 2.0]]), torch.tensor([[1.0, 3.0]])), torch.tensor([[1 / 3]])
+    )
     assert segment_iou(torch.tensor([[0.0, 1.0]]), torch.tensor([[2.0, 3.0]]), union="hull")[0, 0] == 0
     assert segment_iou(torch.zeros(0, 2), torch.zeros(3, 2)).shape == (0, 3)
     with pytest.raises(ValueError, match="last dimension 2"):

@@ -60,6 +60,8 @@ struct RleIndex {
   std::vector<int64_t> iv_offsets;  // interval k of RLE r: iv[2 * (iv_offsets[r] + k)]
   std::vector<int64_t> area;
   std::vector<double> bbox;
+  // The bbox as integer half-open extents x0, x1, y0, y1 (x1 = x + w): bbIou's overlap test on these is exact.
+  std::vector<int64_t> ext;
 };
 
 void bbox_one(const int64_t* cnts, int64_t m_in, int64_t hh, int64_t ww, double* bb) {
@@ -97,6 +99,7 @@ RleIndex build_index(const int64_t* counts, const int64_t* offsets, int64_t n, i
   idx.iv_offsets.assign(static_cast<size_t>(n) + 1, 0);
   idx.area.assign(static_cast<size_t>(n), 0);
   idx.bbox.assign(static_cast<size_t>(4 * n), 0.0);
+  idx.ext.assign(static_cast<size_t>(4 * n), 0);
   for (int64_t r = 0; r < n; ++r) {
     int64_t k = 0;
     for (int64_t j = offsets[r] + 1; j < offsets[r + 1]; j += 2) k += counts[j] > 0;
@@ -118,7 +121,13 @@ RleIndex build_index(const int64_t* counts, const int64_t* offsets, int64_t n, i
         pos += c[j];
       }
       idx.area[r] = area;
-      bbox_one(c, m, h, w, idx.bbox.data() + 4 * r);
+      double* bb = idx.bbox.data() + 4 * r;
+      bbox_one(c, m, h, w, bb);
+      int64_t* e = idx.ext.data() + 4 * r;
+      e[0] = static_cast<int64_t>(bb[0]);
+      e[1] = static_cast<int64_t>(bb[0] + bb[2]);
+      e[2] = static_cast<int64_t>(bb[1]);
+      e[3] = static_cast<int64_t>(bb[1] + bb[3]);
     }
   });
   return idx;
@@ -141,22 +150,22 @@ int64_t intersect(const uint32_t* a, int64_t na, const uint32_t* b, int64_t nb) 
   };
   int64_t i = first_after(a, na, lo), j = first_after(b, nb, lo);
   int64_t inter = 0;
+  // Branch-free merge: the interval that ends first advances (both on a tie); overlaps add max(0, e - s).
   while (i < na && j < nb) {
     const uint32_t as = a[2 * i], ae = a[2 * i + 1], bs = b[2 * j], be = b[2 * j + 1];
     if (as >= hi || bs >= hi) break;
-    const uint32_t s = std::max(as, bs), e = std::min(ae, be);
-    if (e > s) inter += e - s;
-    if (ae < be) ++i; else ++j;
+    const int64_t s = std::max(as, bs), e = std::min(ae, be);
+    inter += std::max<int64_t>(e - s, 0);
+    i += ae <= be;
+    j += be <= ae;
   }
   return inter;
 }
 
-// bbIou's overlap test: positive width and height of the xywh box intersection.
-inline bool boxes_overlap(const double* D, const double* G) {
-  const double w = std::fmin(D[2] + D[0], G[2] + G[0]) - std::fmax(D[0], G[0]);
-  if (w <= 0) return false;
-  const double h = std::fmin(D[3] + D[1], G[3] + G[1]) - std::fmax(D[1], G[1]);
-  return h > 0;
+// bbIou's overlap test (positive width and height of the xywh box intersection) on the integer extents: the
+// boxes are whole pixels, so fmin(x + w) - fmax(x) > 0 in doubles is exactly this integer comparison.
+inline bool boxes_overlap(const int64_t* D, const int64_t* G) {
+  return std::min(D[1], G[1]) > std::max(D[0], G[0]) && std::min(D[3], G[3]) > std::max(D[2], G[2]);
 }
 
 }  // namespace
@@ -264,7 +273,7 @@ void launch_rle_iou(const int64_t* dt_counts, const int64_t* dt_offsets, int64_t
       const int64_t na = D.iv_offsets[d + 1] - D.iv_offsets[d];
       for (int64_t g = 0; g < ng; ++g) {
         double o = 0.0;
-        if (boxes_overlap(D.bbox.data() + 4 * d, G.bbox.data() + 4 * g)) {
+        if (boxes_overlap(D.ext.data() + 4 * d, G.ext.data() + 4 * g)) {
           const int64_t inter = intersect(a, na, G.iv.data() + 2 * G.iv_offsets[g], G.iv_offsets[g + 1] - G.iv_offsets[g]);
           if (inter > 0) {
             const int64_t u = (iscrowd != nullptr && iscrowd[g]) ? D.area[d] : D.area[d] + G.area[g] - inter;

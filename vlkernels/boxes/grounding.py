@@ -28,7 +28,9 @@ def rec_accuracy(
     """Referring-expression comprehension accuracy P@k: a hit when one of the k best-scored boxes reaches the
     threshold against the single ground-truth box.
 
-    .. math:: \\mathrm{P@}k(t) = \\frac{1}{B} \\sum_b \\big[\\max_{r < k} \\mathrm{crit}(\\hat b_{b, \\sigma_b(r)}, g_b) \\ge t\\big]
+    .. math::
+        \\mathrm{P@}k(t) = \\frac{1}{B} \\sum_b
+        \\big[\\max_{r < k} \\mathrm{crit}(\\hat b_{b, \\sigma_b(r)}, g_b) \\ge t\\big]
 
     Args:
         pred_boxes: ``(B, P, 4)`` candidate boxes per expression (any float dtype).
@@ -90,8 +92,10 @@ def ris_metrics(
 ) -> dict[str, float]:
     """Referring-segmentation metrics: mIoU (mean per-sample IoU), cIoU (cumulative I / cumulative U), Pr@t.
 
-    .. math:: \\mathrm{mIoU} = \\frac{1}{B}\\sum_b \\frac{I_b}{U_b},\\quad \\mathrm{cIoU} = \\frac{\\sum_b I_b}{\\sum_b U_b},
-        \\quad \\mathrm{Pr@}t = \\frac{1}{B}\\sum_b [\\mathrm{IoU}_b \\ge t]
+    .. math::
+        \\mathrm{mIoU} = \\frac{1}{B}\\sum_b \\frac{I_b}{U_b},\\quad
+        \\mathrm{cIoU} = \\frac{\\sum_b I_b}{\\sum_b U_b},\\quad
+        \\mathrm{Pr@}t = \\frac{1}{B}\\sum_b [\\mathrm{IoU}_b \\ge t]
 
     Args:
         pred_masks: ``(B, H, W)`` bool/uint8 (nonzero = foreground), or a list of ``(H_b, W_b)`` masks.
@@ -112,7 +116,8 @@ def ris_metrics(
         1e-10 relative. Deterministic.
 
     Example:
-        >>> p = torch.tensor([[[1, 1], [0, 0]]], dtype=torch.bool); g = torch.tensor([[[1, 0], [0, 0]]], dtype=torch.bool)
+        >>> p = torch.tensor([[[1, 1], [0, 0]]], dtype=torch.bool)
+        >>> g = torch.tensor([[[1, 0], [0, 0]]], dtype=torch.bool)
         >>> ris_metrics(p, g, thresholds=(0.5,))
         {'mIoU': 0.5, 'cIoU': 0.5, 'Pr@0.5': 1.0}
     """
@@ -140,7 +145,9 @@ def ris_metrics(
     if inter.numel() == 0:
         raise ValueError("ris_metrics needs at least one sample")
     fill = 0.0 if empty == "zero" else 1.0
-    iou = torch.where(union > 0, inter.double() / union.clamp_min(1).double(), torch.full_like(inter, fill, dtype=torch.float64))
+    iou = torch.where(
+        union > 0, inter.double() / union.clamp_min(1).double(), torch.full_like(inter, fill, dtype=torch.float64)
+    )
     total_u = int(union.sum())
     out = {"mIoU": float(iou.mean()), "cIoU": int(inter.sum()) / total_u if total_u > 0 else fill}
     for t in thresholds:

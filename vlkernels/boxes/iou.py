@@ -235,8 +235,10 @@ def _segment_iou_op(seg1: torch.Tensor, seg2: torch.Tensor, mode: int, aligned: 
     if seg1.is_cuda:
         if not C.has_cuda:
             union = "hull" if mode == 1 else "sum"
-            ref = [segment_iou_ref(a.cpu().double().numpy(), b.cpu().double().numpy(), aligned, union) for a, b in
-                   zip(seg1, seg2)]
+            ref = [
+                segment_iou_ref(a.cpu().double().numpy(), b.cpu().double().numpy(), aligned, union)
+                for a, b in zip(seg1, seg2)
+            ]
             return torch.as_tensor(ref, dtype=seg1.dtype).reshape(out.shape).to(seg1.device)
         getattr(C, f"segment_iou_cuda_{suffix}")(*args, torch.cuda.current_stream(seg1.device).cuda_stream)
     else:
@@ -289,7 +291,9 @@ def segment_iou(seg1: torch.Tensor, seg2: torch.Tensor, aligned: bool = False, u
         raise ValueError(f"union must be one of {sorted(_SEG_UNIONS)}, got {union!r}")
     batch_shape = seg1.shape[:-2]
     if seg2.shape[:-2] != batch_shape:
-        raise ValueError(f"seg1 and seg2 must have the same batch dims, got {tuple(seg1.shape)} and {tuple(seg2.shape)}")
+        raise ValueError(
+            f"seg1 and seg2 must have the same batch dims, got {tuple(seg1.shape)} and {tuple(seg2.shape)}"
+        )
     n, m = seg1.shape[-2], seg2.shape[-2]
     if aligned and n != m:
         raise ValueError(f"aligned=True needs as many spans in seg1 as in seg2, got {n} and {m}")

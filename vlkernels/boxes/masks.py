@@ -46,8 +46,19 @@ def mask_iou_fwd(masks1: torch.Tensor, masks2: torch.Tensor, aligned: bool) -> t
     w1, a1 = mask_pack(masks1.reshape(batch * n, pixels))
     w2, a2 = mask_pack(masks2.reshape(batch * m, pixels))
     nw = w1.shape[1]
-    args = (w1.data_ptr(), a1.data_ptr(), w2.data_ptr(), a2.data_ptr(), batch, n, m, nw, aligned, out.data_ptr(),
-            inter.data_ptr())
+    args = (
+        w1.data_ptr(),
+        a1.data_ptr(),
+        w2.data_ptr(),
+        a2.data_ptr(),
+        batch,
+        n,
+        m,
+        nw,
+        aligned,
+        out.data_ptr(),
+        inter.data_ptr(),
+    )
     if masks1.is_cuda:
         C.mask_iou_cuda(*args, torch.cuda.current_stream(masks1.device).cuda_stream)
     else:
@@ -103,7 +114,8 @@ def mask_iou(masks1: torch.Tensor, masks2: torch.Tensor, aligned: bool = False) 
         tiles on CUDA). Exact integer counts, one float64 division. Deterministic; not differentiable.
 
     Example:
-        >>> a = torch.tensor([[[1, 1], [0, 0]]], dtype=torch.bool); b = torch.tensor([[[1, 0], [1, 0]]], dtype=torch.bool)
+        >>> a = torch.tensor([[[1, 1], [0, 0]]], dtype=torch.bool)
+        >>> b = torch.tensor([[[1, 0], [1, 0]]], dtype=torch.bool)
         >>> mask_iou(a, b)
         tensor([[0.3333]], dtype=torch.float64)
     """

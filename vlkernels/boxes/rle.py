@@ -35,7 +35,7 @@ def _size_of(rle: object, name: str, k: int) -> tuple[int, int]:
     if not isinstance(size, Sequence) or len(size) != 2:
         raise ValueError(f"{name}[{k}]['size'] must be [height, width], got {size!r}")
     try:
-        h, w = (int(v) for v in size)
+        h, w = int(size[0]), int(size[1])
     except (TypeError, ValueError):
         raise ValueError(f"{name}[{k}]['size'] must hold two integers, got {size!r}") from None
     if h < 0 or w < 0 or h * w > _MAX_PIXELS:
@@ -85,7 +85,9 @@ def _parse(rles: Sequence[RLE], name: str) -> _RleSet:
         lengths = torch.tensor([len(p) for p in parts], dtype=torch.int64)
         offsets = torch.zeros(len(parts) + 1, dtype=torch.int64)
         offsets[1:] = torch.cumsum(lengths, 0)
-        counts = torch.from_numpy(np.concatenate(parts).astype(np.int64)) if parts else torch.zeros(0, dtype=torch.int64)
+        counts = (
+            torch.from_numpy(np.concatenate(parts).astype(np.int64)) if parts else torch.zeros(0, dtype=torch.int64)
+        )
     h = torch.tensor([s[0] for s in sizes], dtype=torch.int64)
     w = torch.tensor([s[1] for s in sizes], dtype=torch.int64)
     return _RleSet(counts.contiguous(), offsets.contiguous(), h, w)
@@ -296,7 +298,8 @@ def rle_iou(
             C.coco_box_iou(d.data_ptr(), d.shape[0], g.data_ptr(), g.shape[0], crowd.data_ptr(), out.data_ptr())
         return out
     ds, gs = _parse(dt, "dt"), _parse(gt, "gt")
-    out = torch.zeros(len(ds), len(gs), dtype=torch.float64)
+    # The kernel writes every entry.
+    out = torch.empty(len(ds), len(gs), dtype=torch.float64)
     if out.numel() == 0:
         return out
     h, w = int(gs.h[0]), int(gs.w[0])
@@ -304,9 +307,19 @@ def rle_iou(
         bad = ((s.h != h) | (s.w != w)).nonzero()
         if bad.numel():
             k = int(bad[0])
-            raise ValueError(f"{name}[{k}] has size {[int(s.h[k]), int(s.w[k])]} but gt[0] has {[h, w]}; masks must match")
+            raise ValueError(
+                f"{name}[{k}] has size {[int(s.h[k]), int(s.w[k])]} but gt[0] has {[h, w]}; masks must match"
+            )
     C.rle_iou(
-        ds.counts.data_ptr(), ds.offsets.data_ptr(), len(ds), gs.counts.data_ptr(), gs.offsets.data_ptr(), len(gs),
-        h, w, crowd.data_ptr(), out.data_ptr(),
+        ds.counts.data_ptr(),
+        ds.offsets.data_ptr(),
+        len(ds),
+        gs.counts.data_ptr(),
+        gs.offsets.data_ptr(),
+        len(gs),
+        h,
+        w,
+        crowd.data_ptr(),
+        out.data_ptr(),
     )
     return out
