@@ -40,11 +40,13 @@ py::list to_bytes_list(const std::vector<std::string>& strings) {
 
 py::tuple rle_parse(const std::vector<std::string>& strings, std::uintptr_t hw) {
   std::vector<int64_t> counts, offsets;
+  std::string error;
   {
     py::gil_scoped_release release;
-    vlk::rle_parse_strings(strings, ptr<const int64_t>(hw), counts, offsets);
+    error = vlk::rle_parse_strings(strings, ptr<const int64_t>(hw), counts, offsets);
   }
-  return py::make_tuple(to_array(std::move(counts)), to_array(std::move(offsets)));
+  // The error travels as a value and Python raises it: C++ exceptions are avoided on this path.
+  return py::make_tuple(to_array(std::move(counts)), to_array(std::move(offsets)), error);
 }
 
 py::list rle_to_strings(std::uintptr_t counts, std::uintptr_t offsets, int64_t n) {

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <stdexcept>
 
 #include "core/parallel.h"
 
@@ -170,8 +169,8 @@ inline bool boxes_overlap(const int64_t* D, const int64_t* G) {
 
 }  // namespace
 
-void rle_parse_strings(const std::vector<std::string>& strings, const int64_t* hw, std::vector<int64_t>& counts,
-                       std::vector<int64_t>& offsets) {
+std::string rle_parse_strings(const std::vector<std::string>& strings, const int64_t* hw,
+                              std::vector<int64_t>& counts, std::vector<int64_t>& offsets) {
   const int64_t n = static_cast<int64_t>(strings.size());
   std::vector<std::vector<int64_t>> per(static_cast<size_t>(n));
   std::vector<std::string> errors(static_cast<size_t>(n));
@@ -186,11 +185,12 @@ void rle_parse_strings(const std::vector<std::string>& strings, const int64_t* h
     }
   });
   for (int64_t k = 0; k < n; ++k)
-    if (!errors[k].empty()) throw std::invalid_argument("malformed RLE string at index " + std::to_string(k) + ": " + errors[k]);
+    if (!errors[k].empty()) return "malformed RLE string at index " + std::to_string(k) + ": " + errors[k];
   offsets.assign(static_cast<size_t>(n) + 1, 0);
   for (int64_t k = 0; k < n; ++k) offsets[k + 1] = offsets[k] + static_cast<int64_t>(per[k].size());
   counts.resize(static_cast<size_t>(offsets[n]));
   for (int64_t k = 0; k < n; ++k) std::copy(per[k].begin(), per[k].end(), counts.begin() + offsets[k]);
+  return {};
 }
 
 std::vector<std::string> rle_to_strings(const int64_t* counts, const int64_t* offsets, int64_t n) {

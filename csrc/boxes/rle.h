@@ -11,9 +11,10 @@
 
 namespace vlk {
 
-// Decodes compressed strings; throws std::invalid_argument naming the string index and the defect (bad character,
-// truncated count, count overflow, negative run, runs not summing to hw[k]). Never reads past a string's end.
-void rle_parse_strings(const std::vector<std::string>& strings, const int64_t* hw, std::vector<int64_t>& counts,
+// Decodes compressed strings. Returns "" on success, else a message naming the string index and the defect (bad
+// character, truncated count, count overflow, negative run, runs not summing to hw[k]); the caller raises it (no
+// C++ exception crosses the module boundary). Never reads past a string's end.
+std::string rle_parse_strings(const std::vector<std::string>& strings, const int64_t* hw, std::vector<int64_t>& counts,
                        std::vector<int64_t>& offsets);
 
 // Runs -> compressed strings (pycocotools rleToString).

@@ -68,17 +68,18 @@ def _parse(rles: Sequence[RLE], name: str) -> _RleSet:
     C = _ext.load()
     if all(isinstance(c, (bytes, str)) for c in raw):
         strings = [c.encode("ascii", "replace") if isinstance(c, str) else c for c in raw]
-        counts, offsets = C.rle_parse(strings, hw.data_ptr())
+        counts, offsets, error = C.rle_parse(strings, hw.data_ptr())
+        if error:
+            raise ValueError(error)
         counts, offsets = torch.from_numpy(counts), torch.from_numpy(offsets)
     else:
         parts = []
         for k, c in enumerate(raw):
             if isinstance(c, (bytes, str)):
                 one = c.encode("ascii", "replace") if isinstance(c, str) else c
-                try:
-                    runs, _ = C.rle_parse([one], hw[k : k + 1].data_ptr())
-                except ValueError as e:
-                    raise ValueError(str(e).replace("index 0", f"index {k}")) from None
+                runs, _, error = C.rle_parse([one], hw[k : k + 1].data_ptr())
+                if error:
+                    raise ValueError(error.replace("index 0", f"index {k}"))
                 parts.append(runs)
             else:
                 parts.append(_uncompressed_runs(c, int(hw[k]), name, k))
