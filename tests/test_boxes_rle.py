@@ -85,6 +85,27 @@ def test_rle_iou_bit_identical_to_pycocotools(crowd_every):
     assert ours[0, 0] == 0 and ref[0, 0] == 0
 
 
+def test_rle_iou_multi_piece_columns_and_wrapping_runs():
+    # Horizontal stripes give 1..6 foreground pieces per column (the column-plane path up to 4, the interval merge
+    # beyond), shifted boxes and full columns give runs that wrap from one column into the next.
+    h, w = 48, 40
+    masks = []
+    for period in (48, 24, 16, 12, 10, 8):
+        for shift in (0, 3):
+            m = np.zeros((h, w), dtype=np.uint8)
+            m[(np.arange(h) + shift) % period < period // 2, 5 + shift : 30 + shift] = 1
+            masks.append(m)
+    full_cols = np.zeros((h, w), dtype=np.uint8)
+    full_cols[:, 10:20] = 1
+    full_cols[40:, 20] = 1
+    full_cols[:5, 21] = 1
+    masks.append(full_cols)
+    masks = np.stack(masks)
+    rles = coco_encode(masks)
+    crowd = [k % 3 == 0 for k in range(len(rles))]
+    np.testing.assert_array_equal(rle_iou(rles, rles, crowd).numpy(), coco_mask.iou(rles, rles, crowd))
+
+
 def test_coco_box_iou_bit_identical_to_pycocotools():
     g = np.random.default_rng(7)
     dt = np.concatenate([g.uniform(0, 50, (41, 2)), g.uniform(0, 30, (41, 2))], 1)

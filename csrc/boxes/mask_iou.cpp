@@ -2,20 +2,14 @@
 
 #include <algorithm>
 
+#include "boxes/cpu_features.h"
 #include "core/parallel.h"
 
 namespace vlk {
 namespace {
 
-// The same loops built twice: with the popcnt instruction (x86-64 CPUs since 2008) and portable; a runtime
-// check picks one, so the module still loads on a CPU without it.
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define VLK_HAS_POPCNT_TARGET 1
-#define VLK_TARGET_POPCNT __attribute__((target("popcnt")))
-#else
-#define VLK_HAS_POPCNT_TARGET 0
-#define VLK_TARGET_POPCNT
-#endif
+// The loops below are built twice: with the popcnt instruction (x86-64 CPUs since 2008) and portable.
+#define VLK_TARGET_POPCNT VLK_TARGET("popcnt")
 
 inline double ratio(int64_t inter, int64_t uni) {
   return uni > 0 && inter > 0 ? static_cast<double>(inter) / static_cast<double>(uni) : 0.0;
@@ -94,15 +88,6 @@ VLK_TARGET_POPCNT void aligned_popcnt(const uint64_t* a, const int64_t* aa, cons
 VLK_TARGET_POPCNT void pack_popcnt(const uint8_t* masks, int64_t pixels, int64_t nw, int64_t k0, int64_t k1,
                                    uint64_t* words, int64_t* area) {
   pack_rows(masks, pixels, nw, k0, k1, words, area);
-}
-
-bool cpu_has_popcnt() {
-#if VLK_HAS_POPCNT_TARGET
-  static const bool has = __builtin_cpu_supports("popcnt");
-  return has;
-#else
-  return false;
-#endif
 }
 
 }  // namespace
