@@ -215,3 +215,9 @@ def test_mask_iou_validation_errors():
         mask_iou(a[None].expand(2, 2, 4, 5), a[None].expand(3, 2, 4, 5))
     with pytest.raises(ValueError, match="aligned"):
         mask_iou(a, a[:1], aligned=True)
+
+
+def test_mask_iou_custom_op_registration():
+    a = torch.from_numpy(blobs(3, 9, 7, seed=12)).reshape(1, 3, 63)
+    b = torch.from_numpy(blobs(2, 9, 7, seed=13)).reshape(1, 2, 63)
+    torch.library.opcheck(torch.ops.vlkernels.mask_iou.default, (a, b, False))

@@ -66,6 +66,18 @@ def mask_iou_fwd(masks1: torch.Tensor, masks2: torch.Tensor, aligned: bool) -> t
     return out, inter
 
 
+@torch.library.custom_op("vlkernels::mask_iou", mutates_args=())
+def _mask_iou_op(masks1: torch.Tensor, masks2: torch.Tensor, aligned: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    return mask_iou_fwd(masks1, masks2, aligned)
+
+
+@_mask_iou_op.register_fake
+def _(masks1, masks2, aligned):
+    b, n, m = masks1.shape[0], masks1.shape[1], masks2.shape[1]
+    shape = (b, n) if aligned else (b, n, m)
+    return masks1.new_empty(shape, dtype=torch.float64), masks1.new_empty(shape, dtype=torch.int64)
+
+
 def _prepare(masks1: torch.Tensor, masks2: torch.Tensor, aligned: bool):
     check_tensor(masks1, "masks1", dtypes=(torch.bool, torch.uint8), min_ndim=3)
     check_tensor(masks2, "masks2", dtypes=(torch.bool, torch.uint8), min_ndim=3)
@@ -120,14 +132,14 @@ def mask_iou(masks1: torch.Tensor, masks2: torch.Tensor, aligned: bool = False) 
         tensor([[0.3333]], dtype=torch.float64)
     """
     a, b, batch_shape, n, m = _prepare(masks1, masks2, aligned)
-    out, _ = mask_iou_fwd(a, b, bool(aligned))
+    out, _ = _mask_iou_op(a, b, bool(aligned))
     return out.reshape(*batch_shape, n) if aligned else out.reshape(*batch_shape, n, m)
 
 
 def mask_inter_union(masks1: torch.Tensor, masks2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Aligned intersection and union pixel counts (int64 ``(..., N)``) of paired masks ``(..., N, H, W)``."""
     a, b, batch_shape, n, _ = _prepare(masks1, masks2, True)
-    _, inter = mask_iou_fwd(a, b, True)
+    _, inter = _mask_iou_op(a, b, True)
     area_a = a.bool().sum(-1, dtype=torch.int64)
     area_b = b.bool().sum(-1, dtype=torch.int64)
     union = area_a + area_b - inter
