@@ -1,0 +1,115 @@
+"""Boxes family: box IoU vs torchvision's formula in plain torch, COCO RLE IoU vs pycocotools, dense mask IoU vs
+a torch reference. torchvision does not install beside this torch, so its ``box_iou`` runs here as the same torch
+expression (``torchvision-formula``: the [N, M, 2] broadcast of ``_box_inter_union``)."""
+
+import numpy as np
+import torch
+
+from vlkernels.boxes.reference import mask_iou_ref
+from vlkernels.ops import box_iou, mask_iou, rle_iou
+
+from .harness import Bench, register
+
+
+def _random_boxes(n: int, g: torch.Generator) -> torch.Tensor:
+    xy = torch.rand(n, 2, generator=g) * 600
+    wh = torch.rand(n, 2, generator=g) * 200 + 1
+    return torch.cat([xy, xy + wh], 1)
+
+
+def _torchvision_box_iou(boxes1: torch.Tensor, boxes2: torch.Tensor) -> torch.Tensor:
+    # torchvision.ops.box_iou, expression for expression (box_area, _box_inter_union, inter / union).
+    area1 = (boxes1[:, 2] - boxes1[:, 0]) * (boxes1[:, 3] - boxes1[:, 1])
+    area2 = (boxes2[:, 2] - boxes2[:, 0]) * (boxes2[:, 3] - boxes2[:, 1])
+    lt = torch.max(boxes1[:, None, :2], boxes2[:, :2])
+    rb = torch.min(boxes1[:, None, 2:], boxes2[:, 2:])
+    wh = (rb - lt).clamp(min=0)
+    inter = wh[:, :, 0] * wh[:, :, 1]
+    union = area1[:, None] + area2 - inter
+    return inter / union
+
+
+@register("boxes", "box_iou", quick={"n": 1000, "m": 1000}, full={"n": 4000, "m": 4000})
+def _box_iou(n: int, m: int, device: str) -> Bench:
+    g = torch.Generator().manual_seed(0)
+    a, b = _random_boxes(n, g).to(device), _random_boxes(m, g).to(device)
+
+    def check(out):
+        torch.testing.assert_close(out["vlkernels"], out["torchvision-formula"], rtol=1e-6, atol=1e-7)
+
+    return Bench(
+        providers={"vlkernels": lambda: box_iou(a, b), "torchvision-formula": lambda: _torchvision_box_iou(a, b)},
+        baseline="torchvision-formula",
+        check=check,
+        # Inputs plus the N x M fp32 output: the memory traffic floor.
+        bytes=(n + m) * 16 + n * m * 4,
+        notes="fp32 xyxy pairwise IoU; torchvision-formula = torchvision.ops.box_iou's torch code",
+    )
+
+
+def _coco_rles(n: int, h: int, w: int, seed: int) -> list:
+    """COCO-like instance masks: random convex 24-gons (object radii 8..200 px) rasterized by pycocotools."""
+    from pycocotools import mask as coco_mask
+
+    g = np.random.default_rng(seed)
+    t = np.linspace(0, 2 * np.pi, 24, endpoint=False)
+    polys = []
+    for _ in range(n):
+        cx, cy = g.uniform(0, w), g.uniform(0, h)
+        rx, ry = np.exp(g.uniform(np.log(8), np.log(200), 2))
+        jitter = g.uniform(0.8, 1.0, 24)
+        xs = np.clip(cx + rx * jitter * np.cos(t), 0, w - 1)
+        ys = np.clip(cy + ry * jitter * np.sin(t), 0, h - 1)
+        polys.append(np.stack([xs, ys], 1).reshape(-1).tolist())
+    return coco_mask.frPyObjects(polys, h, w)
+
+
+@register(
+    "boxes",
+    "rle_iou",
+    quick={"n": 300, "m": 300, "h": 480, "w": 640},
+    full={"n": 1000, "m": 1000, "h": 480, "w": 640},
+    devices=("cpu",),
+)
+def _rle_iou(n: int, m: int, h: int, w: int, device: str) -> Bench:
+    from pycocotools import mask as coco_mask
+
+    dt, gt = _coco_rles(n, h, w, 1), _coco_rles(m, h, w, 2)
+    crowd = [0] * m
+
+    def check(out):
+        ours, ref = out["vlkernels"].numpy(), out["pycocotools"]
+        if not np.array_equal(ours, ref):
+            raise AssertionError(f"RLE IoU differs from pycocotools in {int((ours != ref).sum())} entries")
+
+    return Bench(
+        providers={"vlkernels": lambda: rle_iou(dt, gt, crowd), "pycocotools": lambda: coco_mask.iou(dt, gt, crowd)},
+        baseline="pycocotools",
+        check=check,
+        notes="compressed-string RLEs in, float64 IoU out (string decoding included); check: bit-identical",
+    )
+
+
+@register(
+    "boxes",
+    "mask_iou",
+    quick={"n": 32, "m": 32, "h": 480, "w": 640},
+    full={"n": 100, "m": 100, "h": 480, "w": 640},
+)
+def _mask_iou(n: int, m: int, h: int, w: int, device: str) -> Bench:
+    from pycocotools import mask as coco_mask
+
+    a = torch.from_numpy(coco_mask.decode(_coco_rles(n, h, w, 3)).transpose(2, 0, 1).copy()).bool().to(device)
+    b = torch.from_numpy(coco_mask.decode(_coco_rles(m, h, w, 4)).transpose(2, 0, 1).copy()).bool().to(device)
+
+    def check(out):
+        if not torch.equal(out["vlkernels"].cpu(), out["torch"].cpu()):
+            raise AssertionError("mask IoU differs from the torch reference")
+
+    return Bench(
+        providers={"vlkernels": lambda: mask_iou(a, b), "torch": lambda: mask_iou_ref(a, b)},
+        baseline="torch",
+        check=check,
+        bytes=(n + m) * h * w,
+        notes="dense bool masks; torch = float64 matmul of flattened masks (mask_iou_ref)",
+    )

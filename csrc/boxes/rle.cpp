@@ -1,0 +1,420 @@
+#include "boxes/rle.h"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+
+#include "boxes/cpu_features.h"
+#include "core/parallel.h"
+
+namespace vlk {
+namespace {
+
+constexpr int64_t kMaxRun = 0xFFFFFFFFLL;  // pycocotools stores runs as 32-bit unsigned
+
+// Parses one compressed string into runs; returns an empty message on success, else the defect.
+std::string parse_one(const std::string& s, std::vector<int64_t>& cnts) {
+  const size_t len = s.size();
+  size_t p = 0;
+  while (p < len) {
+    int64_t x = 0;
+    int k = 0;
+    bool more = true;
+    while (more) {
+      if (p >= len) return "truncated count at end of string";
+      const int c = static_cast<unsigned char>(s[p]) - 48;
+      if (c < 0 || c > 63) return "invalid character at position " + std::to_string(p);
+      // 7 chars carry 35 bits: more than any 32-bit run delta needs; longer groups are malformed.
+      if (k >= 7) return "count longer than 7 characters at position " + std::to_string(p);
+      x |= static_cast<int64_t>(c & 0x1f) << (5 * k);
+      more = (c & 0x20) != 0;
+      ++p;
+      ++k;
+      if (!more && (c & 0x10)) x |= static_cast<int64_t>(~uint64_t{0} << (5 * k));
+    }
+    const size_t mi = cnts.size();
+    if (mi > 2) x += cnts[mi - 2];
+    if (x < 0 || x > kMaxRun) return "run " + std::to_string(mi) + " decodes to " + std::to_string(x);
+    cnts.push_back(x);
+  }
+  return {};
+}
+
+void append_string(const int64_t* c, int64_t m, std::string& out) {
+  for (int64_t i = 0; i < m; ++i) {
+    int64_t x = c[i];
+    if (i > 2) x -= c[i - 2];
+    bool more = true;
+    while (more) {
+      int ch = static_cast<int>(x & 0x1f);
+      x >>= 5;  // arithmetic shift: negative deltas end at -1
+      more = (ch & 0x10) ? x != -1 : x != 0;
+      if (more) ch |= 0x20;
+      out.push_back(static_cast<char>(ch + 48));
+    }
+  }
+}
+
+// Foreground runs as half-open [start, end) intervals of the column-major index, plus the pycocotools bbox.
+struct RleIndex {
+  std::vector<uint32_t> iv;         // start0, end0, start1, end1, ... per RLE
+  std::vector<int64_t> iv_offsets;  // interval k of RLE r: iv[2 * (iv_offsets[r] + k)]
+  std::vector<int64_t> area;
+  std::vector<double> bbox;
+  // The bbox as integer half-open extents x0, x1, y0, y1 (x1 = x + w): bbIou's overlap test on these is exact.
+  std::vector<int64_t> ext;
+  // Column form of masks with at most kMaxPlanes foreground pieces per column (object masks nearly always):
+  // planes[r] arrays over the columns [col_x0, col_x0 + col_n), plane q holding each column's q-th piece [cs, ce)
+  // in rows (absent: 0, 0). Pieces of one mask are disjoint, so |a & b| = sum over plane pairs and columns of
+  // max(0, min(ends) - max(starts)): independent, vectorizable work instead of a dependent interval merge.
+  std::vector<uint8_t> planes;
+  std::vector<int64_t> col_x0, col_n, col_off;
+  std::vector<int32_t> cs, ce;
+};
+
+constexpr int kMaxPlanes = 4;
+
+void bbox_one(const int64_t* cnts, int64_t m_in, int64_t hh, int64_t ww, double* bb) {
+  // Mirrors rleToBbox's 32-bit unsigned arithmetic so even degenerate RLEs give the same box.
+  const uint32_t h = static_cast<uint32_t>(hh), w = static_cast<uint32_t>(ww);
+  const int64_t m = (m_in / 2) * 2;
+  uint32_t xs = w, ys = h, xe = 0, ye = 0, cc = 0, xp = 0;
+  if (m == 0 || h == 0) {
+    bb[0] = bb[1] = bb[2] = bb[3] = 0;
+    return;
+  }
+  for (int64_t j = 0; j < m; ++j) {
+    cc += static_cast<uint32_t>(cnts[j]);
+    const uint32_t t = cc - static_cast<uint32_t>(j % 2);
+    const uint32_t y = t % h, x = (t - y) / h;
+    if (j % 2 == 0) {
+      xp = x;
+    } else if (xp < x) {
+      ys = 0;
+      ye = h - 1;
+    }
+    xs = std::min(xs, x);
+    xe = std::max(xe, x);
+    ys = std::min(ys, y);
+    ye = std::max(ye, y);
+  }
+  bb[0] = xs;
+  bb[2] = static_cast<double>(xe - xs + 1);
+  bb[1] = ys;
+  bb[3] = static_cast<double>(ye - ys + 1);
+}
+
+// Calls fn(column, row_begin, row_end) for every per-column piece of RLE r's foreground intervals (a run that
+// wraps from the bottom of one column into the next is split at the boundary).
+template <typename F>
+void for_each_piece(const RleIndex& idx, int64_t r, int64_t h, F&& fn) {
+  for (int64_t k = idx.iv_offsets[r]; k < idx.iv_offsets[r + 1]; ++k) {
+    int64_t p = idx.iv[2 * k];
+    const int64_t e = idx.iv[2 * k + 1];
+    while (p < e) {
+      const int64_t c = p / h, pe = std::min(e, (c + 1) * h);
+      if (!fn(c, p - c * h, pe - c * h)) return;
+      p = pe;
+    }
+  }
+}
+
+void build_columns(RleIndex& idx, int64_t n, int64_t h) {
+  idx.planes.assign(static_cast<size_t>(n), 0);
+  idx.col_x0.assign(static_cast<size_t>(n), 0);
+  idx.col_n.assign(static_cast<size_t>(n), 0);
+  idx.col_off.assign(static_cast<size_t>(n) + 1, 0);
+  if (h <= 0 || h > INT32_MAX) return;
+  // Pass 1: column range and the most pieces any column holds (masks with more than kMaxPlanes use the merge).
+  parallel_for(n, 64, [&](int64_t begin, int64_t end) {
+    std::vector<uint8_t> cnt;
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t k0 = idx.iv_offsets[r], k1 = idx.iv_offsets[r + 1];
+      if (k1 == k0) continue;
+      const int64_t x0 = idx.iv[2 * k0] / h, x1 = (idx.iv[2 * k1 - 1] - 1) / h + 1;
+      idx.col_x0[r] = x0;
+      idx.col_n[r] = x1 - x0;
+      cnt.assign(static_cast<size_t>(x1 - x0), 0);
+      int most = 0;
+      for_each_piece(idx, r, h, [&](int64_t c, int64_t, int64_t) {
+        most = std::max<int>(most, ++cnt[c - x0]);
+        return most <= kMaxPlanes;
+      });
+      idx.planes[r] = most <= kMaxPlanes ? static_cast<uint8_t>(most) : 0;
+    }
+  });
+  for (int64_t r = 0; r < n; ++r) idx.col_off[r + 1] = idx.col_off[r] + idx.planes[r] * idx.col_n[r];
+  idx.cs.assign(static_cast<size_t>(idx.col_off[n]), 0);
+  idx.ce.assign(static_cast<size_t>(idx.col_off[n]), 0);
+  // Pass 2: piece q of column c goes to plane q (planes are column arrays: entry q * col_n + c); unused = (0, 0).
+  parallel_for(n, 64, [&](int64_t begin, int64_t end) {
+    std::vector<uint8_t> cnt;
+    for (int64_t r = begin; r < end; ++r) {
+      if (idx.planes[r] == 0) continue;
+      const int64_t x0 = idx.col_x0[r], nc = idx.col_n[r];
+      int32_t* cs = idx.cs.data() + idx.col_off[r];
+      int32_t* ce = idx.ce.data() + idx.col_off[r];
+      cnt.assign(static_cast<size_t>(nc), 0);
+      for_each_piece(idx, r, h, [&](int64_t c, int64_t y0, int64_t y1) {
+        const int64_t slot = cnt[c - x0]++ * nc + (c - x0);
+        cs[slot] = static_cast<int32_t>(y0);
+        ce[slot] = static_cast<int32_t>(y1);
+        return true;
+      });
+    }
+  });
+}
+
+RleIndex build_index(const int64_t* counts, const int64_t* offsets, int64_t n, int64_t h, int64_t w) {
+  RleIndex idx;
+  idx.iv_offsets.assign(static_cast<size_t>(n) + 1, 0);
+  idx.area.assign(static_cast<size_t>(n), 0);
+  idx.bbox.assign(static_cast<size_t>(4 * n), 0.0);
+  idx.ext.assign(static_cast<size_t>(4 * n), 0);
+  for (int64_t r = 0; r < n; ++r) {
+    int64_t k = 0;
+    for (int64_t j = offsets[r] + 1; j < offsets[r + 1]; j += 2) k += counts[j] > 0;
+    idx.iv_offsets[r + 1] = idx.iv_offsets[r] + k;
+  }
+  idx.iv.resize(static_cast<size_t>(2 * idx.iv_offsets[n]));
+  parallel_for(n, 64, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t* c = counts + offsets[r];
+      const int64_t m = offsets[r + 1] - offsets[r];
+      uint32_t* out = idx.iv.data() + 2 * idx.iv_offsets[r];
+      int64_t pos = 0, area = 0;
+      for (int64_t j = 0; j < m; ++j) {
+        if ((j & 1) && c[j] > 0) {
+          *out++ = static_cast<uint32_t>(pos);
+          *out++ = static_cast<uint32_t>(pos + c[j]);
+          area += c[j];
+        }
+        pos += c[j];
+      }
+      idx.area[r] = area;
+      double* bb = idx.bbox.data() + 4 * r;
+      bbox_one(c, m, h, w, bb);
+      int64_t* e = idx.ext.data() + 4 * r;
+      e[0] = static_cast<int64_t>(bb[0]);
+      e[1] = static_cast<int64_t>(bb[0] + bb[2]);
+      e[2] = static_cast<int64_t>(bb[1]);
+      e[3] = static_cast<int64_t>(bb[1] + bb[3]);
+    }
+  });
+  build_columns(idx, n, h);
+  return idx;
+}
+
+// Intersection size of two sorted, disjoint interval lists; starts at the first interval that can overlap.
+int64_t intersect(const uint32_t* a, int64_t na, const uint32_t* b, int64_t nb) {
+  if (na == 0 || nb == 0) return 0;
+  const uint32_t lo = std::max(a[0], b[0]);
+  const uint32_t hi = std::min(a[2 * na - 1], b[2 * nb - 1]);
+  if (lo >= hi) return 0;
+  // First interval whose end exceeds lo (ends are increasing): binary search over the interleaved array.
+  auto first_after = [](const uint32_t* v, int64_t cnt, uint32_t x) {
+    int64_t l = 0, r = cnt;
+    while (l < r) {
+      const int64_t mid = (l + r) / 2;
+      if (v[2 * mid + 1] <= x) l = mid + 1; else r = mid;
+    }
+    return l;
+  };
+  int64_t i = first_after(a, na, lo), j = first_after(b, nb, lo);
+  int64_t inter = 0;
+  // Branch-free merge: the interval that ends first advances (both on a tie); overlaps add max(0, e - s).
+  while (i < na && j < nb) {
+    const uint32_t as = a[2 * i], ae = a[2 * i + 1], bs = b[2 * j], be = b[2 * j + 1];
+    if (as >= hi || bs >= hi) break;
+    const int64_t s = std::max(as, bs), e = std::min(ae, be);
+    inter += std::max<int64_t>(e - s, 0);
+    i += ae <= be;
+    j += be <= ae;
+  }
+  return inter;
+}
+
+// Sum over shared columns of max(0, min(ends) - max(starts)); the total is at most h*w < 2^32.
+inline uint32_t column_inter(const int32_t* as, const int32_t* ae, const int32_t* bs, const int32_t* be, int64_t n) {
+  uint32_t acc = 0;
+  for (int64_t c = 0; c < n; ++c) {
+    const int32_t lo = std::max(as[c], bs[c]), hi = std::min(ae[c], be[c]);
+    acc += static_cast<uint32_t>(std::max(hi - lo, 0));
+  }
+  return acc;
+}
+
+VLK_TARGET("avx2") uint32_t column_inter_avx2(const int32_t* as, const int32_t* ae, const int32_t* bs,
+                                               const int32_t* be, int64_t n) {
+  return column_inter(as, ae, bs, be, n);
+}
+
+int64_t pair_inter(const RleIndex& D, int64_t d, const RleIndex& G, int64_t g, bool avx2) {
+  const int pd = D.planes[d], pg = G.planes[g];
+  if (pd > 0 && pg > 0) {
+    const int64_t dx0 = D.col_x0[d], gx0 = G.col_x0[g], dn = D.col_n[d], gn = G.col_n[g];
+    const int64_t c0 = std::max(dx0, gx0), c1 = std::min(dx0 + dn, gx0 + gn);
+    if (c1 <= c0) return 0;
+    int64_t inter = 0;
+    for (int p = 0; p < pd; ++p) {
+      for (int q = 0; q < pg; ++q) {
+        const int64_t da = D.col_off[d] + p * dn + (c0 - dx0), ga = G.col_off[g] + q * gn + (c0 - gx0);
+        const int32_t *as = D.cs.data() + da, *ae = D.ce.data() + da;
+        const int32_t *bs = G.cs.data() + ga, *be = G.ce.data() + ga;
+        inter += avx2 ? column_inter_avx2(as, ae, bs, be, c1 - c0) : column_inter(as, ae, bs, be, c1 - c0);
+      }
+    }
+    return inter;
+  }
+  return intersect(D.iv.data() + 2 * D.iv_offsets[d], D.iv_offsets[d + 1] - D.iv_offsets[d],
+                   G.iv.data() + 2 * G.iv_offsets[g], G.iv_offsets[g + 1] - G.iv_offsets[g]);
+}
+
+// bbIou's overlap test (positive width and height of the xywh box intersection) on the integer extents: the
+// boxes are whole pixels, so fmin(x + w) - fmax(x) > 0 in doubles is exactly this integer comparison.
+inline bool boxes_overlap(const int64_t* D, const int64_t* G) {
+  return std::min(D[1], G[1]) > std::max(D[0], G[0]) && std::min(D[3], G[3]) > std::max(D[2], G[2]);
+}
+
+}  // namespace
+
+std::string rle_parse_strings(const std::vector<std::string>& strings, const int64_t* hw,
+                              std::vector<int64_t>& counts, std::vector<int64_t>& offsets) {
+  const int64_t n = static_cast<int64_t>(strings.size());
+  std::vector<std::vector<int64_t>> per(static_cast<size_t>(n));
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  parallel_for(n, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; ++k) {
+      errors[k] = parse_one(strings[k], per[k]);
+      if (!errors[k].empty()) continue;
+      int64_t total = 0;
+      for (int64_t c : per[k]) total += c;
+      if (total != hw[k])
+        errors[k] = "runs sum to " + std::to_string(total) + " but the size h*w is " + std::to_string(hw[k]);
+    }
+  });
+  for (int64_t k = 0; k < n; ++k)
+    if (!errors[k].empty()) return "malformed RLE string at index " + std::to_string(k) + ": " + errors[k];
+  offsets.assign(static_cast<size_t>(n) + 1, 0);
+  for (int64_t k = 0; k < n; ++k) offsets[k + 1] = offsets[k] + static_cast<int64_t>(per[k].size());
+  counts.resize(static_cast<size_t>(offsets[n]));
+  for (int64_t k = 0; k < n; ++k) std::copy(per[k].begin(), per[k].end(), counts.begin() + offsets[k]);
+  return {};
+}
+
+std::vector<std::string> rle_to_strings(const int64_t* counts, const int64_t* offsets, int64_t n) {
+  std::vector<std::string> out(static_cast<size_t>(n));
+  parallel_for(n, 64, [&](int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; ++k) append_string(counts + offsets[k], offsets[k + 1] - offsets[k], out[k]);
+  });
+  return out;
+}
+
+std::vector<std::string> rle_encode_strings(const uint8_t* masks, int64_t n, int64_t hw) {
+  std::vector<std::string> out(static_cast<size_t>(n));
+  parallel_for(n, 1, [&](int64_t begin, int64_t end) {
+    std::vector<int64_t> cnts;
+    for (int64_t k = begin; k < end; ++k) {
+      const uint8_t* t = masks + k * hw;
+      cnts.clear();
+      uint8_t p = 0;
+      int64_t c = 0;
+      for (int64_t j = 0; j < hw; ++j) {
+        const uint8_t v = t[j] != 0;
+        if (v != p) {
+          cnts.push_back(c);
+          c = 0;
+          p = v;
+        }
+        ++c;
+      }
+      cnts.push_back(c);
+      append_string(cnts.data(), static_cast<int64_t>(cnts.size()), out[k]);
+    }
+  });
+  return out;
+}
+
+void launch_rle_decode(const int64_t* counts, const int64_t* offsets, int64_t n, int64_t hw, uint8_t* out) {
+  parallel_for(n, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; ++k) {
+      uint8_t* o = out + k * hw;
+      int64_t pos = 0;
+      uint8_t v = 0;
+      for (int64_t j = offsets[k]; j < offsets[k + 1]; ++j) {
+        // Runs were validated to sum to hw; the clamp keeps a caller bug from writing past the mask.
+        const int64_t e = std::min(hw, pos + counts[j]);
+        std::fill(o + pos, o + e, v);
+        pos = e;
+        v = !v;
+      }
+      std::fill(o + pos, o + hw, uint8_t{0});
+    }
+  });
+}
+
+void launch_rle_area(const int64_t* counts, const int64_t* offsets, int64_t n, int64_t* out) {
+  parallel_for(n, 256, [&](int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; ++k) {
+      int64_t a = 0;
+      for (int64_t j = offsets[k] + 1; j < offsets[k + 1]; j += 2) a += counts[j];
+      out[k] = a;
+    }
+  });
+}
+
+void launch_rle_to_bbox(const int64_t* counts, const int64_t* offsets, int64_t n, const int64_t* h, const int64_t* w,
+                        double* out) {
+  parallel_for(n, 256, [&](int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; ++k)
+      bbox_one(counts + offsets[k], offsets[k + 1] - offsets[k], h[k], w[k], out + 4 * k);
+  });
+}
+
+void launch_rle_iou(const int64_t* dt_counts, const int64_t* dt_offsets, int64_t nd, const int64_t* gt_counts,
+                    const int64_t* gt_offsets, int64_t ng, int64_t h, int64_t w, const uint8_t* iscrowd, double* out) {
+  if (nd == 0 || ng == 0) return;
+  const RleIndex D = build_index(dt_counts, dt_offsets, nd, h, w);
+  const RleIndex G = build_index(gt_counts, gt_offsets, ng, h, w);
+  const bool avx2 = cpu_has_avx2();
+  parallel_for(nd, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t d = begin; d < end; ++d) {
+      for (int64_t g = 0; g < ng; ++g) {
+        double o = 0.0;
+        if (boxes_overlap(D.ext.data() + 4 * d, G.ext.data() + 4 * g)) {
+          const int64_t inter = pair_inter(D, d, G, g, avx2);
+          if (inter > 0) {
+            const int64_t u = (iscrowd != nullptr && iscrowd[g]) ? D.area[d] : D.area[d] + G.area[g] - inter;
+            o = static_cast<double>(inter) / static_cast<double>(u);
+          }
+        }
+        out[d * ng + g] = o;
+      }
+    }
+  });
+}
+
+void launch_coco_box_iou(const double* dt, int64_t nd, const double* gt, int64_t ng, const uint8_t* iscrowd,
+                         double* out) {
+  parallel_for(nd, std::max<int64_t>(1, 4096 / std::max<int64_t>(ng, 1)), [&](int64_t begin, int64_t end) {
+    for (int64_t d = begin; d < end; ++d) {
+      const double* D = dt + 4 * d;
+      const double da = D[2] * D[3];
+      for (int64_t g = 0; g < ng; ++g) {
+        const double* G = gt + 4 * g;
+        double o = 0.0;
+        const double w = std::fmin(D[2] + D[0], G[2] + G[0]) - std::fmax(D[0], G[0]);
+        const double h = std::fmin(D[3] + D[1], G[3] + G[1]) - std::fmax(D[1], G[1]);
+        if (w > 0 && h > 0) {
+          const double i = w * h;
+          const double u = (iscrowd != nullptr && iscrowd[g]) ? da : da + G[2] * G[3] - i;
+          o = i / u;
+        }
+        out[d * ng + g] = o;
+      }
+    }
+  });
+}
+
+}  // namespace vlk

@@ -1,0 +1,44 @@
+// COCO run-length encoding, bit-compatible with pycocotools' maskApi.c: column-major runs alternating
+// background/foreground starting with background, the compressed-string (LEB128-like, 6 bits per char, deltas
+// against the run two back) format, area, bbox, and IoU (iscrowd -> intersection / area(dt)).
+// RLE sets are flattened: counts[offsets[k] .. offsets[k+1]) are the runs of RLE k (int64, validated
+// non-negative, < 2^32, summing to h*w by the Python layer or by rle_parse_strings).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace vlk {
+
+// Decodes compressed strings. Returns "" on success, else a message naming the string index and the defect (bad
+// character, truncated count, count overflow, negative run, runs not summing to hw[k]); the caller raises it (no
+// C++ exception crosses the module boundary). Never reads past a string's end.
+std::string rle_parse_strings(const std::vector<std::string>& strings, const int64_t* hw, std::vector<int64_t>& counts,
+                       std::vector<int64_t>& offsets);
+
+// Runs -> compressed strings (pycocotools rleToString).
+std::vector<std::string> rle_to_strings(const int64_t* counts, const int64_t* offsets, int64_t n);
+
+// masks: [n, hw] uint8, each mask column-major (Fortran order, as pycocotools); nonzero = foreground.
+std::vector<std::string> rle_encode_strings(const uint8_t* masks, int64_t n, int64_t hw);
+
+// out: [n, hw] uint8 column-major.
+void launch_rle_decode(const int64_t* counts, const int64_t* offsets, int64_t n, int64_t hw, uint8_t* out);
+
+// out[k] = sum of the foreground (odd-index) runs.
+void launch_rle_area(const int64_t* counts, const int64_t* offsets, int64_t n, int64_t* out);
+
+// out: [n, 4] xywh doubles exactly as pycocotools rleToBbox (h, w per RLE).
+void launch_rle_to_bbox(const int64_t* counts, const int64_t* offsets, int64_t n, const int64_t* h, const int64_t* w,
+                        double* out);
+
+// out: [nd, ng] float64, pycocotools rleIou with its bbox prefilter; all RLEs share one size h x w.
+void launch_rle_iou(const int64_t* dt_counts, const int64_t* dt_offsets, int64_t nd, const int64_t* gt_counts,
+                    const int64_t* gt_offsets, int64_t ng, int64_t h, int64_t w, const uint8_t* iscrowd, double* out);
+
+// out: [nd, ng] float64, pycocotools bbIou on xywh float64 boxes.
+void launch_coco_box_iou(const double* dt, int64_t nd, const double* gt, int64_t ng, const uint8_t* iscrowd,
+                         double* out);
+
+}  // namespace vlk

@@ -1,0 +1,233 @@
+"""box_iou / segment_iou against torchvision's formulas (float64 reference; torchvision does not install beside
+this torch) and Moment-DETR's numpy temporal IoU."""
+
+import numpy as np
+import pytest
+import torch
+
+from vlkernels.boxes.reference import box_iou_ref, segment_iou_ref, to_xyxy_ref
+from vlkernels.ops import box_iou, segment_iou
+
+KINDS = ["iou", "giou", "diou", "ciou"]
+FMTS = ["xyxy", "xywh", "cxcywh"]
+
+
+def grid_boxes(*shape, seed=0):
+    """Coordinates on a 1/4 grid in [0, 8]: independent corners give inverted, zero-area, identical and touching
+    boxes often, and every sum/product is exact in fp32, so fp32 and fp64 see the same degenerate cases."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 33, (*shape, 4), generator=g).double() / 4
+
+
+def proper_boxes(*shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    xy = torch.rand(*shape, 2, generator=g, dtype=torch.float64) * 50
+    wh = torch.rand(*shape, 2, generator=g, dtype=torch.float64) * 20 + 0.5
+    return torch.cat([xy, xy + wh], -1)
+
+
+def close(out, ref, dtype):
+    tol = dict(rtol=1e-12, atol=1e-12) if dtype == torch.float64 else dict(rtol=2e-5, atol=2e-5)
+    torch.testing.assert_close(out.double(), ref, equal_nan=True, **tol)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("fmt", FMTS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_box_iou_matches_torchvision_formula_with_degenerate_boxes(kind, fmt, dtype):
+    a, b = grid_boxes(37, seed=1), grid_boxes(41, seed=2)
+    # Identical and touching boxes, zero-area and inverted ones (also plentiful in the random grid).
+    a[0], b[0] = torch.tensor([1.0, 1, 3, 3]), torch.tensor([1.0, 1, 3, 3])
+    a[1], b[1] = torch.tensor([0.0, 0, 2, 2]), torch.tensor([2.0, 0, 4, 2])
+    a[2], b[2] = torch.tensor([1.0, 1, 1, 1]), torch.tensor([1.0, 1, 1, 1])
+    a[3], b[3] = torch.tensor([3.0, 3, 1, 1]), torch.tensor([0.0, 0, 4, 4])
+    eps = 1e-7 if kind in ("diou", "ciou") else 0.0
+    out = box_iou(a.to(dtype), b.to(dtype), fmt=fmt, kind=kind, eps=eps)
+    assert out.dtype == dtype and out.shape == (37, 41)
+    close(out, box_iou_ref(a, b, fmt, kind, eps=eps), dtype)
+    if kind in ("iou", "giou") and fmt == "xyxy":
+        assert torch.isnan(out[2, 2]) and not torch.isnan(out[0, 0])  # 0/0 -> NaN, as torchvision
+        assert out[0, 0] == 1 and out[1, 1] == 0  # touching boxes: I = 0, and C = U so GIoU = 0 too
+
+
+def test_box_iou_hand_values():
+    a = torch.tensor([[0.0, 0, 2, 2]])
+    b = torch.tensor([[1.0, 1, 3, 3], [4.0, 0, 6, 2]])
+    torch.testing.assert_close(box_iou(a, b), torch.tensor([[1 / 7, 0.0]]))
+    # GIoU of disjoint boxes: 0 - (C - U) / C with C = 6 * 2, U = 8.
+    torch.testing.assert_close(box_iou(a, b, kind="giou")[0, 1], torch.tensor(-(12 - 8) / 12))
+    # xywh and cxcywh describe the same boxes.
+    xywh = torch.tensor([[0.0, 0, 2, 2]]), torch.tensor([[1.0, 1, 2, 2]])
+    cxcywh = torch.tensor([[1.0, 1, 2, 2]]), torch.tensor([[2.0, 2, 2, 2]])
+    torch.testing.assert_close(box_iou(*xywh, fmt="xywh"), torch.tensor([[1 / 7]]))
+    torch.testing.assert_close(box_iou(*cxcywh, fmt="cxcywh"), torch.tensor([[1 / 7]]))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_box_iou_eps_placement(kind):
+    a, b = grid_boxes(9, seed=3), grid_boxes(11, seed=4)
+    close(box_iou(a, b, kind=kind, eps=0.5), box_iou_ref(a, b, kind=kind, eps=0.5), torch.float64)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("kind", KINDS)
+def test_box_iou_half_inputs_computed_and_returned_in_fp32(dtype, kind):
+    a, b = proper_boxes(33, seed=5).to(dtype), proper_boxes(17, seed=6).to(dtype)
+    out = box_iou(a, b, kind=kind, eps=1e-7)
+    assert out.dtype == torch.float32
+    close(out, box_iou_ref(a.double(), b.double(), kind=kind, eps=1e-7), torch.float32)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_box_iou_batched_aligned_and_noncontiguous(kind):
+    a, b = proper_boxes(2, 3, 13, seed=7), proper_boxes(2, 3, 13, seed=8)
+    close(box_iou(a, b, kind=kind), box_iou_ref(a, b, kind=kind), torch.float64)
+    close(box_iou(a, b, kind=kind, aligned=True), box_iou_ref(a, b, kind=kind, aligned=True), torch.float64)
+    wide = proper_boxes(2, 26, 8, seed=9)
+    nc1, nc2 = wide[:, ::2, 2:6], wide[:, 1::2, 1:5]
+    assert not nc1.is_contiguous()
+    close(box_iou(nc1, nc2, kind=kind), box_iou_ref(nc1, nc2, kind=kind), torch.float64)
+    # Rows crossing many thread chunks.
+    big1, big2 = proper_boxes(1000, seed=10), proper_boxes(257, seed=11)
+    close(box_iou(big1, big2, kind=kind), box_iou_ref(big1, big2, kind=kind), torch.float64)
+
+
+@pytest.mark.parametrize("shapes", [((0, 4), (5, 4)), ((5, 4), (0, 4)), ((0, 3, 4), (0, 2, 4)), ((1, 4), (1, 4))])
+def test_box_iou_empty_and_single(shapes):
+    a, b = proper_boxes(*shapes[0][:-1]), proper_boxes(*shapes[1][:-1])
+    out = box_iou(a, b)
+    assert out.shape == (*shapes[0][:-1], shapes[1][-2])
+    close(out, box_iou_ref(a, b), torch.float64)
+
+
+@pytest.mark.parametrize("aligned", [False, True])
+def test_box_iou_ragged_valid_counts(aligned):
+    a, b = proper_boxes(3, 6, seed=12), proper_boxes(3, 6, seed=13)
+    # Padding is degenerate (zeros): with eps=0 the formula would give NaN there; the kernel writes 0.
+    a[0, 4:] = 0
+    b[1, 2:] = 0
+    v1, v2 = torch.tensor([4, 6, 0]), [6, 2, 3]
+    out = box_iou(a, b, kind="giou", aligned=aligned, valid1=v1, valid2=v2)
+    ref = box_iou_ref(a, b, kind="giou", aligned=aligned)
+    for bi in range(3):
+        for i in range(6):
+            cols = [i] if aligned else range(6)
+            for j in cols:
+                got = out[bi, i] if aligned else out[bi, i, j]
+                want = ref[bi, i] if aligned else ref[bi, i, j]
+                inside = i < v1[bi] and j < v2[bi]
+                assert got == (want if inside else 0), (bi, i, j)
+
+
+@pytest.mark.parametrize("kind", ["iou", "giou", "diou"])
+@pytest.mark.parametrize("aligned", [False, True])
+def test_box_iou_gradcheck(kind, aligned):
+    # Finite differences of the C++ forward against the reference backward; boxes without coordinate ties.
+    a = proper_boxes(2, 4, seed=14).requires_grad_()
+    b = proper_boxes(2, 4, seed=15).requires_grad_()
+    assert torch.autograd.gradcheck(lambda x, y: box_iou(x, y, kind=kind, aligned=aligned, eps=1e-7), (a, b))
+    # xywh and a ragged batch: padded boxes get exactly zero gradient.
+    v = torch.tensor([3, 4])
+    fn = lambda x, y: box_iou(x, y, fmt="xywh", kind=kind, aligned=aligned, valid1=v)
+    assert torch.autograd.gradcheck(fn, (a, b))
+    fn(a, b).sum().backward()
+    assert torch.all(a.grad[0, 3] == 0)
+
+
+def test_box_iou_ciou_gradient_matches_torchvision_rule():
+    # torchvision treats alpha as a constant (no_grad); the reference backward does too.
+    a = proper_boxes(5, seed=16).requires_grad_()
+    b = proper_boxes(7, seed=17).requires_grad_()
+    up = torch.randn(5, 7, dtype=torch.float64)
+    ga = torch.autograd.grad((box_iou(a, b, kind="ciou", eps=1e-7) * up).sum(), (a, b))
+    gr = torch.autograd.grad((box_iou_ref(a, b, kind="ciou", eps=1e-7) * up).sum(), (a, b))
+    for x, y in zip(ga, gr):
+        torch.testing.assert_close(x, y)
+
+
+def test_box_iou_half_gradient_dtype():
+    a = proper_boxes(4, seed=18).half().requires_grad_()
+    b = proper_boxes(3, seed=19).half()
+    box_iou(a, b).sum().backward()
+    assert a.grad.dtype == torch.float16 and torch.isfinite(a.grad).all()
+
+
+def test_box_iou_validation_errors():
+    a = proper_boxes(3)
+    with pytest.raises(ValueError, match="last dimension 4"):
+        box_iou(a[:, :3], a)
+    with pytest.raises(ValueError, match="at least 2 dimensions"):
+        box_iou(a[0], a)
+    with pytest.raises(ValueError, match="batch dims"):
+        box_iou(proper_boxes(2, 3), proper_boxes(3, 3))
+    with pytest.raises(ValueError, match="NaN"):
+        bad = a.clone()
+        bad[1, 2] = float("nan")
+        box_iou(bad, a)
+    with pytest.raises(ValueError, match="NaN"):
+        box_iou(a, torch.full((2, 4), float("inf"), dtype=torch.float64))
+    with pytest.raises(ValueError, match="dtype"):
+        box_iou(a, a.float())
+    with pytest.raises(ValueError, match="dtype"):
+        box_iou(a.long(), a.long())
+    with pytest.raises(ValueError, match="fmt"):
+        box_iou(a, a, fmt="yxyx")
+    with pytest.raises(ValueError, match="kind"):
+        box_iou(a, a, kind="wiou")
+    with pytest.raises(ValueError, match="eps"):
+        box_iou(a, a, eps=-1.0)
+    with pytest.raises(ValueError, match="aligned"):
+        box_iou(a, proper_boxes(4), aligned=True)
+    with pytest.raises(ValueError, match="valid1 counts"):
+        box_iou(proper_boxes(2, 3), proper_boxes(2, 3), valid1=[1, 4])
+    with pytest.raises(ValueError, match="batch shape"):
+        box_iou(proper_boxes(2, 3), proper_boxes(2, 3), valid2=[1, 2, 3])
+    with pytest.raises(ValueError, match="torch.Tensor"):
+        box_iou(a.tolist(), a)
+
+
+def test_box_iou_custom_op_registration():
+    a, b = proper_boxes(1, 5).float(), proper_boxes(1, 6).float()
+    torch.library.opcheck(torch.ops.vlkernels.box_iou.default, (a, b, 0, 1, False, 0.0, None, None))
+
+
+@pytest.mark.parametrize("union", ["sum", "hull"])
+@pytest.mark.parametrize("aligned", [False, True])
+def test_segment_iou_bit_identical_to_moment_detr(union, aligned):
+    g = torch.Generator().manual_seed(20)
+    s1 = torch.randint(0, 16, (2, 37, 2), generator=g).double() / 2
+    s2 = torch.randint(0, 16, (2, 37 if aligned else 41, 2), generator=g).double() / 2
+    s1[0, 0] = s2[0, 0] = torch.tensor([3.0, 3.0])  # zero-length identical: sum -> NaN, hull -> 0
+    s1[0, 1] = torch.tensor([0.1, 0.7])
+    s2[0, 1] = torch.tensor([0.3, 1.9])  # inexact decimals exercise the rounding order
+    out = segment_iou(s1, s2, aligned=aligned, union=union)
+    ref = np.stack([segment_iou_ref(x.numpy(), y.numpy(), aligned, union) for x, y in zip(s1, s2)])
+    assert out.dtype == torch.float64
+    np.testing.assert_array_equal(out.numpy(), ref)
+    out32 = segment_iou(s1.float(), s2.float(), aligned=aligned, union=union)
+    assert out32.dtype == torch.float32
+    torch.testing.assert_close(out32.double(), torch.from_numpy(ref), rtol=1e-6, atol=1e-6, equal_nan=True)
+
+
+def test_segment_iou_hand_values_and_errors():
+    torch.testing.assert_close(
+        segment_iou(torch.tensor([[0.0, 2.0]]), torch.tensor([[1.0, 3.0]])), torch.tensor([[1 / 3]])
+    )
+    assert segment_iou(torch.tensor([[0.0, 1.0]]), torch.tensor([[2.0, 3.0]]), union="hull")[0, 0] == 0
+    assert segment_iou(torch.zeros(0, 2), torch.zeros(3, 2)).shape == (0, 3)
+    with pytest.raises(ValueError, match="last dimension 2"):
+        segment_iou(torch.zeros(3, 3), torch.zeros(3, 2))
+    with pytest.raises(ValueError, match="union"):
+        segment_iou(torch.zeros(3, 2), torch.zeros(3, 2), union="iou")
+    with pytest.raises(ValueError, match="NaN"):
+        segment_iou(torch.full((1, 2), float("nan")), torch.zeros(3, 2))
+    with pytest.raises(ValueError, match="batch dims"):
+        segment_iou(torch.zeros(2, 1, 2), torch.zeros(3, 1, 2))
+    with pytest.raises(ValueError, match="aligned"):
+        segment_iou(torch.zeros(2, 2), torch.zeros(3, 2), aligned=True)
+
+
+def test_to_xyxy_ref_roundtrip():
+    b = proper_boxes(5)
+    xywh = torch.cat([b[:, :2], b[:, 2:] - b[:, :2]], -1)
+    torch.testing.assert_close(to_xyxy_ref(xywh, "xywh"), b)

@@ -1,0 +1,24 @@
+"""Boxes family: batched IoU (box, segment, dense mask, COCO RLE) and the grounding metrics built on it.
+
+The ops live in ``vlkernels.ops`` (``box_iou``, ``segment_iou``, ``mask_iou``, ``rle_*``); the metrics here.
+Conventions: ``vlkernels/boxes/README.md``.
+"""
+
+from vlkernels.boxes.grounding import moment_retrieval_metrics, rec_accuracy, ris_metrics
+from vlkernels.boxes.iou import box_iou, segment_iou
+from vlkernels.boxes.masks import mask_iou
+from vlkernels.boxes.rle import rle_area, rle_decode, rle_encode, rle_iou, rle_to_bbox
+
+__all__ = [
+    "box_iou",
+    "mask_iou",
+    "moment_retrieval_metrics",
+    "rec_accuracy",
+    "ris_metrics",
+    "rle_area",
+    "rle_decode",
+    "rle_encode",
+    "rle_iou",
+    "rle_to_bbox",
+    "segment_iou",
+]
