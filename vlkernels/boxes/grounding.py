@@ -156,7 +156,9 @@ def ris_metrics(
 
 
 def _as_f64(x, name: str, last: int | None) -> torch.Tensor:
-    t = torch.as_tensor(x.detach() if isinstance(x, torch.Tensor) else np.array(x, dtype=np.float64), dtype=torch.float64).cpu()
+    t = torch.as_tensor(
+        x.detach() if isinstance(x, torch.Tensor) else np.array(x, dtype=np.float64), dtype=torch.float64
+    ).cpu()
     if last is not None and (t.dim() != 2 or t.shape[1] != last):
         raise ValueError(f"{name} must have shape (n, {last}), got {tuple(t.shape)}")
     if last is None and t.dim() != 1:

@@ -237,7 +237,9 @@ def _is_boxes(x: object) -> bool:
 
 
 def _as_boxes(x: object, name: str) -> torch.Tensor:
-    t = torch.as_tensor(x.detach() if isinstance(x, torch.Tensor) else np.array(x, dtype=np.float64), dtype=torch.float64).cpu()
+    t = torch.as_tensor(
+        x.detach() if isinstance(x, torch.Tensor) else np.array(x, dtype=np.float64), dtype=torch.float64
+    ).cpu()
     if t.dim() != 2 or t.shape[1] != 4:
         raise ValueError(f"{name} as boxes must be (N, 4) xywh, got shape {tuple(t.shape)}")
     check_finite(t, name)
