@@ -39,8 +39,9 @@ def caption_errors(name: Callable[[int, int], str]) -> Iterator[None]:
     try:
         yield
     except ValueError as e:
-        if len(e.args) == 1 and isinstance(e.args[0], tuple) and e.args[0][:1] == (_CAPTION_ERROR,):
-            _, item, pos, reason = e.args[0]
+        # PyErr_SetObject(ValueError, tuple) makes the tuple the exception's args.
+        if len(e.args) == 4 and e.args[0] == _CAPTION_ERROR:
+            _, item, pos, reason = e.args
             raise ValueError(f"{name(item, pos)}: {reason}") from None
         raise
 
