@@ -6,9 +6,6 @@
 #include <pybind11/stl.h>
 
 #include <string>
-#include <chrono>
-#include <cstdio>
-#include <cstdlib>
 #include <vector>
 
 #include "captioning/cider.h"
@@ -96,9 +93,7 @@ py::array_t<double> cider_corpus(const py::list& hyps, const py::list& refs, int
   py::gil_scoped_release release;
   vlk::cap::Vocab vocab;
   Tokens tok;
-  auto t0 = std::chrono::steady_clock::now();
   vlk::cap::tokenize_texts(b.texts, vlk::cap::Split::kWhitespace, vocab, tok);
-  if (getenv("VLK_PROF")) fprintf(stderr, "tokenize %f\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   vlk::cap::cider_corpus(tok, b.cand.data(), b.ref_off.data(), b.ref_caps.data(), m, o, po);
   return out;
 }

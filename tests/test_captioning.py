@@ -18,8 +18,13 @@ pc_rouge = pytest.importorskip("pycocoevalcap.rouge.rouge")
 
 TOL = 1e-12  # the golden files come from numpy 1.26 (its np.log differs from 2.x in the last bit)
 KARPATHY_SETS = [
-    "ersan_vis", "transformer_cil_vis", "magic__magic_result", "magic__zerocap_result",
-    "magic__mscoco_in_domain_clipretrieval", "magic__contrastive_result", "magic__top_k_result_run_1",
+    "ersan_vis",
+    "transformer_cil_vis",
+    "magic__magic_result",
+    "magic__zerocap_result",
+    "magic__mscoco_in_domain_clipretrieval",
+    "magic__contrastive_result",
+    "magic__top_k_result_run_1",
     "magic__nucleus_result_run_1",
 ]
 
@@ -129,8 +134,12 @@ def test_live_equal_to_pycocoevalcap(golden, karpathy_refs, size, n, monkeypatch
         from pycocoevalcap.bleu import bleu_scorer
         from pycocoevalcap.cider import cider_scorer
 
-        c_refs, c_test, b_refs, b_test = (cider_scorer.cook_refs, cider_scorer.cook_test, bleu_scorer.cook_refs,
-                                          bleu_scorer.cook_test)
+        c_refs, c_test, b_refs, b_test = (
+            cider_scorer.cook_refs,
+            cider_scorer.cook_test,
+            bleu_scorer.cook_refs,
+            bleu_scorer.cook_test,
+        )
         monkeypatch.setattr(cider_scorer, "cook_refs", lambda refs, _n=4: c_refs(refs, n))
         monkeypatch.setattr(cider_scorer, "cook_test", lambda test, _n=4: c_test(test, n))
         monkeypatch.setattr(bleu_scorer, "cook_refs", lambda refs, eff=None, _n=4: b_refs(refs, eff, n))
@@ -240,7 +249,7 @@ def test_ciderd_token_ids_follow_ruotianluo_eos(golden, karpathy_refs):
     unk = len(vocab) + 1
 
     def ids(c, width=24):
-        row = [vocab.get(w, unk) for w in c.split()][: width - 1] + [0]
+        row = [*[vocab.get(w, unk) for w in c.split()][: width - 1], 0]
         return row + [0] * (width - len(row))
 
     def text(c):

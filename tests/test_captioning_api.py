@@ -101,8 +101,12 @@ def test_ciderd_load_bad_files(tmp_path):
         "other.json": b'{"format": "pickle"}',
         "fields.json": json.dumps({"format": "vlkernels.cider_document_frequency", "n": 4}).encode(),
     }
-    msgs = {"broken.json": "malformed JSON", "latin1.json": "invalid UTF-8 at byte 12",
-            "other.json": "not a vlkernels document-frequency", "fields.json": "field 'num_docs'"}
+    msgs = {
+        "broken.json": "malformed JSON",
+        "latin1.json": "invalid UTF-8 at byte 12",
+        "other.json": "not a vlkernels document-frequency",
+        "fields.json": "field 'num_docs'",
+    }
     for name, raw in cases.items():
         (tmp_path / name).write_bytes(raw)
         with pytest.raises(ValueError, match=msgs[name]):
@@ -180,8 +184,8 @@ def test_cli_captions(tmp_path):
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 0, r.stderr
     assert "CIDEr-D" in r.stdout and "BLEU-4" in r.stdout and "ROUGE-L" in r.stdout
-    r = subprocess.run(cmd + ["--json"], capture_output=True, text=True, cwd=REPO)
+    r = subprocess.run([*cmd, "--json"], capture_output=True, text=True, cwd=REPO)
     assert json.loads(r.stdout)["CIDEr"] == pytest.approx(float(Cider().compute_score(GTS, RES)[0]), abs=1e-12)
     (tmp_path / "bad.json").write_text("{", encoding="utf-8")
-    r = subprocess.run(cmd[:4] + [str(anns), str(tmp_path / "bad.json")], capture_output=True, text=True, cwd=REPO)
+    r = subprocess.run([*cmd[:4], str(anns), str(tmp_path / "bad.json")], capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 2 and "malformed JSON" in r.stderr

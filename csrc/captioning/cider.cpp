@@ -3,9 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <mutex>
-#include <chrono>
-#include <cstdio>
-#include <cstdlib>
 #include <stdexcept>
 
 #include "core/parallel.h"
@@ -169,8 +166,6 @@ void validate_opts(const CiderOpts& o) {
 void cider_corpus(const Tokens& tok, const int64_t* cand, const int64_t* ref_off, const int64_t* ref_caps,
                   int64_t n_images, const CiderOpts& opts, double* out) {
   validate_opts(opts);
-  auto t0 = std::chrono::steady_clock::now();
-  auto lap = [&](const char* w) { if (getenv("VLK_PROF")) fprintf(stderr, "%s %f\n", w, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()); t0 = std::chrono::steady_clock::now(); };
   std::vector<ImageNgrams> ims;
   std::vector<size_t> per_shard;
   build_images(tok, n_images, opts.n, [&](int64_t i, std::vector<int64_t>& caps, int& rb, int& re) {
@@ -179,11 +174,8 @@ void cider_corpus(const Tokens& tok, const int64_t* cand, const int64_t* ref_off
     rb = 1;
     re = static_cast<int>(caps.size());
   }, ims, per_shard);
-  lap("build");
   DfTable df;
   count_documents(ims, per_shard, df);
-  lap("df");
-  if (getenv("VLK_PROF")) { size_t pairs = 0; for (auto& im : ims) for (auto f : im.in_ref) pairs += f; fprintf(stderr, "pairs %zu unique %zu\n", pairs, df.size()); }
   if (static_cast<int64_t>(df.max_df()) >= opts.logdf_size) throw std::out_of_range("log table too small");
   vlk::parallel_for(n_images, 64, [&](int64_t b, int64_t e) {
     std::vector<double> idf;
@@ -204,7 +196,6 @@ void cider_corpus(const Tokens& tok, const int64_t* cand, const int64_t* ref_off
       im = ImageNgrams();
     }
   });
-  lap("score");
 }
 
 void CiderDf::add_documents(const Tokens& tok, const int64_t* ref_off, const int64_t* ref_caps, int64_t n_docs) {

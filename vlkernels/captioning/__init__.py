@@ -9,7 +9,7 @@ from vlkernels.captioning.metrics import Bleu, Rouge
 __all__ = ["Bleu", "Cider", "CiderD", "CiderOriginal", "Rouge", "evaluate_captions"]
 
 try:  # the C++ PTB tokenizer lands from its own branch; the package works before it does
-    from vlkernels.captioning.tokenizer import PTBTokenizer, ptb_tokenize  # noqa: F401
+    from vlkernels.captioning.tokenizer import PTBTokenizer, ptb_tokenize
 
     __all__ += ["PTBTokenizer", "ptb_tokenize"]
 except ImportError:

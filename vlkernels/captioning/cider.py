@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -220,7 +220,12 @@ class CiderD:
 
     @classmethod
     def from_document_frequency(
-        cls, document_frequency: Mapping[Any, float], num_docs: int, *, n: int = 4, sigma: float = 6.0,
+        cls,
+        document_frequency: Mapping[Any, float],
+        num_docs: int,
+        *,
+        n: int = 4,
+        sigma: float = 6.0,
         eos: int | None = 0,
     ) -> CiderD:
         """Builds the scorer from ``{ngram: df}`` (keys: tuples of words as in ruotianluo's pickled
@@ -253,8 +258,14 @@ class CiderD:
     def save(self, path: str | os.PathLike) -> None:
         """Writes the document frequencies as JSON (no pickle): format, version, n, num_docs, ngrams, df."""
         ngrams, counts = self._df.items()
-        doc = {"format": _DF_FORMAT, "version": 1, "n": self.n, "num_docs": self.num_docs,
-               "ngrams": ngrams, "df": counts.tolist()}
+        doc = {
+            "format": _DF_FORMAT,
+            "version": 1,
+            "n": self.n,
+            "num_docs": self.num_docs,
+            "ngrams": ngrams,
+            "df": counts.tolist(),
+        }
         with open(path, "w", encoding="utf-8") as f:
             json.dump(doc, f, ensure_ascii=False)
 
@@ -291,7 +302,7 @@ class CiderD:
                 that are not str / not integer arrays, invalid UTF-8.
         """
         hyp_src, b = _source(candidates, "candidates", self.eos)
-        groups = list(refs) if not isinstance(refs, np.ndarray) and not hasattr(refs, "detach") else list(refs)
+        groups = list(refs)
         src, off = self._groups(groups, list(range(len(groups))), "refs")
         if ref_index is None:
             if len(groups) != b:

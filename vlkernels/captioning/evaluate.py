@@ -24,14 +24,17 @@ def _annotations(obj: Any, name: str) -> list:
         if not isinstance(a, Mapping) or "image_id" not in a or "caption" not in a:
             raise ValueError(f"{name}[{i}]: record must be a dict with 'image_id' and 'caption'")
         if not isinstance(a["caption"], str):
-            raise ValueError(f"{name}[{i}] (image {a['image_id']!r}): caption must be str, got "
-                             f"{type(a['caption']).__name__}")
+            raise ValueError(
+                f"{name}[{i}] (image {a['image_id']!r}): caption must be str, got {type(a['caption']).__name__}"
+            )
     return list(obj)
 
 
 def evaluate_captions(
-    annotations: str | os.PathLike | Mapping | Sequence, results: str | os.PathLike | Sequence,
-    *, tokenize: bool = True,
+    annotations: str | os.PathLike | Mapping | Sequence,
+    results: str | os.PathLike | Sequence,
+    *,
+    tokenize: bool = True,
 ) -> dict[str, Any]:
     """BLEU-1..4, ROUGE-L and CIDEr-D of COCO-format results, as pycocoevalcap's ``COCOEvalCap``.
 

@@ -23,8 +23,12 @@ def document_frequency_ref(refs: Sequence[Sequence[str]], n: int = 4) -> dict[tu
 
 
 def ciderd_ref(
-    candidates: Sequence[str], refs: Sequence[Sequence[str]], document_frequency: Mapping, num_docs: int,
-    n: int = 4, sigma: float = 6.0,
+    candidates: Sequence[str],
+    refs: Sequence[Sequence[str]],
+    document_frequency: Mapping,
+    num_docs: int,
+    n: int = 4,
+    sigma: float = 6.0,
 ) -> np.ndarray:
     """CIDEr-D of candidates[i] against refs[i] with fixed df and ref_len = log(num_docs) (ruotianluo CiderD)."""
     from pycocoevalcap.cider.cider_scorer import CiderScorer
