@@ -177,15 +177,27 @@ def test_evaluate_captions_official_demo(shared_data, tmp_path):
     assert abs(out["CIDEr"] - 0.5997905185184199) <= 1e-12
 
 
-def test_cli_captions(tmp_path):
+def test_cli_captions(tmp_path, capsys):
+    from vlkernels.cli import main
+
     anns = _write(tmp_path, "refs.json", [{"image_id": i, "caption": c} for i, v in GTS.items() for c in v])
     preds = _write(tmp_path, "preds.json", [{"image_id": i, "caption": v[0]} for i, v in RES.items()])
-    cmd = [sys.executable, "-m", "vlkernels.cli", "captions", str(anns), str(preds), "--pretokenized"]
+    args = ["captions", str(anns), str(preds), "--pretokenized"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "CIDEr-D" in out and "BLEU-4" in out and "ROUGE-L" in out
+    assert main([*args, "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)["CIDEr"]
+    assert got == pytest.approx(float(Cider().compute_score(GTS, RES)[0]), abs=1e-12)
+    (tmp_path / "bad.json").write_text("{", encoding="utf-8")
+    assert main(["captions", str(anns), str(tmp_path / "bad.json")]) == 2
+    assert "malformed JSON" in capsys.readouterr().err
+
+
+def test_cli_captions_subprocess(tmp_path):
+    # The installed entry point wires the subcommand (one process start).
+    anns = _write(tmp_path, "refs.json", [{"image_id": 1, "caption": "a dog"}])
+    cmd = [sys.executable, "-m", "vlkernels.cli", "captions", str(anns), str(anns), "--pretokenized", "--json"]
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 0, r.stderr
-    assert "CIDEr-D" in r.stdout and "BLEU-4" in r.stdout and "ROUGE-L" in r.stdout
-    r = subprocess.run([*cmd, "--json"], capture_output=True, text=True, cwd=REPO)
-    assert json.loads(r.stdout)["CIDEr"] == pytest.approx(float(Cider().compute_score(GTS, RES)[0]), abs=1e-12)
-    (tmp_path / "bad.json").write_text("{", encoding="utf-8")
-    r = subprocess.run([*cmd[:4], str(anns), str(tmp_path / "bad.json")], capture_output=True, text=True, cwd=REPO)
-    assert r.returncode == 2 and "malformed JSON" in r.stderr
+    assert json.loads(r.stdout)["ROUGE_L"] == 1.0
