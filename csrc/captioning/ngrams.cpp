@@ -63,62 +63,86 @@ void tokenize_texts_frozen(const std::vector<TextView>& texts, Split mode, const
   }
 }
 
+namespace {
+
+template <typename T>
+Span<T> carve(uint64_t*& cursor, const std::vector<T>& src) {
+  Span<T> out{reinterpret_cast<T*>(cursor), src.size()};
+  if (!src.empty()) std::memcpy(out.p, src.data(), src.size() * sizeof(T));
+  cursor += (src.size() * sizeof(T) + 7) / 8;
+  return out;
+}
+
+template <typename T>
+size_t words_of(const std::vector<T>& v) {
+  return (v.size() * sizeof(T) + 7) / 8;
+}
+
+}  // namespace
+
 void NgramBuilder::build(const Tokens& tok, const int64_t* caps, int ncap, int n, int ref_begin, int ref_end,
                          ImageNgrams& out) {
-  out.keys.clear();
-  out.hashes.clear();
-  out.in_ref.clear();
-  out.entries.clear();
-  out.group.assign(static_cast<size_t>(ncap) * (kMaxN + 1), 0);
-  out.lengths.assign(ncap, 0);
-  out.ncap = ncap;
+  keys_.clear();
+  hashes_.clear();
+  in_ref_.clear();
+  entries_.clear();
+  group_.assign(static_cast<size_t>(ncap) * (kMaxN + 1), 0);
+  lengths_.assign(ncap, 0);
   int64_t total = 0;
   for (int c = 0; c < ncap; ++c) {
     const int64_t L = tok.len(caps[c]);
     for (int k = 1; k <= n; ++k) total += L - k + 1 > 0 ? L - k + 1 : 0;
   }
   local_.clear_sparse(static_cast<size_t>(2 * total + 16));
-  out.keys.reserve(total);
-  out.hashes.reserve(total);
-  out.in_ref.reserve(total);
-  out.entries.reserve(total);
   stamp_.clear();
   pos_.clear();
   for (int c = 0; c < ncap; ++c) {
     const uint32_t* w = tok.begin(caps[c]);
     const int64_t L = tok.len(caps[c]);
     const bool is_ref = c >= ref_begin && c < ref_end;
-    out.lengths[c] = L;
-    uint32_t* grp = out.group.data() + static_cast<size_t>(c) * (kMaxN + 1);
-    grp[0] = static_cast<uint32_t>(out.entries.size());
+    lengths_[c] = L;
+    uint32_t* grp = group_.data() + static_cast<size_t>(c) * (kMaxN + 1);
+    grp[0] = static_cast<uint32_t>(entries_.size());
     for (int k = 1; k <= kMaxN; ++k) {
       if (k <= n) {
         for (int64_t i = 0; i + k <= L; ++i) {
           const Key key = make_key(w + i, k);
           const uint64_t h = key_hash(key);
           bool inserted;
-          uint32_t* v = local_.upsert_tracked(key, h, static_cast<uint32_t>(out.keys.size()), &inserted);
+          uint32_t* v = local_.upsert_tracked(key, h, static_cast<uint32_t>(keys_.size()), &inserted);
           if (inserted) {
-            out.keys.push_back(key);
-            out.hashes.push_back(h);
-            out.in_ref.push_back(0);
+            keys_.push_back(key);
+            hashes_.push_back(h);
+            in_ref_.push_back(0);
             stamp_.push_back(UINT32_MAX);
             pos_.push_back(0);
           }
           const uint32_t u = *v;
-          if (is_ref) out.in_ref[u] = 1;
+          if (is_ref) in_ref_[u] = 1;
           if (stamp_[u] != static_cast<uint32_t>(c)) {
             stamp_[u] = static_cast<uint32_t>(c);
-            pos_[u] = static_cast<uint32_t>(out.entries.size());
-            out.entries.push_back(ImageNgrams::Entry{u, 1});
+            pos_[u] = static_cast<uint32_t>(entries_.size());
+            entries_.push_back(ImageNgrams::Entry{u, 1});
           } else {
-            ++out.entries[pos_[u]].tf;
+            ++entries_[pos_[u]].tf;
           }
         }
       }
-      grp[k] = static_cast<uint32_t>(out.entries.size());
+      grp[k] = static_cast<uint32_t>(entries_.size());
     }
   }
+  const size_t words = words_of(keys_) + words_of(hashes_) + words_of(entries_) + words_of(lengths_) +
+                       words_of(group_) + words_of(in_ref_) + (keys_.size() * sizeof(uint32_t) + 7) / 8;
+  out.storage.reset(new uint64_t[words]);
+  uint64_t* cursor = out.storage.get();
+  out.keys = carve(cursor, keys_);
+  out.hashes = carve(cursor, hashes_);
+  out.entries = carve(cursor, entries_);
+  out.lengths = carve(cursor, lengths_);
+  out.group = carve(cursor, group_);
+  out.in_ref = carve(cursor, in_ref_);
+  out.df_index = Span<uint32_t>{reinterpret_cast<uint32_t*>(cursor), keys_.size()};
+  out.ncap = ncap;
 }
 
 }  // namespace vlk::cap

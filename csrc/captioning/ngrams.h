@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -228,7 +229,8 @@ class KeyTable {
   void prefetch(uint64_t h) const { __builtin_prefetch(&slots_[h & mask_]); }
   // Pointer to the value of `k`, inserting it with value `init` when absent.
   uint32_t* upsert(const Key& k, uint64_t h, uint32_t init, bool* inserted) {
-    if (2 * (count_ + 1) > slots_.size()) grow();
+    // Linear probing stays short up to ~3/4 load with a mixed 64-bit hash.
+    if (4 * (count_ + 1) > 3 * slots_.size()) grow();
     for (uint64_t i = h & mask_;; i = (i + 1) & mask_) {
       Slot& s = slots_[i];
       if (s.lo == 0) {
@@ -276,20 +278,37 @@ class KeyTable {
 };
 
 // Document frequency: key -> number of documents (images) whose references contain the n-gram. Sharded by the
-// high hash bits so shards are filled in parallel without locks; read-only afterwards.
+// high hash bits so shards are filled in parallel without locks; read-only afterwards. Each shard maps a key to a
+// dense index into its counts, so an image that remembers the indices of its n-grams reads its df from small
+// arrays instead of probing the (much larger) hash table again.
 class DfTable {
  public:
   static constexpr int kShardBits = 6;
   static constexpr int kShards = 1 << kShardBits;
-  DfTable() : shards_(kShards) {}
+  DfTable() : shards_(kShards), counts_(kShards) {}
   static int shard_of(uint64_t h) { return static_cast<int>(h >> (64 - kShardBits)); }
   void prefetch(uint64_t h) const { shards_[shard_of(h)].prefetch(h); }
   uint32_t get(const Key& k, uint64_t h) const {
-    const uint32_t* v = shards_[shard_of(h)].find(k, h);
-    return v ? *v : 0;
+    const int s = shard_of(h);
+    const uint32_t* v = shards_[s].find(k, h);
+    return v ? counts_[s][*v] : 0;
   }
-  KeyTable& shard(int s) { return shards_[s]; }
-  const KeyTable& shard(int s) const { return shards_[s]; }
+  uint32_t count_at(uint64_t h, uint32_t index) const { return counts_[shard_of(h)][index]; }
+  // Dense index of `k` in its shard (inserted with count 0 when absent). Only the shard's owner thread calls it.
+  uint32_t index_of(int s, const Key& k, uint64_t h) {
+    bool inserted;
+    uint32_t* v = shards_[s].upsert(k, h, static_cast<uint32_t>(counts_[s].size()), &inserted);
+    if (inserted) counts_[s].push_back(0);
+    return *v;
+  }
+  uint32_t& count(int s, uint32_t index) { return counts_[s][index]; }
+  void reserve(int s, size_t n) {
+    if (shards_[s].size() == 0) shards_[s].reset(n);
+  }
+  template <typename F>
+  void for_each(F&& f) const {
+    for (int s = 0; s < kShards; ++s) shards_[s].for_each([&](const Key& k, uint32_t i) { f(k, counts_[s][i]); });
+  }
   uint32_t max_df() const { return max_df_; }
   void set_max_df(uint32_t m) { max_df_ = m; }
   size_t size() const {
@@ -300,24 +319,37 @@ class DfTable {
 
  private:
   std::vector<KeyTable> shards_;
+  std::vector<std::vector<uint32_t>> counts_;
   uint32_t max_df_ = 0;
+};
+
+template <typename T>
+struct Span {
+  T* p = nullptr;
+  size_t n = 0;
+  size_t size() const { return n; }
+  T* data() const { return p; }
+  T& operator[](size_t i) const { return p[i]; }
 };
 
 // N-grams of one image (candidate + references) against a local dictionary: every distinct n-gram of the image
 // gets a local index; each caption is a list of (local index, count) in pycocoevalcap's precook order (n-gram
-// length outer, position inner, first occurrence), grouped by n.
+// length outer, position inner, first occurrence), grouped by n. One allocation holds all arrays (thousands of
+// images stay alive between the df and the scoring passes).
 struct ImageNgrams {
   struct Entry {
     uint32_t local;
     uint32_t tf;
   };
-  std::vector<Key> keys;             // [U] distinct n-grams
-  std::vector<uint64_t> hashes;      // [U]
-  std::vector<uint8_t> in_ref;       // [U] 1 when some reference contains it
-  std::vector<Entry> entries;        // all captions' entries
-  std::vector<uint32_t> group;       // per caption kMaxN+1 offsets into entries
-  std::vector<int64_t> lengths;      // per caption: word count
+  Span<Key> keys;           // [U] distinct n-grams
+  Span<uint64_t> hashes;    // [U]
+  Span<Entry> entries;      // all captions' entries
+  Span<int64_t> lengths;    // per caption: word count
+  Span<uint32_t> group;     // per caption kMaxN+1 offsets into entries
+  Span<uint8_t> in_ref;     // [U] 1 when some reference contains it
+  Span<uint32_t> df_index;  // [U] dense df index of reference n-grams (filled by the df pass)
   int ncap = 0;
+  std::unique_ptr<uint64_t[]> storage;
   const Entry* begin(int cap, int n) const { return entries.data() + group[cap * (kMaxN + 1) + n]; }
   const Entry* end(int cap, int n) const { return entries.data() + group[cap * (kMaxN + 1) + n + 1]; }
 };
@@ -330,6 +362,12 @@ class NgramBuilder {
  private:
   KeyTable local_;
   std::vector<uint32_t> stamp_, pos_;
+  std::vector<Key> keys_;
+  std::vector<uint64_t> hashes_;
+  std::vector<uint8_t> in_ref_;
+  std::vector<ImageNgrams::Entry> entries_;
+  std::vector<uint32_t> group_;
+  std::vector<int64_t> lengths_;
 };
 
 }  // namespace vlk::cap
