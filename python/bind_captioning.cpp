@@ -223,9 +223,84 @@ py::list split_words(const py::str& s, bool space_only) {
   return out;
 }
 
+// Validation without C++ exceptions (plain CPython functions returning NULL with a ValueError set): Python calls
+// these before the scorers, so bad input never unwinds through C++ (some sanitizer runtimes cannot intercept a
+// throw from a module loaded after them).
+bool set_caption_error(int64_t item, int64_t pos, const std::string& reason) {
+  PyObject* args = Py_BuildValue("(sLLs)", "__vlk_caption__", static_cast<long long>(item),
+                                 static_cast<long long>(pos), reason.c_str());
+  if (args != nullptr) {
+    PyErr_SetObject(PyExc_ValueError, args);
+    Py_DECREF(args);
+  }
+  return false;
+}
+
+bool check_text(PyObject* o, int64_t item, int64_t pos) {
+  if (!PyUnicode_Check(o)) return set_caption_error(item, pos, std::string("expected str, got ") + Py_TYPE(o)->tp_name);
+  Py_ssize_t n = 0;
+  if (PyUnicode_AsUTF8AndSize(o, &n) == nullptr) {
+    PyErr_Clear();
+    return set_caption_error(item, pos, "not valid UTF-8 (lone surrogate)");
+  }
+  return true;
+}
+
+PyObject* check_images(PyObject*, PyObject* args) {
+  PyObject *hyps, *refs;
+  if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &hyps, &PyList_Type, &refs)) return nullptr;
+  const Py_ssize_t n = PyList_GET_SIZE(hyps);
+  if (PyList_GET_SIZE(refs) != n) {
+    PyErr_SetString(PyExc_ValueError, "hyps and refs differ in length");
+    return nullptr;
+  }
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* h = PyList_GET_ITEM(hyps, i);
+    PyObject* r = PyList_GET_ITEM(refs, i);
+    if (!PyList_Check(h)) {
+      set_caption_error(i, -1, std::string("candidate must be a list, got ") + Py_TYPE(h)->tp_name);
+      return nullptr;
+    }
+    if (PyList_GET_SIZE(h) != 1) {
+      set_caption_error(i, -1, "candidate list must hold exactly one caption, got " +
+                                   std::to_string(PyList_GET_SIZE(h)));
+      return nullptr;
+    }
+    if (!PyList_Check(r)) {
+      set_caption_error(i, -2, std::string("references must be a list, got ") + Py_TYPE(r)->tp_name);
+      return nullptr;
+    }
+    if (PyList_GET_SIZE(r) == 0) {
+      set_caption_error(i, -2, "no reference captions");
+      return nullptr;
+    }
+    if (!check_text(PyList_GET_ITEM(h, 0), i, -1)) return nullptr;
+    for (Py_ssize_t j = 0; j < PyList_GET_SIZE(r); ++j)
+      if (!check_text(PyList_GET_ITEM(r, j), i, j)) return nullptr;
+  }
+  Py_RETURN_NONE;
+}
+
+PyObject* check_texts(PyObject*, PyObject* args) {
+  PyObject* xs;
+  long long role;
+  if (!PyArg_ParseTuple(args, "O!L", &PyList_Type, &xs, &role)) return nullptr;
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(xs); ++i)
+    if (!check_text(PyList_GET_ITEM(xs, i), i, role)) return nullptr;
+  Py_RETURN_NONE;
+}
+
+PyMethodDef check_defs[] = {
+    {"cap_check_images", check_images, METH_VARARGS, "Validates pycocoevalcap-style caption lists."},
+    {"cap_check_texts", check_texts, METH_VARARGS, "Validates a flat list of captions."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
 }  // namespace
 
 VLK_BIND(captioning) {
+  for (PyMethodDef* d = check_defs; d->ml_name != nullptr; ++d)
+    m.add_object(d->ml_name, py::reinterpret_steal<py::object>(PyCFunction_New(d, nullptr)));
   m.def("cap_cider_corpus", &cider_corpus);
   m.def("cap_bleu_corpus", &bleu_corpus);
   m.def("cap_rouge_corpus", &rouge_corpus);

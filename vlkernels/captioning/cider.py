@@ -75,6 +75,7 @@ class Cider:
             raise ValueError("gts and res are empty: no image to score")
         C = load()
         with caption_errors(image_item(keys)):
+            C.cap_check_images(hyps, refs)
             scores = C.cap_cider_corpus(
                 hyps, refs, self._n, self._sigma, self._cider_d, ref_len_of(len(keys)), log_table(len(keys))
             )
@@ -203,6 +204,8 @@ class CiderD:
             names = list(refs.keys()) if isinstance(refs, Mapping) else list(range(len(groups)))
             src, off = self._groups(groups, names, "refs")
             with caption_errors(_flat_item(off, names, "refs")):
+                if isinstance(src, list):
+                    load().cap_check_texts(src, -4)
                 self._df.add_documents(src, off)
         self._logdf: np.ndarray | None = None
 
@@ -245,7 +248,11 @@ class CiderD:
                 raise ValueError(f"document_frequency[{k!r}] = {v!r}: expected a non-negative whole number")
             ngrams.append(k)
             counts.append(int(v))
+        for k in ngrams:
+            if not 1 <= len(k.split()) <= n:
+                raise ValueError(f"document_frequency key {k!r}: an n-gram must hold 1 to {n} words")
         with caption_errors(lambda i, pos: f"document_frequency key {ngrams[i]!r}"):
+            load().cap_check_texts(ngrams, -1)
             self._df.set_items(ngrams, np.asarray(counts, dtype=np.int64))
         self._df.set_num_docs(int(num_docs))
         return self
@@ -321,6 +328,10 @@ class CiderD:
         if self._logdf is None or self._logdf.shape[0] <= self._df.max_df:
             self._logdf = log_table(int(self._df.max_df))
         with caption_errors(_flat_item(off, list(range(len(groups))), "refs")):
+            if isinstance(hyp_src, list):
+                load().cap_check_texts(hyp_src, -1)
+            if isinstance(src, list):
+                load().cap_check_texts(src, -4)
             return self._df.score(hyp_src, src, off, index, self.sigma, ref_len_of(self.num_docs), self._logdf)
 
     def _groups(self, groups: list, names: list, where: str) -> tuple[Any, np.ndarray]:

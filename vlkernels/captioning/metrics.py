@@ -61,6 +61,7 @@ class Bleu:
         keys, hyps, refs = _prepare(gts, res, self._tokenize, False)
         n = self._n
         with caption_errors(image_item(keys)):
+            load().cap_check_images(hyps, refs)
             stats, per = load().cap_bleu_corpus(hyps, refs, n)
         small, tiny = 1e-9, 1e-15
         testlen, reflen = int(stats[:, 0].sum()), int(stats[:, 1].sum())
@@ -112,6 +113,7 @@ class Rouge:
         """Mean ROUGE-L and the per-image array (``gts`` key order). Raises ValueError as ``Cider``."""
         keys, hyps, refs = _prepare(gts, res, self._tokenize, False)
         with caption_errors(image_item(keys)):
+            load().cap_check_images(hyps, refs)
             scores = load().cap_rouge_corpus(hyps, refs, self.beta)
         return np.mean(scores), scores
 
