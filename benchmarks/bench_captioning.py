@@ -87,7 +87,7 @@ def _cider_karpathy(images: int, device: str):
             },
             baseline="pycocoevalcap",
             check=_check_scores,
-            repeats=2,
+            repeats=1,
             mode="raw",
             notes="raw captions: PTB tokenizer + scorer (vlkernels uses the Java tokenizer until its C++ one lands)",
         ),
@@ -157,7 +157,7 @@ def _scst(images: int, samples: int, device: str):
         },
         baseline="python_ciderD",
         check=check,
-        repeats=3,
+        repeats=2,
         notes=f"{images * samples} candidates/call ({images} images x {samples} samples), val2014 df; "
         "candidates/s = this count / median",
     )
