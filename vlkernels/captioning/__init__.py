@@ -1,5 +1,9 @@
-"""Caption evaluation: PTB tokenization (and, in the captioning branch, CIDEr/BLEU/ROUGE scorers)."""
+"""Caption metrics: PTB tokenization without Java, CIDEr-D / CIDEr, BLEU, ROUGE-L equal to pycocoevalcap,
+SCST rewards and COCO-format evaluation."""
 
+from vlkernels.captioning.cider import Cider, CiderD, CiderOriginal
+from vlkernels.captioning.evaluate import evaluate_captions
+from vlkernels.captioning.metrics import Bleu, Rouge
 from vlkernels.captioning.tokenizer import PTBTokenizer, ptb_tokenize
 
-__all__ = ["PTBTokenizer", "ptb_tokenize"]
+__all__ = ["Bleu", "Cider", "CiderD", "CiderOriginal", "PTBTokenizer", "Rouge", "evaluate_captions", "ptb_tokenize"]

@@ -1,0 +1,163 @@
+"""Caption metrics: vlkernels' C++ CIDEr-D / SCST rewards against pycocoevalcap (Python) on real COCO captions.
+
+Needs the shared caption data (../shared/data/captions or VLKERNELS_SHARED_DATA); without it no case runs.
+The raw-caption case times the whole path from strings: vlkernels' C++ PTB tokenizer + scorer against
+pycocoevalcap's Java PTBTokenizer + Python scorer.
+"""
+
+import gzip
+import json
+import os
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+
+from .harness import Bench, register
+
+TOL = 1e-12
+
+
+@cache
+def _golden(name: str):
+    env = os.environ.get("VLKERNELS_SHARED_DATA")
+    roots = [Path(env)] if env else []
+    here = Path(__file__).resolve().parent.parent
+    roots += [here.parent / "shared" / "data", here / "shared" / "data"]
+    for r in roots:
+        p = r / "captions" / "golden" / name
+        if p.exists():
+            opener = gzip.open if name.endswith(".gz") else open
+            with opener(p, "rt", encoding="utf-8") as f:
+                return json.load(f)
+    return None
+
+
+def _karpathy(images: int, raw: bool):
+    refs = _golden("karpathy_test_refs_raw.json" if raw else "karpathy_test_refs_ptb.json")
+    d = _golden("karpathy_test__ersan_vis.json")
+    if refs is None or d is None:
+        return None
+    ids = d["image_ids_in_scorer_order"][:images]
+    key = "candidates_raw" if raw else "candidates_ptb"
+    return {k: refs[k] for k in ids}, {k: [d[key][k]] for k in ids}
+
+
+def _check_scores(out):
+    ref = next(v for k, v in out.items() if k != "vlkernels")
+    got = out["vlkernels"]
+    if np.asarray(got[1]).shape != np.asarray(ref[1]).shape or np.abs(np.asarray(got[1]) - ref[1]).max() > TOL:
+        raise AssertionError("per-image CIDEr-D differs from pycocoevalcap")
+
+
+@register("captioning", "cider_karpathy", quick={"images": 500}, full={"images": 5000}, devices=("cpu",))
+def _cider_karpathy(images: int, device: str):
+    from pycocoevalcap.cider.cider import Cider as PCider
+    from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
+
+    from vlkernels.captioning import Cider
+
+    tok = _karpathy(images, raw=False)
+    raw = _karpathy(images, raw=True)
+    if tok is None or raw is None:
+        return []
+    gts, res = tok
+    gts_raw = {k: [{"caption": c} for c in v] for k, v in raw[0].items()}
+    res_raw = {k: [{"caption": c} for c in v] for k, v in raw[1].items()}
+
+    def pyc_raw():
+        t = PTBTokenizer()
+        return PCider().compute_score(t.tokenize(gts_raw), t.tokenize(res_raw))
+
+    return [
+        Bench(
+            providers={
+                "vlkernels": lambda: Cider().compute_score(gts, res),
+                "pycocoevalcap": lambda: PCider().compute_score(gts, res),
+            },
+            baseline="pycocoevalcap",
+            check=_check_scores,
+            repeats=3,
+            notes=f"{images} Karpathy-test images x 5 refs, PTB-tokenized input (scorer only)",
+        ),
+        Bench(
+            providers={
+                "vlkernels": lambda: Cider(tokenize=True).compute_score(gts_raw, res_raw),
+                "pycocoevalcap": pyc_raw,
+            },
+            baseline="pycocoevalcap",
+            check=_check_scores,
+            repeats=1,
+            mode="raw",
+            notes="raw captions: PTB tokenizer + scorer on both sides (C++ vs Java + Python)",
+        ),
+    ]
+
+
+@register("captioning", "cider_val2014", quick={"images": 5000}, full={"images": 40504}, devices=("cpu",))
+def _cider_val2014(images: int, device: str):
+    from pycocoevalcap.cider.cider import Cider as PCider
+
+    from vlkernels.captioning import Cider
+
+    allp = _golden("coco_val2014_captions_ptb.json.gz")
+    if allp is None:
+        return []
+    ids = list(allp)[:images]
+    # Held-out protocol: the last caption of each image is the candidate, the others the references.
+    gts = {k: allp[k][:-1] for k in ids}
+    res = {k: [allp[k][-1]] for k in ids}
+    return Bench(
+        providers={
+            "vlkernels": lambda: Cider().compute_score(gts, res),
+            "pycocoevalcap": lambda: PCider().compute_score(gts, res),
+        },
+        baseline="pycocoevalcap",
+        check=_check_scores,
+        repeats=1,
+        notes=f"{images} val2014 images x 4-5 refs, tokenized input",
+    )
+
+
+@register(
+    "captioning",
+    "scst_rewards",
+    quick={"images": 100, "samples": 5},
+    full={"images": 1000, "samples": 5},
+    devices=("cpu",),
+)
+def _scst(images: int, samples: int, device: str):
+    from vlkernels.captioning import CiderD
+    from vlkernels.captioning.reference import ciderd_ref
+
+    allp = _golden("coco_val2014_captions_ptb.json.gz")
+    tok = _karpathy(images, raw=False)
+    if allp is None or tok is None:
+        return []
+    scorer = CiderD(list(allp.values()))
+    df = scorer.document_frequency()
+    df_tuples = {tuple(k.split()): v for k, v in df.items()}
+    gts, _ = tok
+    groups = list(gts.values())
+    # "Samples": the other images' references stand in for sampled captions (varied lengths and overlaps).
+    rng = np.random.default_rng(0)
+    pool = [c for g in _golden("karpathy_test_refs_ptb.json").values() for c in g]
+    cands = [pool[int(i)] for i in rng.integers(0, len(pool), size=images * samples)]
+    index = np.repeat(np.arange(images), samples)
+    per_cand_refs = [groups[i] for i in index]
+
+    def check(out):
+        if np.abs(out["vlkernels"] - out["python_ciderD"]).max() > TOL:
+            raise AssertionError("rewards differ from the Python CiderD reference")
+
+    return Bench(
+        providers={
+            "vlkernels": lambda: scorer.score(cands, groups, index),
+            "python_ciderD": lambda: ciderd_ref(cands, per_cand_refs, df_tuples, scorer.num_docs),
+        },
+        baseline="python_ciderD",
+        check=check,
+        repeats=2,
+        notes=f"{images * samples} candidates/call ({images} images x {samples} samples), val2014 df; "
+        "candidates/s = this count / median",
+    )

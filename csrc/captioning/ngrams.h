@@ -1,0 +1,386 @@
+// Shared machinery of the caption metrics: whitespace splitting with Python str.split() semantics, word
+// interning, exact n-gram keys (n <= 4) packed from word ids, per-image local n-gram dictionaries and a sharded
+// document-frequency table. Everything is exact (keys hold the word ids, never only a hash).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace vlk::cap {
+
+constexpr int kMaxN = 4;
+// Word ids are stored +1 in 24-bit fields of a key; 0 means "no word at this position".
+constexpr uint32_t kMaxWords = (1u << 24) - 2;
+
+struct TextView {
+  const char* p;
+  int64_t n;
+};
+
+enum class Split { kWhitespace, kSpace };
+
+// Python's str.isspace() code points (the separators of str.split() without arguments) in UTF-8; the input is
+// valid UTF-8 because it comes from Python str objects.
+inline int whitespace_len(const unsigned char* s, const unsigned char* end) {
+  const unsigned char c = s[0];
+  if (c < 0x80) return ((c >= 9 && c <= 13) || (c >= 28 && c <= 32)) ? 1 : 0;
+  if (c == 0xC2 && s + 1 < end) return (s[1] == 0x85 || s[1] == 0xA0) ? 2 : 0;
+  if (c >= 0xE1 && c <= 0xE3 && s + 2 < end) {
+    const unsigned char a = s[1], b = s[2];
+    if (c == 0xE1) return (a == 0x9A && b == 0x80) ? 3 : 0;
+    if (c == 0xE3) return (a == 0x80 && b == 0x80) ? 3 : 0;
+    if (a == 0x80 && (b <= 0x8A || b == 0xA8 || b == 0xA9 || b == 0xAF)) return 3;
+    if (a == 0x81 && b == 0x9F) return 3;
+  }
+  return 0;
+}
+
+// Calls emit(begin, length) for every word, in order. kWhitespace = str.split(); kSpace = str.split(" ")
+// (empty fields kept, so "" yields one empty word).
+template <typename F>
+inline void split_words(TextView t, Split mode, F&& emit) {
+  const unsigned char* s = reinterpret_cast<const unsigned char*>(t.p);
+  const unsigned char* end = s + t.n;
+  if (mode == Split::kSpace) {
+    const unsigned char* w = s;
+    for (const unsigned char* q = s; q < end; ++q) {
+      if (*q == ' ') {
+        emit(reinterpret_cast<const char*>(w), static_cast<int64_t>(q - w));
+        w = q + 1;
+      }
+    }
+    emit(reinterpret_cast<const char*>(w), static_cast<int64_t>(end - w));
+    return;
+  }
+  const unsigned char* q = s;
+  while (q < end) {
+    int ws;
+    while (q < end && (ws = whitespace_len(q, end)) > 0) q += ws;
+    if (q >= end) break;
+    const unsigned char* w = q;
+    while (q < end && whitespace_len(q, end) == 0) ++q;
+    emit(reinterpret_cast<const char*>(w), static_cast<int64_t>(q - w));
+  }
+}
+
+inline uint64_t hash_bytes(const char* p, int64_t n) {
+  // FNV-1a over 8-byte words then a final mix: fast for short words, only used to place words in the table.
+  uint64_t h = 0xcbf29ce484222325ull ^ static_cast<uint64_t>(n);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    h = (h ^ w) * 0x100000001b3ull;
+    h ^= h >> 31;
+  }
+  uint64_t w = 0;
+  std::memcpy(&w, p + i, static_cast<size_t>(n - i));
+  h = (h ^ w) * 0x9E3779B97F4A7C15ull;
+  h ^= h >> 29;
+  h *= 0xBF58476D1CE4E5B9ull;
+  h ^= h >> 32;
+  return h;
+}
+
+// Word -> dense id. Open addressing over (hash, id); strings live in one arena.
+class Vocab {
+ public:
+  Vocab() { rehash(1024); }
+  uint32_t size() const { return static_cast<uint32_t>(offsets_.size()); }
+  std::string_view word(uint32_t id) const {
+    return std::string_view(arena_.data() + offsets_[id], lengths_[id]);
+  }
+  // Returns the id, or UINT32_MAX when absent.
+  uint32_t find(const char* p, int64_t n, uint64_t h) const {
+    for (uint64_t i = h & mask_;; i = (i + 1) & mask_) {
+      const Slot& s = slots_[i];
+      if (s.id == kEmpty) return kEmpty;
+      if (s.hash == h && lengths_[s.id] == n && std::memcmp(arena_.data() + offsets_[s.id], p, n) == 0) return s.id;
+    }
+  }
+  uint32_t intern(const char* p, int64_t n, uint64_t h) {
+    for (uint64_t i = h & mask_;; i = (i + 1) & mask_) {
+      Slot& s = slots_[i];
+      if (s.id == kEmpty) {
+        if (offsets_.size() >= kMaxWords) throw std::length_error("vocabulary exceeds 16,777,214 distinct words");
+        const uint32_t id = size();
+        offsets_.push_back(static_cast<int64_t>(arena_.size()));
+        lengths_.push_back(n);
+        arena_.append(p, static_cast<size_t>(n));
+        s.hash = h;
+        s.id = id;
+        if (2 * offsets_.size() > slots_.size()) rehash(slots_.size() * 2);
+        return id;
+      }
+      if (s.hash == h && lengths_[s.id] == n && std::memcmp(arena_.data() + offsets_[s.id], p, n) == 0) return s.id;
+    }
+  }
+
+ private:
+  static constexpr uint32_t kEmpty = UINT32_MAX;
+  struct Slot {
+    uint64_t hash;
+    uint32_t id;
+  };
+  void rehash(size_t cap) {
+    std::vector<Slot> old;
+    old.swap(slots_);
+    slots_.assign(cap, Slot{0, kEmpty});
+    mask_ = cap - 1;
+    for (const Slot& s : old) {
+      if (s.id == kEmpty) continue;
+      uint64_t i = s.hash & mask_;
+      while (slots_[i].id != kEmpty) i = (i + 1) & mask_;
+      slots_[i] = s;
+    }
+  }
+  std::vector<Slot> slots_;
+  uint64_t mask_ = 0;
+  std::string arena_;
+  std::vector<int64_t> offsets_, lengths_;
+};
+
+// Token ids of many captions: caption c is ids[off[c] .. off[c+1]).
+struct Tokens {
+  std::vector<uint32_t> ids;
+  std::vector<int64_t> off{0};
+  int64_t size() const { return static_cast<int64_t>(off.size()) - 1; }
+  const uint32_t* begin(int64_t c) const { return ids.data() + off[c]; }
+  int64_t len(int64_t c) const { return off[c + 1] - off[c]; }
+};
+
+// Splits and interns texts. With `frozen`, words already in `vocab` keep their id and `vocab` is not modified;
+// other words get ids >= frozen_size from `extra` (so they still match each other inside this call).
+void tokenize_texts(const std::vector<TextView>& texts, Split mode, Vocab& vocab, Tokens& out);
+void tokenize_texts_frozen(const std::vector<TextView>& texts, Split mode, const Vocab& vocab, Vocab& extra,
+                           Tokens& out);
+
+// Exact n-gram key: up to four (word id + 1) in 24-bit fields; lo != 0 for every real n-gram.
+struct Key {
+  uint64_t lo;
+  uint32_t hi;
+  bool operator==(const Key& o) const { return lo == o.lo && hi == o.hi; }
+};
+
+inline Key make_key(const uint32_t* w, int k) {
+  uint64_t a = w[0] + 1ull, b = k > 1 ? w[1] + 1ull : 0, c = k > 2 ? w[2] + 1ull : 0, d = k > 3 ? w[3] + 1ull : 0;
+  return Key{a | (b << 24) | ((c & 0xFFFFull) << 48), static_cast<uint32_t>((c >> 16) | (d << 8))};
+}
+
+inline uint64_t key_hash(const Key& k) {
+  uint64_t h = k.lo * 0x9E3779B97F4A7C15ull ^ (static_cast<uint64_t>(k.hi) + 0x632BE59BD9B4E019ull) * 0xC2B2AE3D27D4EB4Full;
+  h ^= h >> 29;
+  h *= 0xBF58476D1CE4E5B9ull;
+  h ^= h >> 32;
+  return h;
+}
+
+// Key -> value with open addressing; a table of one shard. Not thread-safe for writes.
+class KeyTable {
+ public:
+  struct Slot {
+    uint64_t lo;
+    uint32_t hi;
+    uint32_t val;
+  };
+  explicit KeyTable(size_t cap = 16) { reset(cap); }
+  void reset(size_t cap) {
+    size_t c = 16;
+    while (c < cap) c <<= 1;
+    slots_.assign(c, Slot{0, 0, 0});
+    mask_ = c - 1;
+    count_ = 0;
+    used_.clear();
+  }
+  size_t size() const { return count_; }
+  size_t capacity() const { return slots_.size(); }
+  // Empties the table in O(size) by clearing only occupied slots (a local dictionary is reused per image).
+  void clear_sparse(size_t min_cap) {
+    if (slots_.size() < min_cap || slots_.size() > 8 * min_cap + 1024) {
+      reset(min_cap);
+      return;
+    }
+    for (uint32_t i : used_) slots_[i] = Slot{0, 0, 0};
+    used_.clear();
+    count_ = 0;
+  }
+  // upsert for a table cleared with clear_sparse: remembers the slots it fills and never grows.
+  uint32_t* upsert_tracked(const Key& k, uint64_t h, uint32_t init, bool* inserted) {
+    for (uint64_t i = h & mask_;; i = (i + 1) & mask_) {
+      Slot& s = slots_[i];
+      if (s.lo == 0) {
+        s = Slot{k.lo, k.hi, init};
+        ++count_;
+        used_.push_back(static_cast<uint32_t>(i));
+        *inserted = true;
+        return &s.val;
+      }
+      if (s.lo == k.lo && s.hi == k.hi) {
+        *inserted = false;
+        return &s.val;
+      }
+    }
+  }
+  void prefetch(uint64_t h) const { __builtin_prefetch(&slots_[h & mask_]); }
+  // Pointer to the value of `k`, inserting it with value `init` when absent.
+  uint32_t* upsert(const Key& k, uint64_t h, uint32_t init, bool* inserted) {
+    // Linear probing stays short up to ~3/4 load with a mixed 64-bit hash.
+    if (4 * (count_ + 1) > 3 * slots_.size()) grow();
+    for (uint64_t i = h & mask_;; i = (i + 1) & mask_) {
+      Slot& s = slots_[i];
+      if (s.lo == 0) {
+        s = Slot{k.lo, k.hi, init};
+        ++count_;
+        *inserted = true;
+        return &s.val;
+      }
+      if (s.lo == k.lo && s.hi == k.hi) {
+        *inserted = false;
+        return &s.val;
+      }
+    }
+  }
+  const uint32_t* find(const Key& k, uint64_t h) const {
+    for (uint64_t i = h & mask_;; i = (i + 1) & mask_) {
+      const Slot& s = slots_[i];
+      if (s.lo == 0) return nullptr;
+      if (s.lo == k.lo && s.hi == k.hi) return &s.val;
+    }
+  }
+  template <typename F>
+  void for_each(F&& f) const {
+    for (const Slot& s : slots_)
+      if (s.lo != 0) f(Key{s.lo, s.hi}, s.val);
+  }
+
+ private:
+  void grow() {
+    std::vector<Slot> old;
+    old.swap(slots_);
+    slots_.assign(old.size() * 2, Slot{0, 0, 0});
+    mask_ = slots_.size() - 1;
+    for (const Slot& s : old) {
+      if (s.lo == 0) continue;
+      uint64_t i = key_hash(Key{s.lo, s.hi}) & mask_;
+      while (slots_[i].lo != 0) i = (i + 1) & mask_;
+      slots_[i] = s;
+    }
+  }
+  std::vector<Slot> slots_;
+  std::vector<uint32_t> used_;
+  uint64_t mask_ = 0;
+  size_t count_ = 0;
+};
+
+// Document frequency: key -> number of documents (images) whose references contain the n-gram. Sharded by the
+// high hash bits so shards are filled in parallel without locks; read-only afterwards. Each shard maps a key to a
+// dense index into its counts, so an image that remembers the indices of its n-grams reads its df from small
+// arrays instead of probing the (much larger) hash table again.
+class DfTable {
+ public:
+  static constexpr int kShardBits = 6;
+  static constexpr int kShards = 1 << kShardBits;
+  DfTable() : shards_(kShards), counts_(kShards) {}
+  static int shard_of(uint64_t h) { return static_cast<int>(h >> (64 - kShardBits)); }
+  void prefetch(uint64_t h) const { shards_[shard_of(h)].prefetch(h); }
+  uint32_t get(const Key& k, uint64_t h) const {
+    const int s = shard_of(h);
+    const uint32_t* v = shards_[s].find(k, h);
+    return v ? counts_[s][*v] : 0;
+  }
+  uint32_t count_at(uint64_t h, uint32_t index) const { return counts_[shard_of(h)][index]; }
+  // Dense index of `k` in its shard (inserted with count 0 when absent). Only the shard's owner thread calls it.
+  uint32_t index_of(int s, const Key& k, uint64_t h) {
+    bool inserted;
+    uint32_t* v = shards_[s].upsert(k, h, static_cast<uint32_t>(counts_[s].size()), &inserted);
+    if (inserted) counts_[s].push_back(0);
+    return *v;
+  }
+  uint32_t& count(int s, uint32_t index) { return counts_[s][index]; }
+  void reserve(int s, size_t n) {
+    if (shards_[s].size() == 0) shards_[s].reset(n);
+  }
+  template <typename F>
+  void for_each(F&& f) const {
+    for (int s = 0; s < kShards; ++s) shards_[s].for_each([&](const Key& k, uint32_t i) { f(k, counts_[s][i]); });
+  }
+  uint32_t max_df() const { return max_df_; }
+  void set_max_df(uint32_t m) { max_df_ = m; }
+  size_t size() const {
+    size_t n = 0;
+    for (const auto& s : shards_) n += s.size();
+    return n;
+  }
+
+ private:
+  std::vector<KeyTable> shards_;
+  std::vector<std::vector<uint32_t>> counts_;
+  uint32_t max_df_ = 0;
+};
+
+template <typename T>
+struct Span {
+  T* p = nullptr;
+  size_t n = 0;
+  size_t size() const { return n; }
+  T* data() const { return p; }
+  T& operator[](size_t i) const { return p[i]; }
+};
+
+// N-grams of one image (candidate + references) against a local dictionary: every distinct n-gram of the image
+// gets a local index; each caption is a list of (local index, count) in pycocoevalcap's precook order (n-gram
+// length outer, position inner, first occurrence), grouped by n. One allocation holds all arrays (thousands of
+// images stay alive between the df and the scoring passes).
+struct ImageNgrams {
+  struct Entry {
+    uint32_t local;
+    uint32_t tf;
+  };
+  Span<Key> keys;           // [U] distinct n-grams
+  Span<uint64_t> hashes;    // [U]
+  Span<Entry> entries;      // all captions' entries
+  Span<int64_t> lengths;    // per caption: word count
+  Span<uint32_t> group;     // per caption kMaxN+1 offsets into entries
+  Span<uint8_t> in_ref;     // [U] 1 when some reference contains it
+  Span<uint32_t> df_index;  // [U] dense df index of reference n-grams (filled by the df pass)
+  int ncap = 0;
+  std::unique_ptr<uint64_t[]> storage;
+  const Entry* begin(int cap, int n) const { return entries.data() + group[cap * (kMaxN + 1) + n]; }
+  const Entry* end(int cap, int n) const { return entries.data() + group[cap * (kMaxN + 1) + n + 1]; }
+};
+
+// Builds ImageNgrams for the captions tok[caps[0..ncap)]; captions ref_begin..ref_end-1 are references.
+class NgramBuilder {
+ public:
+  void build(const Tokens& tok, const int64_t* caps, int ncap, int n, int ref_begin, int ref_end, ImageNgrams& out);
+
+ private:
+  KeyTable local_;
+  std::vector<uint32_t> stamp_, pos_;
+  std::vector<Key> keys_;
+  std::vector<uint64_t> hashes_;
+  std::vector<uint8_t> in_ref_;
+  std::vector<ImageNgrams::Entry> entries_;
+  std::vector<uint32_t> group_;
+  std::vector<int64_t> lengths_;
+};
+
+}  // namespace vlk::cap
+
+namespace vlk::cap {
+
+// Token-id captions (ruotianluo convention): each integer id is the word spelled by its decimal digits, so id
+// sequences and their space-joined strings give the same n-grams. Captions are data[starts[c] .. +lens[c]).
+void tokenize_ids(const int64_t* data, const int64_t* starts, const int64_t* lens, int64_t count, Vocab& vocab,
+                  Tokens& out);
+void tokenize_ids_frozen(const int64_t* data, const int64_t* starts, const int64_t* lens, int64_t count,
+                         const Vocab& vocab, Vocab& extra, Tokens& out);
+// Appends src's captions after dst's.
+void append_tokens(Tokens& dst, const Tokens& src);
+
+}  // namespace vlk::cap

@@ -1,0 +1,389 @@
+"""CIDEr-D and original CIDEr with pycocoevalcap's interface, and the SCST reward object CiderD."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from vlkernels.captioning._common import caption_errors, image_item, load, log_table, ref_len_of, split_dicts
+from vlkernels.captioning._text import stem_dicts, tokenize_dicts
+
+_DF_FORMAT = "vlkernels.cider_document_frequency"
+
+
+class Cider:
+    r"""CIDEr-D exactly as pycocoevalcap 1.2 ``Cider`` (a drop-in: same arguments, same outputs, same numbers).
+
+    .. math::
+        \mathrm{CIDEr\text{-}D}(c, S) = \frac{10}{N}\sum_{n=1}^{N}\frac{1}{|S|}\sum_{s\in S}
+        e^{-\frac{(\ell_c-\ell_s)^2}{2\sigma^2}}\,
+        \frac{\sum_g \min(g^n(c), g^n(s))\,g^n(s)}{\lVert g^n(c)\rVert\,\lVert g^n(s)\rVert}
+
+    with TF-IDF vectors :math:`g^n(x)_k = \mathrm{tf}_k(x)\,(\log|I| - \log\max(1, \mathrm{df}_k))`, df counted
+    over the references of the images scored together (Vedantam et al., CVPR 2015). :math:`\ell` is pycocoevalcap's
+    "length": the number of bigrams of the caption (not of words).
+
+    Args:
+        n: largest n-gram length (1..4), default 4.
+        sigma: standard deviation of the Gaussian length penalty, default 6.0.
+        tokenize: when True, ``compute_score`` takes raw captions (str or ``{"caption": str}``) and runs the PTB
+            tokenizer first, as ``COCOEvalCap`` does; default False (pre-tokenized input, like pycocoevalcap).
+        stem: Porter-stem every token first (nltk's PorterStemmer), as in the CIDEr paper; default False.
+
+    Note:
+        float64, CPU, deterministic; per-image scores equal pycocoevalcap's to the last bit on the same numpy (the
+        accumulation order of every sum is kept). Multithreaded C++ (``vlkernels.set_num_threads``), GIL released.
+
+    Example:
+        >>> Cider().compute_score({1: ["a dog runs"]}, {1: ["a dog runs"]})[1].shape
+        (1,)
+    """
+
+    _cider_d = True
+
+    def __init__(self, n: int = 4, sigma: float = 6.0, *, tokenize: bool = False, stem: bool = False) -> None:
+        if not isinstance(n, int) or not 1 <= n <= 4:
+            raise ValueError(f"n must be an int in [1, 4], got {n!r}")
+        self._n = n
+        self._sigma = float(sigma)
+        self._tokenize = tokenize
+        self._stem = stem
+
+    def compute_score(self, gts: Mapping[Any, list], res: Mapping[Any, list]) -> tuple[np.float64, np.ndarray]:
+        """Corpus CIDEr and per-image scores.
+
+        Args:
+            gts: ``{image_id: [reference caption, ...]}`` (at least one reference per image).
+            res: ``{image_id: [candidate caption]}`` (exactly one candidate per image; "" is legal and scores 0),
+                with the same image ids as ``gts``.
+
+        Returns:
+            ``(mean, scores)``: ``scores`` is a float64 array with one score per image in the order of
+            ``gts``' keys, ``mean`` its ``np.mean``.
+
+        Raises:
+            ValueError: different image ids, a value that is not a list, not exactly one candidate, no
+                reference, a caption that is not a str or not encodable as UTF-8, all references empty
+                (the message names the image; pycocoevalcap raises AssertionError on the same inputs).
+        """
+        keys, hyps, refs = _prepare(gts, res, self._tokenize, self._stem)
+        if not keys:
+            raise ValueError("gts and res are empty: no image to score")
+        C = load()
+        with caption_errors(image_item(keys)):
+            C.cap_check_images(hyps, refs)
+            scores = C.cap_cider_corpus(
+                hyps, refs, self._n, self._sigma, self._cider_d, ref_len_of(len(keys)), log_table(len(keys))
+            )
+        # pycocoevalcap takes max() of an empty df dict here; only an all-zero result can be that case.
+        if not scores.any() and not any(c.split() for r in refs for c in r):
+            raise ValueError("every reference caption is empty: no document frequency (pycocoevalcap fails too)")
+        return np.mean(scores), scores
+
+    def method(self) -> str:
+        return "CIDEr"
+
+
+class CiderOriginal(Cider):
+    r"""Original CIDEr (vrama91/cider ``Cider``; no clipping, no length penalty), pycocoevalcap-style interface.
+
+    .. math::
+        \mathrm{CIDEr}(c, S) = \frac{10}{N}\sum_{n=1}^{N}\frac{1}{|S|}\sum_{s\in S}
+        \frac{g^n(c)\cdot g^n(s)}{\lVert g^n(c)\rVert\,\lVert g^n(s)\rVert}
+
+    Args, Returns, Raises and Note as :class:`Cider` (``sigma`` is accepted and ignored).
+
+    Example:
+        >>> float(CiderOriginal().compute_score({1: ["a b"], 2: ["c d"]}, {1: ["a b"], 2: ["x"]})[0]) > 0
+        True
+    """
+
+    _cider_d = False
+
+
+def _prepare(gts: Mapping, res: Mapping, tokenize: bool, stem: bool) -> tuple[list, list, list]:
+    keys, hyps, refs = split_dicts(gts, res)
+    if tokenize or stem:
+        if tokenize:
+            gts, res = tokenize_dicts(gts, res)
+        if stem:
+            gts, res = stem_dicts(gts, res)
+        keys, hyps, refs = split_dicts(gts, res)
+    return keys, hyps, refs
+
+
+def _as_int_rows(x: Any, where: str) -> np.ndarray:
+    if hasattr(x, "detach"):  # torch tensor, any device
+        x = x.detach().cpu().numpy()
+    a = np.asarray(x)
+    if a.ndim == 1:
+        a = a[None, :]
+    if a.ndim != 2 or not (np.issubdtype(a.dtype, np.integer) or a.size == 0):
+        raise ValueError(f"{where}: token ids must be a 2-D integer array (rows, T), got shape {a.shape} {a.dtype}")
+    return np.ascontiguousarray(a, dtype=np.int64)
+
+
+def _id_source(rows: list[np.ndarray], eos: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(data, starts, lens) of token-id rows cut after their first EOS (kept, as ruotianluo's array_to_str)."""
+    data = np.concatenate([r.reshape(-1) for r in rows]) if rows else np.zeros(0, np.int64)
+    widths = np.concatenate([np.full(r.shape[0], r.shape[1], np.int64) for r in rows]) if rows else data[:0]
+    starts = np.zeros(len(widths), np.int64)
+    if len(widths) > 1:
+        starts[1:] = np.cumsum(widths)[:-1]
+    lens = widths.copy()
+    if eos is not None:
+        for r, (s, e) in zip(rows, _row_spans(rows)):
+            if r.size:
+                hit = r == eos
+                has = hit.any(axis=1)
+                lens[s:e] = np.where(has, hit.argmax(axis=1) + 1, r.shape[1])
+    return data, starts, lens
+
+
+def _row_spans(rows: list[np.ndarray]) -> list[tuple[int, int]]:
+    out, pos = [], 0
+    for r in rows:
+        out.append((pos, pos + r.shape[0]))
+        pos += r.shape[0]
+    return out
+
+
+def _source(captions: Any, where: str, eos: int | None) -> tuple[Any, int]:
+    """A caption source for the C++ layer: a list of str, or (data, starts, lens) for token-id rows."""
+    if isinstance(captions, (list, tuple)) and all(isinstance(c, str) for c in captions):
+        return list(captions), len(captions)
+    if isinstance(captions, (list, tuple)) and any(isinstance(c, str) for c in captions):
+        bad = next(i for i, c in enumerate(captions) if not isinstance(c, str))
+        raise ValueError(f"{where}[{bad}]: caption must be str, got {type(captions[bad]).__name__}")
+    rows = _as_int_rows(captions, where)
+    src = _id_source([rows], eos)
+    return src, rows.shape[0]
+
+
+class CiderD:
+    r"""CIDEr-D with fixed document frequencies: per-candidate rewards for self-critical training (SCST).
+
+    Scores like ruotianluo/cider ``CiderD(df=...)`` (pycocoevalcap arithmetic with the document frequencies and
+    :math:`\log(\text{num\_docs})` of a fixed corpus, e.g. the training references).
+
+    Args:
+        refs: the corpus: a sequence with one entry per image (document), each a list of reference captions
+            (str) or a 2-D integer array of token ids (rows, T); or a dict ``{image_id: refs}``. Omit it to use
+            :meth:`from_document_frequency` or :meth:`load`.
+        n: largest n-gram length (1..4), default 4.
+        sigma: Gaussian length-penalty standard deviation, default 6.0.
+        eos: token id ending an id sequence (default 0, ruotianluo's convention): ids after the first EOS are
+            ignored and the EOS itself is kept as a token, exactly as ruotianluo's ``array_to_str``; None uses
+            every id. Strings are split on whitespace as given (no EOS handling).
+
+    Note:
+        Token ids are words spelled by their decimal digits (``[5, 9, 0]`` = ``"5 9 0"``), so id and string
+        inputs, and document frequencies saved from either, are interchangeable. float64, deterministic,
+        multithreaded over reference groups with the GIL released.
+
+    Example:
+        >>> scorer = CiderD([["a dog runs", "a dog running"], ["a cat sleeps"]])
+        >>> scorer.score(["a dog runs", "a cat"], [["a dog runs"], ["a cat sleeps"]]).shape
+        (2,)
+    """
+
+    def __init__(self, refs: Any = None, *, n: int = 4, sigma: float = 6.0, eos: int | None = 0) -> None:
+        if not isinstance(n, int) or not 1 <= n <= 4:
+            raise ValueError(f"n must be an int in [1, 4], got {n!r}")
+        self.sigma = float(sigma)
+        self.eos = eos
+        self._df = load().CapCiderDf(n)
+        if refs is not None:
+            groups = list(refs.values()) if isinstance(refs, Mapping) else list(refs)
+            if not groups:
+                raise ValueError("refs is empty: the corpus needs at least one image")
+            names = list(refs.keys()) if isinstance(refs, Mapping) else list(range(len(groups)))
+            src, off = self._groups(groups, names, "refs")
+            with caption_errors(_flat_item(off, names, "refs")):
+                if isinstance(src, list):
+                    load().cap_check_texts(src, -4)
+                self._df.add_documents(src, off)
+        self._logdf: np.ndarray | None = None
+
+    @property
+    def n(self) -> int:
+        return int(self._df.n)
+
+    @property
+    def num_docs(self) -> int:
+        """Number of documents (images) of the corpus; ref_len = log(num_docs)."""
+        return int(self._df.num_docs)
+
+    def __len__(self) -> int:
+        return len(self._df)
+
+    @classmethod
+    def from_document_frequency(
+        cls,
+        document_frequency: Mapping[Any, float],
+        num_docs: int,
+        *,
+        n: int = 4,
+        sigma: float = 6.0,
+        eos: int | None = 0,
+    ) -> CiderD:
+        """Builds the scorer from ``{ngram: df}`` (keys: tuples of words as in ruotianluo's pickled
+        ``document_frequency``, or space-joined strings) and the number of documents (its ``ref_len``)."""
+        self = cls(None, n=n, sigma=sigma, eos=eos)
+        if not isinstance(num_docs, (int, np.integer)) or num_docs < 1:
+            raise ValueError(f"num_docs must be a positive int, got {num_docs!r}")
+        ngrams, counts = [], []
+        for k, v in document_frequency.items():
+            if isinstance(k, tuple):
+                if not all(isinstance(w, str) for w in k):
+                    raise ValueError(f"document_frequency key {k!r}: words must be str")
+                k = " ".join(k)
+            if not isinstance(k, str):
+                raise ValueError(f"document_frequency key {k!r}: expected a tuple of words or a str")
+            if float(v) != int(v) or v < 0:
+                raise ValueError(f"document_frequency[{k!r}] = {v!r}: expected a non-negative whole number")
+            ngrams.append(k)
+            counts.append(int(v))
+        for k in ngrams:
+            if not 1 <= len(k.split()) <= n:
+                raise ValueError(f"document_frequency key {k!r}: an n-gram must hold 1 to {n} words")
+        with caption_errors(lambda i, pos: f"document_frequency key {ngrams[i]!r}"):
+            load().cap_check_texts(ngrams, -1)
+            self._df.set_items(ngrams, np.asarray(counts, dtype=np.int64))
+        self._df.set_num_docs(int(num_docs))
+        return self
+
+    def document_frequency(self) -> dict[str, int]:
+        """``{"w1 w2 ...": df}`` for every n-gram of the corpus."""
+        ngrams, counts = self._df.items()
+        return dict(zip(ngrams, counts.tolist()))
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Writes the document frequencies as JSON (no pickle): format, version, n, num_docs, ngrams, df."""
+        ngrams, counts = self._df.items()
+        doc = {
+            "format": _DF_FORMAT,
+            "version": 1,
+            "n": self.n,
+            "num_docs": self.num_docs,
+            "ngrams": ngrams,
+            "df": counts.tolist(),
+        }
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(doc, f, ensure_ascii=False)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, *, sigma: float = 6.0, eos: int | None = 0) -> CiderD:
+        """Reads a file written by :meth:`save`. Raises ValueError on malformed JSON or a wrong layout."""
+        doc = _read_json(path)
+        if not isinstance(doc, dict) or doc.get("format") != _DF_FORMAT:
+            raise ValueError(f"{path}: not a vlkernels document-frequency file (format != {_DF_FORMAT!r})")
+        for key, typ in (("n", int), ("num_docs", int), ("ngrams", list), ("df", list)):
+            if not isinstance(doc.get(key), typ):
+                raise ValueError(f"{path}: field {key!r} missing or not {typ.__name__}")
+        if len(doc["ngrams"]) != len(doc["df"]):
+            raise ValueError(f"{path}: 'ngrams' and 'df' differ in length")
+        return cls.from_document_frequency(
+            dict(zip(doc["ngrams"], doc["df"])), doc["num_docs"], n=doc["n"], sigma=sigma, eos=eos
+        )
+
+    def score(self, candidates: Any, refs: Any, ref_index: Any = None) -> np.ndarray:
+        """CIDEr-D of every candidate against its references, with the corpus' document frequencies.
+
+        Args:
+            candidates: B captions: a list of str, or token ids (B, T) (numpy / torch, any device).
+            refs: G reference groups: a list of lists of str, or of (R_g, T_g) id arrays, or one (G, R, T)
+                array.
+            ref_index: (B,) group of each candidate; default ``arange(B)`` (needs G == B). For ``k``
+                samples per image use ``np.repeat(np.arange(G), k)``.
+
+        Returns:
+            float64 array (B,): the rewards, in candidate order.
+
+        Raises:
+            ValueError: mismatched lengths, a ref_index out of range, a group without references, captions
+                that are not str / not integer arrays, invalid UTF-8.
+        """
+        hyp_src, b = _source(candidates, "candidates", self.eos)
+        groups = list(refs)
+        src, off = self._groups(groups, list(range(len(groups))), "refs")
+        if ref_index is None:
+            if len(groups) != b:
+                raise ValueError(f"{b} candidates but {len(groups)} reference groups: pass ref_index")
+            index = np.arange(b, dtype=np.int64)
+        else:
+            if hasattr(ref_index, "detach"):
+                ref_index = ref_index.detach().cpu().numpy()
+            index = np.ascontiguousarray(ref_index, dtype=np.int64).reshape(-1)
+            if index.shape[0] != b:
+                raise ValueError(f"ref_index has {index.shape[0]} entries for {b} candidates")
+            if b and (index.min() < 0 or index.max() >= len(groups)):
+                raise ValueError(f"ref_index values must be in [0, {len(groups)}), got [{index.min()}, {index.max()}]")
+        if self.num_docs < 1:
+            raise ValueError("no document frequencies: build CiderD from refs, a dict, or load()")
+        if self._logdf is None or self._logdf.shape[0] <= self._df.max_df:
+            self._logdf = log_table(int(self._df.max_df))
+        with caption_errors(_flat_item(off, list(range(len(groups))), "refs")):
+            if isinstance(hyp_src, list):
+                load().cap_check_texts(hyp_src, -1)
+            if isinstance(src, list):
+                load().cap_check_texts(src, -4)
+            return self._df.score(hyp_src, src, off, index, self.sigma, ref_len_of(self.num_docs), self._logdf)
+
+    def _groups(self, groups: list, names: list, where: str) -> tuple[Any, np.ndarray]:
+        """Flattens reference groups into one caption source and group offsets."""
+        sizes = []
+        if all(isinstance(g, (list, tuple)) and all(isinstance(c, str) for c in g) for g in groups):
+            flat = []
+            for g in groups:
+                flat.extend(g)
+                sizes.append(len(g))
+            src: Any = flat
+        else:
+            rows = []
+            for name, g in zip(names, groups):
+                if isinstance(g, (list, tuple)) and any(isinstance(c, str) for c in g):
+                    bad = next(c for c in g if not isinstance(c, str))
+                    raise ValueError(f"{where}[{name!r}]: caption must be str, got {type(bad).__name__}")
+                r = _as_int_rows(g, f"{where}[{name!r}]")
+                rows.append(r)
+                sizes.append(r.shape[0])
+            src = _id_source(rows, self.eos)
+        empty = [nm for nm, s in zip(names, sizes) if s == 0]
+        if empty:
+            raise ValueError(f"{where}[{empty[0]!r}]: no reference captions")
+        off = np.zeros(len(sizes) + 1, np.int64)
+        off[1:] = np.cumsum(sizes)
+        return src, off
+
+
+def _flat_item(off: np.ndarray, names: list, where: str) -> Any:
+    """Names an error of the C++ layer: pos -1 = candidate `item`, -4 = flat reference `item` (mapped to its group)."""
+
+    def name(item: int, pos: int) -> str:
+        if pos == -1:
+            return f"candidates[{item}]"
+        g = int(np.searchsorted(off, item, side="right")) - 1
+        return f"{where}[{names[g]!r}][{item - int(off[g])}]"
+
+    return name
+
+
+def _read_json(path: str | os.PathLike) -> Any:
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read ({e.strerror})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: invalid UTF-8 at byte {e.start}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
