@@ -3,7 +3,7 @@ retrieval in both directions, and top-K search with exclusions, without the N x 
 
 from vlkernels.retrieval.io import Embeddings, load_array
 from vlkernels.retrieval.metrics import Ranks, metrics_from_ranks
-from vlkernels.retrieval.ops import RetrievalResult, evaluate, topk
+from vlkernels.retrieval.ops import RetrievalResult, evaluate, rank_metrics, topk
 from vlkernels.retrieval.positives import Positives
 
 __all__ = [
@@ -14,5 +14,6 @@ __all__ = [
     "evaluate",
     "load_array",
     "metrics_from_ranks",
+    "rank_metrics",
     "topk",
 ]

@@ -119,26 +119,42 @@ def count_both(
         dist.all_reduce(ct, op=dist.ReduceOp.MAX, group=group)
         c_thr = ct.numpy()
 
-    # Row pairs as CSR over local rows (global pair offsets), thresholds in the compute dtype.
     np_dtype = np.float64 if cols.dtype == torch.float64 else np.float32
+    # Row pairs as CSR over local rows (global pair offsets), thresholds in the compute dtype.
     r_above = np.zeros(len(rq), dtype=np.int64)
     r_ptr_local = row_pos.indptr[row_offset : row_offset + n_local + 1].copy()
     # Pairs of queries that are not evaluated are skipped by giving them an empty range: count them, discard later.
     r_thr_c = np.where(r_local, r_thr, inf).astype(np_dtype)
-    # Column pairs in slot planes per column chunk.
-    c_counts = np.where(c_active, 1, 0)
-    slot_planes = []
+    # Column pairs per column chunk, in one of two layouts. Dense chunks (every column has about the same number of
+    # positives, e.g. 5 captions per image) use slot planes counted down the tile's columns in place; sparse ones
+    # (few evaluated columns, or very uneven positive counts) gather their columns into a transposed copy and count
+    # along its rows, so the work follows the number of pairs rather than max positives x chunk width.
+    c_active_q = np.zeros(n_cols, dtype=bool)
+    c_active_q[col_pos.queries] = True
+    plans = []
     for cc in range(n_cc):
         a, b = cc * chunk_cols, min(n_cols, (cc + 1) * chunk_cols)
         lo, hi = col_pos.indptr[a], col_pos.indptr[b]
-        sel = np.arange(lo, hi)[c_counts[lo:hi] == 1]
+        sel = np.arange(lo, hi)[c_active[lo:hi]]
+        if len(sel) == 0:
+            plans.append(None)
+            continue
         slot = sel - col_pos.indptr[cq[sel]]
-        k = int(slot.max()) + 1 if len(sel) else 0
-        pos = np.full((k, b - a), -1, dtype=np.int64)
-        thr = np.full((k, b - a), inf, dtype=np_dtype)
-        pos[slot, cq[sel] - a] = c_rows[sel]
-        thr[slot, cq[sel] - a] = c_thr[sel]
-        slot_planes.append((sel, slot, k, torch.from_numpy(pos), torch.from_numpy(thr), torch.zeros((k, b - a), dtype=torch.int64)))
+        k = int(slot.max()) + 1
+        if k * (b - a) <= 2 * len(sel):
+            pos = np.full((k, b - a), -1, dtype=np.int64)
+            thr = np.full((k, b - a), inf, dtype=np_dtype)
+            pos[slot, cq[sel] - a] = c_rows[sel]
+            thr[slot, cq[sel] - a] = c_thr[sel]
+            cnt = torch.zeros((k, b - a), dtype=torch.int64)
+            plans.append(("dense", sel, slot, k, torch.from_numpy(pos), torch.from_numpy(thr), cnt))
+        else:
+            act = np.flatnonzero(c_active_q[a:b])
+            ptr = np.zeros(len(act) + 1, dtype=np.int64)
+            np.cumsum(col_pos.counts[a + act], out=ptr[1:])
+            cnt = torch.zeros(len(sel), dtype=torch.int64)
+            plans.append(("sparse", sel, torch.from_numpy(act), torch.from_numpy(ptr),
+                          torch.from_numpy(c_rows[sel].copy()), torch.from_numpy(c_thr[sel].astype(np_dtype)), cnt))
 
     # Pass 2: every tile once, both directions.
     r_ptr_t = torch.from_numpy(r_ptr_local)
@@ -156,19 +172,28 @@ def count_both(
             ptr = r_ptr_t[r0 : r0 + nr + 1]
             rows_fn(s.data_ptr(), nr, nc, s.stride(0), c0, ptr.data_ptr(), r_pos_t.data_ptr(), r_thr_t.data_ptr(),
                     r_out_t.data_ptr())
-            _, _, k, pos, thr, cnt = slot_planes[cc]
-            if k:
+            plan = plans[cc]
+            if plan is not None and plan[0] == "dense":
+                _, _, _, k, pos, thr, cnt = plan
                 cols_fn(s.data_ptr(), nr, nc, s.stride(0), row_offset + r0, k, pos.data_ptr(), thr.data_ptr(),
                         cnt.data_ptr())
+            elif plan is not None:
+                _, _, act, ptr, pos, thr, cnt = plan
+                sub = s[:, act].T.contiguous()
+                rows_fn(sub.data_ptr(), sub.shape[0], nr, sub.stride(0), row_offset + r0, ptr.data_ptr(),
+                        pos.data_ptr(), thr.data_ptr(), cnt.data_ptr())
             if bar is not None:
                 bar.update(1)
     if bar is not None:
         bar.close()
 
     c_above = np.zeros(len(cq), dtype=np.int64)
-    for cc, (sel, slot, k, pos, thr, cnt) in enumerate(slot_planes):
-        if k:
+    for cc, plan in enumerate(plans):
+        if plan is not None and plan[0] == "dense":
+            _, sel, slot, _, _, _, cnt = plan
             c_above[sel] = cnt.numpy()[slot, cq[sel] - cc * chunk_cols]
+        elif plan is not None:
+            c_above[plan[1]] = plan[6].numpy()
     r_above = np.where(r_local, r_above, 0)
     if group is not None:
         import torch.distributed as dist

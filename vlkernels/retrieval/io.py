@@ -21,7 +21,15 @@ class Embeddings:
     gallery larger than memory is read one chunk at a time.
     """
 
+    def __new__(cls, source=None, name: str = "embeddings", key: str | None = None):
+        # An Embeddings passes through unchanged (the CLI opens files once, then hands them on).
+        if isinstance(source, Embeddings):
+            return source
+        return super().__new__(cls)
+
     def __init__(self, source, name: str = "embeddings", key: str | None = None):
+        if source is self:
+            return
         self.name = name
         self.tensor: torch.Tensor | None = None
         self.array: np.ndarray | None = None
@@ -62,7 +70,8 @@ class Embeddings:
         dtype = dtype or self.compute_dtype
         if self.tensor is not None:
             return self.tensor[start:stop].to(dtype).contiguous()
-        raw = np.ascontiguousarray(self.array[start:stop])
+        # A copy: file pages are read-only and torch wants writable memory.
+        raw = np.array(self.array[start:stop], copy=True)
         if self.bf16:
             return torch.from_numpy(raw.view(np.int16)).view(torch.bfloat16).to(dtype)
         return torch.from_numpy(raw).to(dtype)

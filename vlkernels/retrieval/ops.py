@@ -201,6 +201,56 @@ def evaluate(
     return RetrievalResult({d: metrics_from_ranks(ranks[d], ks) for d in DIRECTIONS}, ranks)
 
 
+def rank_metrics(
+    queries,
+    gallery,
+    positives,
+    ks: Sequence[int] = (1, 5, 10),
+    *,
+    chunk_rows: int = 1024,
+    chunk_cols: int = 512,
+    progress: bool = False,
+) -> tuple[dict[str, float], Ranks]:
+    """One direction of :func:`evaluate` for any query/gallery pair and any positives (CPU streaming path).
+
+    Args:
+        queries: ``(Q, D)`` embeddings (tensor, array or file path).
+        gallery: ``(M, D)`` embeddings.
+        positives: Positives, CSR ``(indptr, indices)``, ``(P, 2)`` pairs or one list per query.
+        ks, chunk_rows, chunk_cols, progress: as in :func:`evaluate`.
+
+    Returns:
+        ``(metrics, ranks)``: the metric dict of :func:`evaluate` and the per-query :class:`Ranks`.
+
+    Raises:
+        ValueError: as :func:`evaluate`.
+
+    Note:
+        Same tie policy (score descending, then gallery index ascending) and exactness as :func:`evaluate`.
+
+    Example:
+        >>> m, r = rank_metrics(torch.tensor([[0.1, 0.8, 0.9, 0.7]]), torch.eye(4), [[1, 3]])
+        >>> round(m["mAP"], 4)  # positives at ranks 2 and 3: (1/2 + 2/3) / 2 = 7/12
+        0.5833
+    """
+    ks = tuple(int(k) for k in ks)
+    if not ks or any(k < 1 for k in ks):
+        raise ValueError(f"ks must be positive integers, got {ks}")
+    q = Embeddings(queries, "queries")
+    g = Embeddings(gallery, "gallery")
+    if q.shape[1] != g.shape[1]:
+        raise ValueError(f"embedding dims differ: queries have D={q.shape[1]}, gallery has D={g.shape[1]}")
+    if len(q) == 0 or len(g) == 0:
+        raise ValueError(f"empty input: {len(q)} queries and {len(g)} gallery items; both must be non-empty")
+    pos = as_positives(positives, len(q), len(g), "positives")
+    q.check_finite()
+    g.check_finite()
+    none = Positives.from_pairs([], [], len(g), len(q), queries=[])
+    above, _ = engine.count_both(q, g.full(), pos, none, 0, int(chunk_rows), int(chunk_cols), 0, progress)
+    ranks = ranks_from_counts(pos, above)
+    return metrics_from_ranks(ranks, ks), ranks
+
+
 def topk(
     queries,
     gallery,
