@@ -40,8 +40,8 @@ def test_evaluate_from_memory_mapped_files(tmp_path, dtype, fmt):
     assert src_t.dtype == dtype and src_t.array is not None  # mapped, not loaded
     got = evaluate(tmp_path / f"img.{fmt}", src_t, lab, chunk_rows=16)
     assert got == evaluate_ref(img.float(), txt.float(), lab)
-    v, i = topk(txt, tmp_path / f"img.{fmt}", 5)
-    rv, ri = topk_ref(txt.float(), img.float(), 5)
+    _, i = topk(txt, tmp_path / f"img.{fmt}", 5)
+    _, ri = topk_ref(txt.float(), img.float(), 5)
     assert torch.equal(i, ri)
 
 
@@ -164,8 +164,10 @@ def _sharded_worker(rank: int, world: int, port: int, out_dir: str) -> None:
         ex = [[int(j)] for j in lab]
         g_lo, g_hi = [0, 13, 31][rank], [0, 13, 31][rank + 1]
         v, i = topk(txt, img[g_lo:g_hi], 9, exclude=ex, group=dist.group.WORLD, chunk_gallery=5)
-        torch.save({"res": dict(res), "first": res.ranks["image_to_text"].first, "v": v, "i": i},
-                   os.path.join(out_dir, f"rank{rank}.pt"))
+        torch.save(
+            {"res": dict(res), "first": res.ranks["image_to_text"].first, "v": v, "i": i},
+            os.path.join(out_dir, f"rank{rank}.pt"),
+        )
     finally:
         dist.destroy_process_group()
 

@@ -115,15 +115,26 @@ void launch_topk_update(const T* s, int64_t rows, int64_t cols, int64_t stride_r
       int64_t* ri = idx + i * k;
       buf.clear();
       for (int64_t t = 0; t < k; ++t) buf.push_back({rv[t], ri[t]});
-      const Cand<T> worst = buf.back();
+      // The running worst only tightens: candidates are collected until the buffer holds 2k (or 64), then cut back
+      // to the best k, so most of a tile is rejected by one comparison.
+      Cand<T> worst = buf.back();
+      const size_t cap = static_cast<size_t>(std::max<int64_t>(2 * k, 64));
+      bool changed = false;
       const T* row = s + i * stride_row;
       for (int64_t j = 0; j < cols; ++j) {
         const T v = row[j];
         if (std::isnan(v)) continue;
         const Cand<T> c{v, cand_idx ? cand_idx[i * cols + j] : c0 + j};
-        if (better(c, worst)) buf.push_back(c);
+        if (!better(c, worst)) continue;
+        buf.push_back(c);
+        changed = true;
+        if (buf.size() >= cap) {
+          std::nth_element(buf.begin(), buf.begin() + (k - 1), buf.end(), better<T>);
+          buf.resize(static_cast<size_t>(k));
+          worst = buf.back();
+        }
       }
-      if (static_cast<int64_t>(buf.size()) == k) continue;
+      if (!changed) continue;
       std::nth_element(buf.begin(), buf.begin() + (k - 1), buf.end(), better<T>);
       for (int64_t t = 0; t < k; ++t) {
         rv[t] = buf[t].v;

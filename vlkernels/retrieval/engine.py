@@ -153,8 +153,17 @@ def count_both(
             ptr = np.zeros(len(act) + 1, dtype=np.int64)
             np.cumsum(col_pos.counts[a + act], out=ptr[1:])
             cnt = torch.zeros(len(sel), dtype=torch.int64)
-            plans.append(("sparse", sel, torch.from_numpy(act), torch.from_numpy(ptr),
-                          torch.from_numpy(c_rows[sel].copy()), torch.from_numpy(c_thr[sel].astype(np_dtype)), cnt))
+            plans.append(
+                (
+                    "sparse",
+                    sel,
+                    torch.from_numpy(act),
+                    torch.from_numpy(ptr),
+                    torch.from_numpy(c_rows[sel].copy()),
+                    torch.from_numpy(c_thr[sel].astype(np_dtype)),
+                    cnt,
+                )
+            )
 
     # Pass 2: every tile once, both directions.
     r_ptr_t = torch.from_numpy(r_ptr_local)
@@ -170,18 +179,45 @@ def count_both(
             nr, nc = s.shape
             r0, c0 = rc * chunk_rows, cc * chunk_cols
             ptr = r_ptr_t[r0 : r0 + nr + 1]
-            rows_fn(s.data_ptr(), nr, nc, s.stride(0), c0, ptr.data_ptr(), r_pos_t.data_ptr(), r_thr_t.data_ptr(),
-                    r_out_t.data_ptr())
+            rows_fn(
+                s.data_ptr(),
+                nr,
+                nc,
+                s.stride(0),
+                c0,
+                ptr.data_ptr(),
+                r_pos_t.data_ptr(),
+                r_thr_t.data_ptr(),
+                r_out_t.data_ptr(),
+            )
             plan = plans[cc]
             if plan is not None and plan[0] == "dense":
                 _, _, _, k, pos, thr, cnt = plan
-                cols_fn(s.data_ptr(), nr, nc, s.stride(0), row_offset + r0, k, pos.data_ptr(), thr.data_ptr(),
-                        cnt.data_ptr())
+                cols_fn(
+                    s.data_ptr(),
+                    nr,
+                    nc,
+                    s.stride(0),
+                    row_offset + r0,
+                    k,
+                    pos.data_ptr(),
+                    thr.data_ptr(),
+                    cnt.data_ptr(),
+                )
             elif plan is not None:
                 _, _, act, ptr, pos, thr, cnt = plan
                 sub = s[:, act].T.contiguous()
-                rows_fn(sub.data_ptr(), sub.shape[0], nr, sub.stride(0), row_offset + r0, ptr.data_ptr(),
-                        pos.data_ptr(), thr.data_ptr(), cnt.data_ptr())
+                rows_fn(
+                    sub.data_ptr(),
+                    sub.shape[0],
+                    nr,
+                    sub.stride(0),
+                    row_offset + r0,
+                    ptr.data_ptr(),
+                    pos.data_ptr(),
+                    thr.data_ptr(),
+                    cnt.data_ptr(),
+                )
             if bar is not None:
                 bar.update(1)
     if bar is not None:
@@ -244,19 +280,25 @@ def topk_stream(
         eq = exclude.pair_queries()
         e_by_chunk = _group(exclude.indices // chunk_gallery, np.arange(len(eq)))
     bar = _progress(n_gc, progress, "top-k")
+    buffers: dict[tuple[int, int], torch.Tensor] = {}
     for gc in range(n_gc):
         g0 = gc * chunk_gallery
         g = gallery.chunk(g0, min(ng, g0 + chunk_gallery), dtype)
         ex = e_by_chunk.get(gc) if exclude is not None else None
         for q0 in range(0, nq, chunk_queries):
             q = queries[q0 : q0 + chunk_queries]
-            s = q @ g.T
+            shape = (q.shape[0], g.shape[0])
+            if shape not in buffers:
+                buffers[shape] = torch.empty(shape, dtype=dtype)
+            s = torch.matmul(q, g.T, out=buffers[shape])
             if ex is not None:
                 m = ex[(eq[ex] >= q0) & (eq[ex] < q0 + q.shape[0])]
                 if len(m):
                     s[torch.from_numpy(eq[m] - q0), torch.from_numpy(exclude.indices[m] - g0)] = float("nan")
             v, i = vals[q0 : q0 + q.shape[0]], idx[q0 : q0 + q.shape[0]]
-            upd(s.data_ptr(), s.shape[0], s.shape[1], s.stride(0), gallery_offset + g0, 0, k, v.data_ptr(), i.data_ptr())
+            upd(
+                s.data_ptr(), s.shape[0], s.shape[1], s.stride(0), gallery_offset + g0, 0, k, v.data_ptr(), i.data_ptr()
+            )
         if bar is not None:
             bar.update(1)
     if bar is not None:

@@ -166,7 +166,9 @@ def evaluate(
     if text_to_image is not None:
         if t2i is not None or i2t is not None:
             raise ValueError("give either text_to_image or t2i/i2t, not both")
-        labels = np.asarray(torch.as_tensor(text_to_image).cpu().numpy() if not isinstance(text_to_image, np.ndarray) else text_to_image)
+        labels = np.asarray(
+            torch.as_tensor(text_to_image).cpu().numpy() if not isinstance(text_to_image, np.ndarray) else text_to_image
+        )
         if labels.shape != (n_txt,):
             raise ValueError(f"text_to_image has shape {labels.shape}; expected ({n_txt},), one image per text")
         t2i_pos = Positives.from_labels(labels, n_img)
@@ -184,17 +186,29 @@ def evaluate(
     if backend == "cpu":
         cols = images.full()
         r_above, c_above = engine.count_both(
-            texts, cols, t2i_pos, i2t_pos, row_offset, int(chunk_rows), int(chunk_cols), int(cache_bytes), progress,
+            texts,
+            cols,
+            t2i_pos,
+            i2t_pos,
+            row_offset,
+            int(chunk_rows),
+            int(chunk_cols),
+            int(cache_bytes),
+            progress,
             group,
         )
     else:
         from vlkernels.retrieval.triton_ops import count_direction
 
         if group is not None:
-            raise ValueError("group (sharding) is supported by the CPU backend here; shard the Triton path by calling "
-                             "it per process and summing counts")
-        img_t, txt_t = images.full(images.dtype if images.dtype != torch.float64 else torch.float32), texts.full(
-            texts.dtype if texts.dtype != torch.float64 else torch.float32)
+            raise ValueError(
+                "group (sharding) is supported by the CPU backend here; shard the Triton path by calling "
+                "it per process and summing counts"
+            )
+        img_t, txt_t = (
+            images.full(images.dtype if images.dtype != torch.float64 else torch.float32),
+            texts.full(texts.dtype if texts.dtype != torch.float64 else torch.float32),
+        )
         r_above = count_direction(txt_t, img_t, t2i_pos)
         c_above = count_direction(img_t, txt_t, i2t_pos)
     ranks = {"text_to_image": ranks_from_counts(t2i_pos, r_above), "image_to_text": ranks_from_counts(i2t_pos, c_above)}

@@ -24,7 +24,9 @@ def eccv_data_dir() -> Path:
     """Folder of the eccv-caption package data (raises ValueError when the package is not installed)."""
     spec = importlib.util.find_spec("eccv_caption")
     if spec is None or not spec.submodule_search_locations:
-        raise ValueError("the eccv-caption package is needed for the Karpathy 5K ground truth: pip install eccv-caption")
+        raise ValueError(
+            "the eccv-caption package is needed for the Karpathy 5K ground truth: pip install eccv-caption"
+        )
     return Path(next(iter(spec.submodule_search_locations))) / "data"
 
 
@@ -107,7 +109,9 @@ def eccv_positives() -> tuple[Positives, Positives]:
                     gs.append(g_map[g])
         queries = np.sort(np.array([q_map[q] for q in gt], dtype=np.int64))
         p = Positives.from_pairs(np.array(qs), np.array(gs), nq, ng, queries=queries)
-        return Positives.from_pairs(np.array(qs), np.array(gs), nq, ng, queries=queries, num_relevant=np.maximum(rel, p.counts))
+        return Positives.from_pairs(
+            np.array(qs), np.array(gs), nq, ng, queries=queries, num_relevant=np.maximum(rel, p.counts)
+        )
 
     return (
         build(t2i, cap_pos, img_pos, len(kt.caption_ids), len(kt.image_ids)),

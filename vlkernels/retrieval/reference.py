@@ -48,7 +48,7 @@ def topk_ref(queries, gallery, k: int, exclude: Positives | None = None):
     s = torch.as_tensor(queries).double() @ torch.as_tensor(gallery).double().T
     if exclude is not None:
         s[torch.from_numpy(exclude.pair_queries()), torch.from_numpy(exclude.indices)] = float("-inf")
-    n, m = s.shape
+    n = s.shape[0]
     vals = torch.full((n, k), float("-inf"), dtype=torch.float64)
     idx = torch.full((n, k), -1, dtype=torch.int64)
     for i in range(n):

@@ -43,7 +43,7 @@ def gt_scores_fwd(q: torch.Tensor, g: torch.Tensor, pair_q: np.ndarray, pair_g: 
     tiles, starts = np.unique(key_s, return_index=True)
     tile_ptr = np.append(starts, len(key_s)).astype(np.int64)
     dev = q.device
-    t = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(dev)  # noqa: E731
+    t = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(dev)
     res = torch.empty(len(pair_q), dtype=torch.float32, device=dev)
     n_tiles_n = -(-g.shape[0] // BLOCK_N)
     _gt_score_fwd_kernel[(len(tiles),)](
@@ -112,8 +112,8 @@ def topk_triton(
     queries: torch.Tensor, gallery: Embeddings, k: int, exclude: Positives | None, offset: int = 0
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Fused GEMM + top-k (k + the most exclusions of any query, padded to a power of two, at most 256)."""
-    from vlkernels.retrieval.kernels import _topk_fwd_kernel
     from vlkernels.retrieval import engine
+    from vlkernels.retrieval.kernels import _topk_fwd_kernel
 
     q = _prep(queries)
     n_q = q.shape[0]
@@ -140,7 +140,7 @@ def topk_triton(
         eq = torch.from_numpy(exclude.pair_queries()).to(q.device)
         eg = torch.from_numpy(exclude.indices + offset).to(q.device)
         # Mark a candidate excluded when (query, index) is listed: match by a per-row membership test.
-        hit = (idx[eq] == eg[:, None])
+        hit = idx[eq] == eg[:, None]
         ex.index_put_((eq,), hit, accumulate=True)
         vals = vals.masked_fill(ex, float("-inf"))
         idx = idx.masked_fill(ex, -1)
