@@ -13,7 +13,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 CU_FILES = sorted((REPO / "csrc").rglob("*.cu"))
 # Test files whose code paths run C++ kernels; each family adds its own here.
-SANITIZED_TESTS = ["tests/test_core.py"]
+SANITIZED_TESTS = ["tests/test_core.py", "tests/test_retrieval.py"]
 
 
 def _nvcc() -> str | None:

@@ -107,6 +107,7 @@ class _StableNumpy:
         return self._np.argsort(a, kind="stable")
 
 
+@pytest.mark.slow  # full Karpathy 5K structure: seconds, left out of the sanitizer run
 def test_evaluate_ties_equal_seed_with_stable_sort(monkeypatch):
     img, txt, local, image_ids, cap_ids = _fold(1, 6, 0.0, torch.float32, integer=True)
     monkeypatch.setitem(compute_retrieval_metrics.__globals__, "np", _StableNumpy())
@@ -156,6 +157,7 @@ def _eccv_reference_lists(scores: np.ndarray, queries: np.ndarray, q_ids, g_ids,
     return out
 
 
+@pytest.mark.slow  # full Karpathy 5K structure: seconds, left out of the sanitizer run
 def test_eccv_metrics_equal_eccv_caption():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -182,6 +184,7 @@ def test_eccv_metrics_equal_eccv_caption():
             assert got[d][f"R@{k}"] / 100 == pytest.approx(compute_r_at_k(lists, gt, K=k), rel=1e-12)
 
 
+@pytest.mark.slow  # full Karpathy 5K structure: seconds, left out of the sanitizer run
 def test_coco_1k_is_mean_over_folds():
     kt = karpathy_5k()
     g = torch.Generator().manual_seed(5)

@@ -251,8 +251,9 @@ def _group(keys: np.ndarray, values: np.ndarray) -> dict[int, np.ndarray]:
         return {}
     order = np.argsort(keys, kind="stable")
     k, v = keys[order], values[order]
-    cuts = np.flatnonzero(np.diff(k)) + 1
-    return {int(kk[0]): vv for kk, vv in zip(np.split(k, cuts), np.split(v, cuts))}
+    uniq, starts = np.unique(k, return_index=True)
+    ends = np.append(starts[1:], len(k))
+    return {int(u): v[a:b] for u, a, b in zip(uniq.tolist(), starts.tolist(), ends.tolist())}
 
 
 def topk_stream(
