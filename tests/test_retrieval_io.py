@@ -85,6 +85,8 @@ def test_evaluate_rejects_bad_input():
         (dict(image_emb=img, text_emb=txt, text_to_image=lab, t2i=[[0]] * 71), "either text_to_image"),
         (dict(image_emb=img, text_emb=txt, text_to_image=lab, ks=(0, 5)), "ks must be positive"),
         (dict(image_emb=img, text_emb=txt, text_to_image=lab, backend="gpu"), "backend must be"),
+        (dict(image_emb=img, text_emb=txt, text_to_image=lab, chunk_rows=0), "chunk_rows must be"),
+        (dict(image_emb=img, text_emb=txt, text_to_image=lab, cache_bytes=-1), "cache_bytes"),
         (dict(image_emb=img.int(), text_emb=txt, text_to_image=lab), "float dtype"),
         (dict(image_emb=img[None], text_emb=txt, text_to_image=lab), "2-D"),
         (dict(image_emb=[[1.0]], text_emb=txt, text_to_image=lab), "torch.Tensor, numpy array"),
@@ -112,6 +114,7 @@ def test_topk_rejects_bad_input():
         (dict(queries=txt, gallery=img, k=2.5), "non-negative integer"),
         (dict(queries=txt, gallery=img, k=3, exclude=np.array([[0, 23]])), "out of range"),
         (dict(queries=txt, gallery=img, k=3, backend="triton-gpu"), "backend must be"),
+        (dict(queries=txt, gallery=img, k=3, chunk_gallery=0), "chunk_gallery must be"),
     ]
     for kwargs, match in cases:
         with pytest.raises(ValueError, match=match):

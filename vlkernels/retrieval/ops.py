@@ -76,6 +76,18 @@ def _backend(backend: str, device: torch.device) -> str:
     return backend
 
 
+def _labels(x) -> np.ndarray:
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+def _check_chunks(**sizes: int) -> None:
+    for name, v in sizes.items():
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"{name} must be a positive integer, got {v!r}")
+
+
 def _shard_offset(n_local: int, group) -> tuple[int, int]:
     if group is None:
         return 0, n_local
@@ -152,6 +164,9 @@ def evaluate(
     ks = tuple(int(k) for k in ks)
     if not ks or any(k < 1 for k in ks):
         raise ValueError(f"ks must be positive integers, got {ks}")
+    _check_chunks(chunk_rows=chunk_rows, chunk_cols=chunk_cols)
+    if cache_bytes < 0:
+        raise ValueError(f"cache_bytes must be >= 0, got {cache_bytes}")
     images = Embeddings(image_emb, "image_emb")
     texts = Embeddings(text_emb, "text_emb")
     if images.shape[1] != texts.shape[1]:
@@ -166,9 +181,7 @@ def evaluate(
     if text_to_image is not None:
         if t2i is not None or i2t is not None:
             raise ValueError("give either text_to_image or t2i/i2t, not both")
-        labels = np.asarray(
-            torch.as_tensor(text_to_image).cpu().numpy() if not isinstance(text_to_image, np.ndarray) else text_to_image
-        )
+        labels = _labels(text_to_image)
         if labels.shape != (n_txt,):
             raise ValueError(f"text_to_image has shape {labels.shape}; expected ({n_txt},), one image per text")
         t2i_pos = Positives.from_labels(labels, n_img)
@@ -311,6 +324,7 @@ def topk(
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
         raise ValueError(f"k must be a non-negative integer, got {k!r}")
     k = int(k)
+    _check_chunks(chunk_queries=chunk_queries, chunk_gallery=chunk_gallery)
     q = Embeddings(queries, "queries")
     g = Embeddings(gallery, "gallery")
     if q.shape[1] != g.shape[1]:
