@@ -145,10 +145,10 @@ def test_worked_examples_seed_000():
     assert m["MeanR"] == 7.0 and m["MedianR"] == 7.0
 
 
-def _eccv_reference_lists(scores: np.ndarray, queries: np.ndarray, q_ids, g_ids, depth: int) -> dict:
-    """eccv_caption's input: {query id: gallery ids by descending score, ties by index} (first `depth` suffice)."""
+def _eccv_reference_lists(sub: np.ndarray, queries: np.ndarray, q_ids, g_ids, depth: int) -> dict:
+    """eccv_caption's input: {query id: gallery ids by descending score, ties by index} (first `depth` suffice).
+    ``sub[n]`` holds the scores of query ``queries[n]``."""
     out = {}
-    sub = scores[queries]
     kth = -np.partition(-sub, depth - 1, axis=1)[:, depth - 1]
     for row, q in enumerate(queries.tolist()):
         cand = np.flatnonzero(sub[row] >= kth[row])  # every candidate that can be in the first `depth`
@@ -168,11 +168,13 @@ def test_eccv_metrics_equal_eccv_caption():
     img = torch.randint(-2, 3, (5000, 8), generator=g).float()
     txt = img[torch.from_numpy(kt.text_to_image)] + torch.randint(-2, 3, (25000, 8), generator=g).float()
     got = eccv_caption(img, txt)
-    s = (txt.double() @ img.double().T).numpy()
     t2i, i2t = eccv_positives()
     gts = Metrics().eccv_gts
-    lists_t2i = _eccv_reference_lists(s, t2i.queries, kt.caption_ids, kt.image_ids, 64)
-    lists_i2t = _eccv_reference_lists(s.T, i2t.queries, kt.image_ids, kt.caption_ids, 64)
+    # fp64 rows of the evaluated queries only (exact here: small integer embeddings).
+    s_t2i = (txt[t2i.queries].double() @ img.double().T).numpy()
+    s_i2t = (img[i2t.queries].double() @ txt.double().T).numpy()
+    lists_t2i = _eccv_reference_lists(s_t2i, t2i.queries, kt.caption_ids, kt.image_ids, 64)
+    lists_i2t = _eccv_reference_lists(s_i2t, i2t.queries, kt.image_ids, kt.caption_ids, 64)
     for d, lists, gt in (("text_to_image", lists_t2i, gts["t2i"]), ("image_to_text", lists_i2t, gts["i2t"])):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -225,6 +227,25 @@ def test_evaluate_general_positives_and_tiling(chunks, cache):
         np.testing.assert_array_equal(got.ranks[d].ranks, ref.ranks)
         np.testing.assert_array_equal(got.ranks[d].first, ref.first)
         assert got[d] == metrics_from_ranks(ref)
+
+
+def test_evaluate_threads_agree():
+    import vlkernels
+
+    g = torch.Generator().manual_seed(12)
+    img = torch.randint(-2, 3, (70, 6), generator=g).float()
+    txt = torch.randint(-2, 3, (350, 6), generator=g).float()
+    lab = np.arange(350) % 70
+    before = vlkernels.get_num_threads()
+    try:
+        vlkernels.set_num_threads(1)
+        one = evaluate(img, txt, lab, chunk_rows=32, chunk_cols=16)
+        vlkernels.set_num_threads(3)  # three workers over the row chunks
+        three = evaluate(img, txt, lab, chunk_rows=32, chunk_cols=16)
+    finally:
+        vlkernels.set_num_threads(before)
+    assert one == three == evaluate_ref(img, txt, lab)
+    np.testing.assert_array_equal(one.ranks["image_to_text"].ranks, three.ranks["image_to_text"].ranks)
 
 
 def test_evaluate_forms_of_ground_truth_agree():
@@ -313,3 +334,7 @@ def test_triton_kernels_interpreted_match_reference():
     v, i = topk(txt, img, 5, exclude=ex, backend="triton")
     rv, ri = topk_ref(txt, img, 5, Positives.from_lists(ex, 37, queries=[]))
     assert torch.equal(i, ri)
+    # k past the fused kernel's budget: device tile matmuls merged as unique int64 keys (padded past the gallery).
+    v, i = topk(txt, img, 300, exclude=ex, backend="triton")
+    rv, ri = topk_ref(txt, img, 300, Positives.from_lists(ex, 37, queries=[]))
+    assert torch.equal(i, ri) and torch.equal(v.double(), rv)

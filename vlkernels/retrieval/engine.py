@@ -9,6 +9,11 @@ row queries (text-to-image) in the tile's rows, column queries (image-to-text) d
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
+import os
+import threading
+
 import numpy as np
 import torch
 
@@ -75,7 +80,6 @@ def count_both(
     sfx = _suffix(cols.dtype)
     n_local, n_cols = len(rows), cols.shape[0]
     n_rc, n_cc = -(-n_local // chunk_rows), -(-n_cols // chunk_cols)
-    tiles = _Tiles(rows, cols, row_offset, chunk_rows, chunk_cols)
     inf = float("inf")
 
     # Row queries: only the local rows' pairs are counted here (each row is complete in this process).
@@ -97,21 +101,36 @@ def count_both(
     band = np.unique(np.concatenate([r_tile[r_sel], c_tile[c_sel]]))
     r_by_tile = _group(r_tile[r_sel], r_sel)
     c_by_tile = _group(c_tile[c_sel], c_sel)
+    # Workers own row chunks (rc % n_workers) in both passes, each with its own tile buffers and single-threaded
+    # BLAS: a tile is computed by the same worker, through the same call, whichever pass computes it, and no
+    # per-tile fork-join barrier is paid (they dominate on a busy machine).
+    n_workers = max(1, min(num_threads(), n_rc))
+    tiles = [_Tiles(rows, cols, row_offset, chunk_rows, chunk_cols) for _ in range(n_workers)]
     cache: dict[int, torch.Tensor] = {}
-    cached_bytes = 0
-    for t in band.tolist():
-        rc, cc = divmod(t, n_cc)
-        s = tiles.compute(rc, cc)
-        r0, c0 = row_offset + rc * chunk_rows, cc * chunk_cols
-        for sel, src_r, src_c, dst in (
-            (r_by_tile.get(t), rq, row_pos.indices, r_thr),
-            (c_by_tile.get(t), c_rows, cq, c_thr),
-        ):
-            if sel is not None:
-                dst[sel] = s[torch.from_numpy(src_r[sel] - r0), torch.from_numpy(src_c[sel] - c0)].double().numpy()
-        if cached_bytes + s.numel() * s.element_size() <= cache_bytes:
-            cache[t] = s.clone()
-            cached_bytes += s.numel() * s.element_size()
+    budget = [cache_bytes]
+    lock = threading.Lock()
+    band_rc = band // n_cc
+
+    def pass1(w: int) -> None:
+        for t in band[band_rc % n_workers == w].tolist():
+            rc, cc = divmod(t, n_cc)
+            s = tiles[w].compute(rc, cc)
+            r0, c0 = row_offset + rc * chunk_rows, cc * chunk_cols
+            for sel, src_r, src_c, dst in (
+                (r_by_tile.get(t), rq, row_pos.indices, r_thr),
+                (c_by_tile.get(t), c_rows, cq, c_thr),
+            ):
+                if sel is not None:
+                    dst[sel] = s[torch.from_numpy(src_r[sel] - r0), torch.from_numpy(src_c[sel] - c0)].double().numpy()
+            nbytes = s.numel() * s.element_size()
+            with lock:
+                keep = budget[0] >= nbytes
+                budget[0] -= nbytes if keep else 0
+            if keep:
+                cache[t] = s.clone()
+
+    with _single_threaded():
+        _run(pass1, n_workers)
     if group is not None:
         import torch.distributed as dist
 
@@ -170,58 +189,73 @@ def count_both(
     r_pos_t, r_thr_t, r_out_t = torch.from_numpy(row_pos.indices), torch.from_numpy(r_thr_c), torch.from_numpy(r_above)
     rows_fn, cols_fn = getattr(C, f"rank_count_rows_{sfx}"), getattr(C, f"rank_count_cols_{sfx}")
     bar = _progress(n_rc * n_cc, progress, "retrieval")
-    for rc in range(n_rc):
-        for cc in range(n_cc):
-            t = rc * n_cc + cc
-            s = cache.pop(t, None)
-            if s is None:
-                s = tiles.compute(rc, cc)
-            nr, nc = s.shape
-            r0, c0 = rc * chunk_rows, cc * chunk_cols
-            ptr = r_ptr_t[r0 : r0 + nr + 1]
-            rows_fn(
-                s.data_ptr(),
-                nr,
-                nc,
-                s.stride(0),
-                c0,
-                ptr.data_ptr(),
-                r_pos_t.data_ptr(),
-                r_thr_t.data_ptr(),
-                r_out_t.data_ptr(),
-            )
-            plan = plans[cc]
-            if plan is not None and plan[0] == "dense":
-                _, _, _, k, pos, thr, cnt = plan
-                cols_fn(
+    # Column counts are per worker (every worker walks every column chunk), summed after.
+    worker_cnt = [
+        [None if p is None else p[-1] if w == 0 else torch.zeros_like(p[-1]) for p in plans] for w in range(n_workers)
+    ]
+
+    def pass2(w: int) -> None:
+        for rc in range(w, n_rc, n_workers):
+            for cc in range(n_cc):
+                t = rc * n_cc + cc
+                s = cache.pop(t, None)
+                if s is None:
+                    s = tiles[w].compute(rc, cc)
+                nr, nc = s.shape
+                r0, c0 = rc * chunk_rows, cc * chunk_cols
+                ptr = r_ptr_t[r0 : r0 + nr + 1]
+                rows_fn(
                     s.data_ptr(),
                     nr,
                     nc,
                     s.stride(0),
-                    row_offset + r0,
-                    k,
-                    pos.data_ptr(),
-                    thr.data_ptr(),
-                    cnt.data_ptr(),
-                )
-            elif plan is not None:
-                _, _, act, ptr, pos, thr, cnt = plan
-                sub = s[:, act].T.contiguous()
-                rows_fn(
-                    sub.data_ptr(),
-                    sub.shape[0],
-                    nr,
-                    sub.stride(0),
-                    row_offset + r0,
+                    c0,
                     ptr.data_ptr(),
-                    pos.data_ptr(),
-                    thr.data_ptr(),
-                    cnt.data_ptr(),
+                    r_pos_t.data_ptr(),
+                    r_thr_t.data_ptr(),
+                    r_out_t.data_ptr(),
                 )
-            if bar is not None:
-                bar.update(1)
+                plan = plans[cc]
+                if plan is not None and plan[0] == "dense":
+                    _, _, _, k, pos, thr, _ = plan
+                    cnt = worker_cnt[w][cc]
+                    cols_fn(
+                        s.data_ptr(),
+                        nr,
+                        nc,
+                        s.stride(0),
+                        row_offset + r0,
+                        k,
+                        pos.data_ptr(),
+                        thr.data_ptr(),
+                        cnt.data_ptr(),
+                    )
+                elif plan is not None:
+                    _, _, act, ptr, pos, thr, _ = plan
+                    cnt = worker_cnt[w][cc]
+                    sub = s[:, act].T.contiguous()
+                    rows_fn(
+                        sub.data_ptr(),
+                        sub.shape[0],
+                        nr,
+                        sub.stride(0),
+                        row_offset + r0,
+                        ptr.data_ptr(),
+                        pos.data_ptr(),
+                        thr.data_ptr(),
+                        cnt.data_ptr(),
+                    )
+                if bar is not None:
+                    bar.update(1)
+
+    with _single_threaded():
+        _run(pass2, n_workers)
     if bar is not None:
         bar.close()
+    for w in range(1, n_workers):
+        for cc, p in enumerate(plans):
+            if p is not None:
+                p[-1].add_(worker_cnt[w][cc])
 
     c_above = np.zeros(len(cq), dtype=np.int64)
     for cc, plan in enumerate(plans):
@@ -238,6 +272,33 @@ def count_both(
         dist.all_reduce(both, op=dist.ReduceOp.SUM, group=group)
         r_above, c_above = both[: len(rq)].numpy(), both[len(rq) :].numpy()
     return r_above, c_above
+
+
+def num_threads() -> int:
+    return int(_ext.load().get_num_threads()) or (os.cpu_count() or 1)
+
+
+@contextlib.contextmanager
+def _single_threaded():
+    """BLAS and the C++ kernels single-threaded for the duration (restored after): the workers are the threads."""
+    C = _ext.load()
+    t_torch, t_vlk = torch.get_num_threads(), C.get_num_threads()
+    torch.set_num_threads(1)
+    C.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(t_torch)
+        C.set_num_threads(t_vlk)
+
+
+def _run(fn, n_workers: int) -> None:
+    if n_workers == 1:
+        fn(0)
+        return
+    with concurrent.futures.ThreadPoolExecutor(n_workers) as pool:
+        for f in [pool.submit(fn, w) for w in range(n_workers)]:
+            f.result()
 
 
 def _active(pos: Positives) -> np.ndarray:

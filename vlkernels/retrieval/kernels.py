@@ -13,8 +13,11 @@ def _score_tile(q_ptr, g_ptr, offs_m, offs_n, n_q, n_g, dim, stride_q, stride_g,
     for k0 in range(0, dim, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         mask_k = offs_k < dim
-        b_q = tl.load(q_ptr + offs_m[:, None] * stride_q + offs_k[None, :], mask=mask_m[:, None] & mask_k[None, :])
-        b_g = tl.load(g_ptr + offs_n[None, :] * stride_g + offs_k[:, None], mask=mask_n[None, :] & mask_k[:, None])
+        # Zero padding along D: garbage there would enter every valid score.
+        mask_q = mask_m[:, None] & mask_k[None, :]
+        mask_g = mask_n[None, :] & mask_k[:, None]
+        b_q = tl.load(q_ptr + offs_m[:, None] * stride_q + offs_k[None, :], mask=mask_q, other=0.0)
+        b_g = tl.load(g_ptr + offs_n[None, :] * stride_g + offs_k[:, None], mask=mask_g, other=0.0)
         acc = tl.dot(b_q, b_g, acc, input_precision="ieee")
     return acc
 

@@ -218,10 +218,10 @@ def evaluate(
                 "group (sharding) is supported by the CPU backend here; shard the Triton path by calling "
                 "it per process and summing counts"
             )
-        img_t, txt_t = (
-            images.full(images.dtype if images.dtype != torch.float64 else torch.float32),
-            texts.full(texts.dtype if texts.dtype != torch.float64 else torch.float32),
-        )
+        # One operand dtype for tl.dot: fp16/bf16 stay as they are when both sides agree, anything else runs in fp32.
+        same_lowp = images.dtype == texts.dtype and images.dtype in (torch.float16, torch.bfloat16)
+        dt = images.dtype if same_lowp else torch.float32
+        img_t, txt_t = images.full(dt), texts.full(dt)
         r_above = count_direction(txt_t, img_t, t2i_pos)
         c_above = count_direction(img_t, txt_t, i2t_pos)
     ranks = {"text_to_image": ranks_from_counts(t2i_pos, r_above), "image_to_text": ranks_from_counts(i2t_pos, c_above)}
@@ -346,7 +346,9 @@ def topk(
     else:
         from vlkernels.retrieval.triton_ops import topk_triton
 
-        vals, idx = topk_triton(q.full(q.dtype if q.dtype != torch.float64 else torch.float32), g, k, ex, offset)
+        same_lowp = q.dtype == g.dtype and q.dtype in (torch.float16, torch.bfloat16)
+        dt = q.dtype if same_lowp else torch.float32
+        vals, idx = topk_triton(q.full(dt), g, k, ex, offset, dt)
     if group is not None:
         import torch.distributed as dist
 

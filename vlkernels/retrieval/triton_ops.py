@@ -98,6 +98,37 @@ def count_direction(queries: torch.Tensor, gallery: torch.Tensor, pos: Positives
     return above
 
 
+def encode_keys(scores: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """The kernel's packing in torch: int64 keys ordered as (fp32 score descending, index ascending)."""
+    bits = scores.float().contiguous().view(torch.int32)
+    order = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits).to(torch.int64)
+    return (order << 32) | (4294967295 - index)
+
+
+def _topk_large(q: torch.Tensor, gallery: Embeddings, k: int, exclude, offset: int, dtype, chunk: int = 8192):
+    """k past the fused kernel's register budget: tile matmuls on the device, merged as unique int64 keys, so
+    torch.topk's order is fully determined (score descending, then index ascending)."""
+    n_q = q.shape[0]
+    best = torch.full((n_q, 0), EMPTY, dtype=torch.int64, device=q.device)
+    if exclude is not None and len(exclude.indices):
+        eq = torch.from_numpy(exclude.pair_queries()).to(q.device)
+        eg = torch.from_numpy(exclude.indices).to(q.device)
+    for g0 in range(0, len(gallery), chunk):
+        g = _prep(gallery.chunk(g0, min(len(gallery), g0 + chunk), dtype).to(q.device))
+        s = (q @ g.T).float() if q.dtype in (torch.float16, torch.bfloat16) else q @ g.T
+        keys = encode_keys(s, torch.arange(g0, g0 + g.shape[0], device=q.device) + offset)
+        if exclude is not None and len(exclude.indices):
+            m = (eg >= g0) & (eg < g0 + g.shape[0])
+            keys[eq[m], eg[m] - g0] = EMPTY
+        keys = torch.cat([best, keys], 1)
+        best = torch.topk(keys, min(k, keys.shape[1]), dim=1).values
+    vals, idx = decode_keys(best)
+    if vals.shape[1] < k:
+        vals = torch.cat([vals, vals.new_full((n_q, k - vals.shape[1]), float("-inf"))], 1)
+        idx = torch.cat([idx, idx.new_full((n_q, k - idx.shape[1]), -1)], 1)
+    return vals, idx
+
+
 def decode_keys(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Inverse of the kernel's key packing: (fp32 scores, int64 indices); empty keys give (-inf, -1)."""
     empty = keys == EMPTY
@@ -109,7 +140,12 @@ def decode_keys(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def topk_triton(
-    queries: torch.Tensor, gallery: Embeddings, k: int, exclude: Positives | None, offset: int = 0
+    queries: torch.Tensor,
+    gallery: Embeddings,
+    k: int,
+    exclude: Positives | None,
+    offset: int = 0,
+    dtype: torch.dtype = torch.float32,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Fused GEMM + top-k (k + the most exclusions of any query, padded to a power of two, at most 256)."""
     from vlkernels.retrieval import engine
@@ -120,9 +156,8 @@ def topk_triton(
     extra = int(exclude.counts.max()) if exclude is not None and exclude.num_queries else 0
     kk = k + extra
     if kk > 256 or n_q == 0 or k == 0:
-        # Large k: tile matmuls on the device, merged by the C++ selection on the host.
-        return engine.topk_stream(q.cpu().float(), gallery, k, exclude, offset)
-    g = _prep(gallery.full(gallery.dtype if gallery.dtype != torch.float64 else torch.float32))
+        return _topk_large(q, gallery, k, exclude, offset, dtype)
+    g = _prep(gallery.full(dtype))
     n_g = g.shape[0]
     block_n = max(16, 1 << (kk - 1).bit_length())
     n_split, per = _splits(n_g, n_q, block_n) if n_g else (1, block_n)
