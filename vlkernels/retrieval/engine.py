@@ -342,25 +342,41 @@ def topk_stream(
         eq = exclude.pair_queries()
         e_by_chunk = _group(exclude.indices // chunk_gallery, np.arange(len(eq)))
     bar = _progress(n_gc, progress, "top-k")
-    buffers: dict[tuple[int, int], torch.Tensor] = {}
+    # Workers take query chunks (disjoint rows of the running selection); each gallery chunk is read once.
+    q_starts = list(range(0, nq, chunk_queries))
+    n_workers = max(1, min(num_threads(), len(q_starts)))
+    buffers: list[dict[tuple[int, int], torch.Tensor]] = [{} for _ in range(n_workers)]
     for gc in range(n_gc):
         g0 = gc * chunk_gallery
         g = gallery.chunk(g0, min(ng, g0 + chunk_gallery), dtype)
         ex = e_by_chunk.get(gc) if exclude is not None else None
-        for q0 in range(0, nq, chunk_queries):
-            q = queries[q0 : q0 + chunk_queries]
-            shape = (q.shape[0], g.shape[0])
-            if shape not in buffers:
-                buffers[shape] = torch.empty(shape, dtype=dtype)
-            s = torch.matmul(q, g.T, out=buffers[shape])
-            if ex is not None:
-                m = ex[(eq[ex] >= q0) & (eq[ex] < q0 + q.shape[0])]
-                if len(m):
-                    s[torch.from_numpy(eq[m] - q0), torch.from_numpy(exclude.indices[m] - g0)] = float("nan")
-            v, i = vals[q0 : q0 + q.shape[0]], idx[q0 : q0 + q.shape[0]]
-            upd(
-                s.data_ptr(), s.shape[0], s.shape[1], s.stride(0), gallery_offset + g0, 0, k, v.data_ptr(), i.data_ptr()
-            )
+
+        def work(w: int, g=g, g0=g0, ex=ex) -> None:
+            for q0 in q_starts[w::n_workers]:
+                q = queries[q0 : q0 + chunk_queries]
+                shape = (q.shape[0], g.shape[0])
+                if shape not in buffers[w]:
+                    buffers[w][shape] = torch.empty(shape, dtype=dtype)
+                s = torch.matmul(q, g.T, out=buffers[w][shape])
+                if ex is not None:
+                    m = ex[(eq[ex] >= q0) & (eq[ex] < q0 + q.shape[0])]
+                    if len(m):
+                        s[torch.from_numpy(eq[m] - q0), torch.from_numpy(exclude.indices[m] - g0)] = float("nan")
+                v, i = vals[q0 : q0 + q.shape[0]], idx[q0 : q0 + q.shape[0]]
+                upd(
+                    s.data_ptr(),
+                    s.shape[0],
+                    s.shape[1],
+                    s.stride(0),
+                    gallery_offset + g0,
+                    0,
+                    k,
+                    v.data_ptr(),
+                    i.data_ptr(),
+                )
+
+        with _single_threaded():
+            _run(work, n_workers)
         if bar is not None:
             bar.update(1)
     if bar is not None:
