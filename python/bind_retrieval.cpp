@@ -28,6 +28,12 @@ void topk_update(std::uintptr_t s, int64_t rows, int64_t cols, int64_t stride_ro
   vlk::launch_topk_update<T>(ptr<const T>(s), rows, cols, stride_row, c0, ptr<const int64_t>(cand_idx), k,
                              ptr<T>(vals), ptr<int64_t>(idx));
 }
+
+template <typename T>
+void topk_sort(std::uintptr_t vals, std::uintptr_t idx, int64_t rows, int64_t k) {
+  py::gil_scoped_release release;
+  vlk::launch_topk_sort<T>(ptr<T>(vals), ptr<int64_t>(idx), rows, k);
+}
 }  // namespace
 
 VLK_BIND(retrieval) {
@@ -37,4 +43,6 @@ VLK_BIND(retrieval) {
   m.def("rank_count_cols_f64", &rank_count_cols<double>);
   m.def("topk_update_f32", &topk_update<float>);
   m.def("topk_update_f64", &topk_update<double>);
+  m.def("topk_sort_f32", &topk_sort<float>);
+  m.def("topk_sort_f64", &topk_sort<double>);
 }

@@ -144,13 +144,33 @@ void launch_topk_update(const T* s, int64_t rows, int64_t cols, int64_t stride_r
   });
 }
 
+template <typename T>
+void launch_topk_sort(T* vals, int64_t* idx, int64_t rows, int64_t k) {
+  if (k <= 1) return;
+  const int64_t grain = std::max<int64_t>(1, (1 << 14) / k);
+  parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
+    std::vector<Cand<T>> buf(static_cast<size_t>(k));
+    for (int64_t i = begin; i < end; ++i) {
+      T* rv = vals + i * k;
+      int64_t* ri = idx + i * k;
+      for (int64_t t = 0; t < k; ++t) buf[t] = {rv[t], ri[t]};
+      std::sort(buf.begin(), buf.end(), better<T>);
+      for (int64_t t = 0; t < k; ++t) {
+        rv[t] = buf[t].v;
+        ri[t] = buf[t].i;
+      }
+    }
+  });
+}
+
 #define VLK_INSTANTIATE(T)                                                                                       \
   template void launch_rank_count_rows<T>(const T*, int64_t, int64_t, int64_t, int64_t, const int64_t*,         \
                                           const int64_t*, const T*, int64_t*);                                  \
   template void launch_rank_count_cols<T>(const T*, int64_t, int64_t, int64_t, int64_t, int64_t, const int64_t*, \
                                           const T*, int64_t*);                                                  \
   template void launch_topk_update<T>(const T*, int64_t, int64_t, int64_t, int64_t, const int64_t*, int64_t, T*, \
-                                      int64_t*);
+                                      int64_t*);                                                                 \
+  template void launch_topk_sort<T>(T*, int64_t*, int64_t, int64_t);
 VLK_INSTANTIATE(float)
 VLK_INSTANTIATE(double)
 #undef VLK_INSTANTIATE

@@ -29,4 +29,8 @@ template <typename T>
 void launch_topk_update(const T* s, int64_t rows, int64_t cols, int64_t stride_row, int64_t c0,
                         const int64_t* cand_idx, int64_t k, T* vals, int64_t* idx);
 
+// Sorts each row of (vals, idx) (rows x k) in place: score descending, then index ascending, empty slots last.
+template <typename T>
+void launch_topk_sort(T* vals, int64_t* idx, int64_t rows, int64_t k);
+
 }  // namespace vlk

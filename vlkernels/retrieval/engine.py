@@ -400,8 +400,13 @@ def merge_topk(vals: torch.Tensor, idx: torch.Tensor, k: int) -> tuple[torch.Ten
 
 def sort_topk(vals: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Sort each row by score descending, then index ascending; empty slots (index -1) go last."""
-    key_idx = torch.where(idx < 0, torch.iinfo(torch.int64).max, idx)
-    o1 = torch.argsort(key_idx, dim=1, stable=True)
-    v1, i1 = vals.gather(1, o1), idx.gather(1, o1)
-    o2 = torch.argsort(v1, dim=1, descending=True, stable=True)
-    return v1.gather(1, o2), i1.gather(1, o2)
+    if vals.device.type != "cpu" or vals.dtype not in (torch.float32, torch.float64):
+        key_idx = torch.where(idx < 0, torch.iinfo(torch.int64).max, idx)
+        o1 = torch.argsort(key_idx, dim=1, stable=True)
+        v1, i1 = vals.gather(1, o1), idx.gather(1, o1)
+        o2 = torch.argsort(v1, dim=1, descending=True, stable=True)
+        return v1.gather(1, o2), i1.gather(1, o2)
+    vals, idx = vals.contiguous().clone(), idx.contiguous().clone()
+    if vals.numel():
+        getattr(_ext.load(), f"topk_sort_{_suffix(vals.dtype)}")(vals.data_ptr(), idx.data_ptr(), *vals.shape)
+    return vals, idx

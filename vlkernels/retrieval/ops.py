@@ -154,7 +154,9 @@ def evaluate(
         (the seed's default quicksort leaves tie order unspecified; without ties the results are identical).
         Scores accumulate in fp32 (fp64 for fp64 input on CPU); fp16/bf16 are widened per chunk. Each ground-truth
         score is read from the same tile computation as the scores it is compared with. Extra memory:
-        O((N_img + N_txt)·D + tile), not N_img·N_txt. Deterministic. Not differentiable.
+        O(N_img·D + pairs + tiles), not N_img·N_txt: on CPU the images are held in memory and the texts stream in
+        ``chunk_rows`` chunks (memory-mapped files are read chunk by chunk); the Triton path holds both on the
+        device. Sharding (``group``) is implemented on the CPU path. Deterministic. Not differentiable.
 
     Example:
         >>> img = torch.eye(3); txt = torch.eye(3)[[0, 0, 1, 2]]
