@@ -5,7 +5,8 @@ Families: ``retrieval`` (default run: COCO 5K on CPU, top-K, GPU cases on CUDA).
 only with ``VLKERNELS_BENCH_LONG=1`` so that a plain ``vlkernels bench`` stays short: ``retrieval_seed`` (the seed's
 reference at full COCO 5K size, ~1 min per call, 4 calls) and ``retrieval_200k`` (a 200k x 200k gallery streamed
 from a memory-mapped fp16 .npy, minutes per call on 2 cores), e.g.
-``VLKERNELS_BENCH_LONG=1 vlkernels bench retrieval_seed retrieval_200k --json benchmarks/results/retrieval_cpu.jsonl``.
+``VLKERNELS_BENCH_LONG=1 vlkernels bench retrieval_seed --json benchmarks/results/retrieval_cpu.jsonl``; one
+200k x 200k run (the harness makes four calls): ``python -m benchmarks.bench_retrieval 200000``.
 """
 
 from __future__ import annotations
@@ -257,3 +258,19 @@ def _gpu(n: int, d: int, device: str) -> list[Bench]:
         flops=2.0 * n * n * d,
         notes="vlkernels: all metrics both directions + top-10 indices; fp16 embeddings",
     )
+
+
+if __name__ == "__main__":
+    # One timed 200k x 200k run (the harness would call it four times): python -m benchmarks.bench_retrieval [n]
+    import resource
+    import sys
+    import time
+
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 200_000
+    bench = _streamed(n, "cpu")
+    t0 = time.perf_counter()
+    res = bench.providers["vlkernels"]()
+    dt = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(res.table())
+    print(f"{n} x {n}, D=512: {dt:.1f} s, {2.0 * n * n * 512 / dt / 1e12:.3f} TFLOP/s, peak RSS {peak:.0f} MiB")
