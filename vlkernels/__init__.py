@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-from vlkernels import captioning, metrics, ops
+from vlkernels import captioning, metrics, ops, retrieval
 from vlkernels._ext import ExtensionError
 
 try:
@@ -26,4 +26,13 @@ def get_num_threads() -> int:
     return int(_ext.load().get_num_threads())
 
 
-__all__ = ["ExtensionError", "__version__", "captioning", "get_num_threads", "metrics", "ops", "set_num_threads"]
+__all__ = [
+    "ExtensionError",
+    "__version__",
+    "captioning",
+    "get_num_threads",
+    "metrics",
+    "ops",
+    "retrieval",
+    "set_num_threads",
+]

@@ -1,0 +1,276 @@
+"""Retrieval: streamed exact metrics and top-K against the bare matrix product of the same shape (the physical
+limit), the seed task's reference code, and faiss.
+
+Families: ``retrieval`` (default run: COCO 5K on CPU, top-K, GPU cases on CUDA). Two long families are registered
+only with ``VLKERNELS_BENCH_LONG=1`` so that a plain ``vlkernels bench`` stays short: ``retrieval_seed`` (the seed's
+reference at full COCO 5K size, ~1 min per call, 4 calls) and ``retrieval_200k`` (a 200k x 200k gallery streamed
+from a memory-mapped fp16 .npy, minutes per call on 2 cores), e.g.
+``VLKERNELS_BENCH_LONG=1 vlkernels bench retrieval_seed --json benchmarks/results/retrieval_cpu.jsonl``; one
+200k x 200k run (the harness makes four calls): ``python -m benchmarks.bench_retrieval 200000``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from vlkernels.retrieval import evaluate, topk
+from vlkernels.testing import assert_topk_equal
+
+from .harness import Bench, register
+
+
+def _coco(n_img: int, per: int, d: int, device: str = "cpu", dtype=torch.float32, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    img = torch.nn.functional.normalize(torch.randn(n_img, d, generator=g), dim=1)
+    lab = np.repeat(np.arange(n_img), per)
+    txt = torch.nn.functional.normalize(
+        img[torch.from_numpy(lab)] + 0.06 * torch.randn(n_img * per, d, generator=g), dim=1
+    )
+    return img.to(device, dtype), txt.to(device, dtype), lab
+
+
+def _seed_metrics(img: np.ndarray, txt: np.ndarray, lab: np.ndarray) -> dict:
+    """The seed task's compute_retrieval_metrics / evaluate_retrieval (../shared/seeds/002), verbatim in effect."""
+
+    def compute_retrieval_metrics(similarities, ground_truth_indices):
+        ranks = []
+        for i in range(similarities.shape[0]):
+            sorted_indices = np.argsort(-similarities[i])
+            gt = set(ground_truth_indices[i])
+            for rank, idx in enumerate(sorted_indices):
+                if idx in gt:
+                    ranks.append(rank + 1)
+                    break
+        ranks = np.array(ranks)
+        return {
+            "R@1": 100.0 * np.mean(ranks <= 1),
+            "R@5": 100.0 * np.mean(ranks <= 5),
+            "R@10": 100.0 * np.mean(ranks <= 10),
+            "MeanR": np.mean(ranks),
+            "MedianR": np.median(ranks),
+        }
+
+    image_ids, caption_image_ids = list(range(img.shape[0])), list(lab)
+    similarities = np.dot(txt, img.T)
+    t2i_gt = [[i for i, img_id in enumerate(image_ids) if img_id == c] for c in caption_image_ids]
+    i2t_gt = [[i for i, c in enumerate(caption_image_ids) if c == img_id] for img_id in image_ids]
+    return {
+        "text_to_image": compute_retrieval_metrics(similarities, t2i_gt),
+        "image_to_text": compute_retrieval_metrics(similarities.T, i2t_gt),
+    }
+
+
+def _check_seed_keys(out: dict) -> None:
+    ref = out.get("seed")
+    if ref is None:
+        return
+    for d in ref:
+        for k, v in ref[d].items():
+            if abs(out["vlkernels"][d][k] - v) > 1e-9 * max(1.0, abs(v)):
+                raise AssertionError(f"{d} {k}: vlkernels {out['vlkernels'][d][k]} != seed {v}")
+
+
+def _spot_check_ranks(img: torch.Tensor, txt: torch.Tensor, lab: np.ndarray, n: int = 200):
+    """First text-to-image ranks of n sampled captions from full fp64 rows: equal, or off by one on a near-tie."""
+
+    def check(out: dict) -> None:
+        res = out["vlkernels"]
+        sample = np.random.default_rng(0).choice(len(lab), size=min(n, len(lab)), replace=False)
+        s = txt[torch.from_numpy(sample)].double().cpu() @ img.double().cpu().T
+        gt = s[torch.arange(len(sample)), torch.from_numpy(lab[sample])]
+        j = torch.arange(s.shape[1])
+        want = 1 + (s > gt[:, None]).sum(1) + ((s == gt[:, None]) & (j < torch.from_numpy(lab[sample])[:, None])).sum(1)
+        got = torch.from_numpy(res.ranks["text_to_image"].first[sample])
+        diff = (got - want).abs()
+        if int(diff.max()) > 1 or int((diff > 0).sum()) > max(1, n // 100):
+            raise AssertionError(f"ranks differ from the fp64 reference on {int((diff > 0).sum())} of {n} queries")
+
+    return check
+
+
+@register(
+    "retrieval",
+    "coco5k_cpu",
+    quick={"n_img": 1000, "per": 5, "d": 512},
+    full={"n_img": 5000, "per": 5, "d": 512},
+    devices=("cpu",),
+)
+def _coco5k(n_img: int, per: int, d: int, device: str) -> list[Bench]:
+    img, txt, lab = _coco(n_img, per, d)
+    benches = [
+        Bench(
+            providers={
+                "vlkernels": lambda: evaluate(img, txt, lab),
+                "torch_matmul": lambda: txt @ img.T,
+            },
+            baseline="torch_matmul",
+            check=_spot_check_ranks(img, txt, lab),
+            flops=2.0 * n_img * per * n_img * d,
+            notes="vlkernels: all metrics, both directions, streamed; torch_matmul: the bare (texts x images) product",
+        )
+    ]
+    if n_img <= 1000:  # the seed's code on COCO 1K size here; full size in the retrieval_seed family
+        benches.append(
+            Bench(
+                providers={
+                    "vlkernels": lambda: evaluate(img, txt, lab),
+                    "seed": lambda: _seed_metrics(img.numpy(), txt.numpy(), lab),
+                },
+                baseline="seed",
+                check=_check_seed_keys,
+                repeats=1,
+                notes="the seed task's compute_retrieval_metrics / evaluate_retrieval",
+            )
+        )
+    return benches
+
+
+LONG = os.environ.get("VLKERNELS_BENCH_LONG", "0") == "1"
+_long = register if LONG else (lambda *a, **k: lambda fn: fn)
+
+
+@_long("retrieval_seed", "coco5k_seed_cpu", quick={"n_img": 1000}, full={"n_img": 5000}, devices=("cpu",))
+def _coco5k_seed(n_img: int, device: str) -> Bench:
+    img, txt, lab = _coco(n_img, 5, 512)
+    return Bench(
+        providers={
+            "vlkernels": lambda: evaluate(img, txt, lab),
+            "seed": lambda: _seed_metrics(img.numpy(), txt.numpy(), lab),
+        },
+        baseline="seed",
+        check=_check_seed_keys,
+        repeats=1,
+        notes="the seed task's reference at COCO 5K: about a minute per call on 2 cores",
+    )
+
+
+@register(
+    "retrieval",
+    "topk_cpu",
+    quick={"n_q": 5000, "n_g": 5000, "d": 512, "k": 10},
+    full={"n_q": 25000, "n_g": 5000, "d": 512, "k": 10},
+    devices=("cpu",),
+)
+def _topk_cpu(n_q: int, n_g: int, d: int, k: int, device: str) -> list[Bench]:
+    g = torch.Generator().manual_seed(1)
+    q, gal = torch.randn(n_q, d, generator=g), torch.randn(n_g, d, generator=g)
+    providers = {"vlkernels": lambda: topk(q, gal, k), "torch": lambda: torch.topk(q @ gal.T, k, dim=1)}
+    try:
+        import faiss
+
+        index = faiss.IndexFlatIP(d)
+        index.add(gal.numpy())
+        providers["faiss"] = lambda: index.search(q.numpy(), k)
+    except ImportError:
+        pass
+
+    def check(out):
+        v, i = out["vlkernels"]
+        tv, ti = out["torch"]
+        assert_topk_equal(v, i, tv, ti, rtol=1e-4, atol=1e-4)
+
+    big_k = 4096  # past faiss-gpu's 2048 cap
+    return [
+        Bench(providers=providers, baseline="torch", check=check, flops=2.0 * n_q * n_g * d),
+        Bench(
+            providers={
+                "vlkernels": lambda: topk(q[:2000], gal, big_k),
+                "torch": lambda: torch.topk(q[:2000] @ gal.T, big_k, dim=1),
+            },
+            baseline="torch",
+            check=check,
+            flops=2.0 * 2000 * n_g * d,
+            notes=f"k={big_k}",
+        ),
+    ]
+
+
+@_long("retrieval_200k", "streamed_200k_cpu", quick={"n": 20000}, full={"n": 200000}, devices=("cpu",))
+def _streamed(n: int, device: str) -> Bench:
+    d = 512
+    tmp = Path(tempfile.mkdtemp(prefix="vlk_bench_"))
+    g = torch.Generator().manual_seed(2)
+    img = torch.nn.functional.normalize(torch.randn(n, d, generator=g), dim=1)
+    lab = np.arange(n)
+    # n texts (one per image) written in blocks and memory-mapped: read chunk by chunk, never held whole.
+    mm = np.lib.format.open_memmap(tmp / "texts.npy", mode="w+", dtype=np.float16, shape=(n, d))
+    for a in range(0, n, 50000):
+        b = min(n, a + 50000)
+        t = img[a:b] + 0.06 * torch.randn(b - a, d, generator=g)
+        mm[a:b] = torch.nn.functional.normalize(t, dim=1).half().numpy()
+    mm.flush()
+    del mm
+    return Bench(
+        providers={"vlkernels": lambda: evaluate(img, tmp / "texts.npy", lab)},
+        check=lambda out: None,
+        repeats=1,
+        flops=2.0 * n * n * d,
+        notes=f"{n} fp16 texts memory-mapped from .npy x {n} images; all metrics both directions",
+    )
+
+
+@register(
+    "retrieval",
+    "gpu_1m",
+    quick={"n": 100_000, "d": 512},
+    full={"n": 1_000_000, "d": 512},
+    devices=("cuda",),
+)
+def _gpu(n: int, d: int, device: str) -> list[Bench]:
+    g = torch.Generator(device="cuda").manual_seed(0)
+    img = torch.nn.functional.normalize(torch.randn(n, d, device="cuda", generator=g), dim=1).half()
+    txt = torch.nn.functional.normalize(img.float() + 0.06 * torch.randn(n, d, device="cuda", generator=g), dim=1)
+    txt = txt.half()
+    lab = np.arange(n)
+    chunk = 16384
+    buf = torch.empty(chunk, n, device="cuda", dtype=torch.float16)
+
+    def gemm():
+        # The same-shape product, chunked (the full N x M output would not fit): the GEMM limit.
+        for a in range(0, n, chunk):
+            torch.matmul(txt[a : a + chunk], img.T, out=buf[: min(chunk, n - a)])
+
+    def ours():
+        res = evaluate(img, txt, lab)
+        return res, topk(txt, img, 10)
+
+    providers = {"vlkernels": ours, "cublas_gemm": gemm}
+    try:
+        import faiss
+
+        if hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0:
+            res = faiss.StandardGpuResources()
+            index = faiss.GpuIndexFlatIP(res, d)
+            index.add(img.float().cpu().numpy())
+            q_np = txt.float().cpu().numpy()
+            providers["faiss_gpu"] = lambda: index.search(q_np, 10)
+    except ImportError:
+        pass
+    return Bench(
+        providers=providers,
+        baseline="cublas_gemm",
+        repeats=3,
+        flops=2.0 * n * n * d,
+        notes="vlkernels: all metrics both directions + top-10 indices; fp16 embeddings",
+    )
+
+
+if __name__ == "__main__":
+    # One timed 200k x 200k run (the harness would call it four times): python -m benchmarks.bench_retrieval [n]
+    import resource
+    import sys
+    import time
+
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 200_000
+    bench = _streamed(n, "cpu")
+    t0 = time.perf_counter()
+    res = bench.providers["vlkernels"]()
+    dt = time.perf_counter() - t0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(res.table())
+    print(f"{n} x {n}, D=512: {dt:.1f} s, {2.0 * n * n * 512 / dt / 1e12:.3f} TFLOP/s, peak RSS {peak:.0f} MiB")

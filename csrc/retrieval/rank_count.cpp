@@ -1,0 +1,178 @@
+#include "retrieval/rank_count.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "core/parallel.h"
+
+namespace vlk {
+namespace {
+
+// Compiled for AVX-512, AVX2 and baseline x86-64; the loader picks the best the CPU has. The loops are written
+// branch-free so each clone vectorizes.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define VLK_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define VLK_CLONES
+#endif
+
+template <typename T>
+VLK_CLONES int64_t count_row(const T* row, int64_t cols, int64_t lim, T t) {
+  // Columns before the positive win ties (lower index first), columns at or after it need a strictly higher score.
+  int64_t c = 0;
+  for (int64_t j = 0; j < lim; ++j) c += row[j] >= t;
+  for (int64_t j = lim; j < cols; ++j) c += row[j] > t;
+  return c;
+}
+
+template <typename T>
+VLK_CLONES void count_gt(const T* row, int64_t n, const T* thr, int32_t* out) {
+  for (int64_t j = 0; j < n; ++j) out[j] += row[j] > thr[j];
+}
+
+template <typename T>
+struct Cand {
+  T v;
+  int64_t i;
+};
+
+// Better = higher score, then lower gallery index; empty slots (index -1) lose to every real candidate.
+template <typename T>
+inline bool better(const Cand<T>& a, const Cand<T>& b) {
+  if (a.v != b.v) return a.v > b.v;
+  const uint64_t ai = static_cast<uint64_t>(a.i), bi = static_cast<uint64_t>(b.i);  // -1 maps to the largest
+  return ai < bi;
+}
+
+}  // namespace
+
+template <typename T>
+void launch_rank_count_rows(const T* s, int64_t rows, int64_t cols, int64_t stride_row, int64_t c0,
+                            const int64_t* row_ptr, const int64_t* pos, const T* thr, int64_t* out) {
+  const int64_t grain = std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(cols, 1));
+  parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const T* row = s + i * stride_row;
+      for (int64_t e = row_ptr[i]; e < row_ptr[i + 1]; ++e) {
+        const int64_t lim = std::clamp<int64_t>(pos[e] - c0, 0, cols);
+        out[e] += count_row(row, cols, lim, thr[e]);
+      }
+    }
+  });
+}
+
+template <typename T>
+void launch_rank_count_cols(const T* s, int64_t rows, int64_t cols, int64_t stride_row, int64_t r0, int64_t slots,
+                            const int64_t* pos, const T* thr, int64_t* out) {
+  if (slots <= 0 || rows <= 0) return;
+  // Threads own disjoint column ranges, so every thread walks all rows and no two write the same counter.
+  const int64_t grain = std::max<int64_t>(16, (1 << 14) / std::max<int64_t>(rows * slots, 1));
+  parallel_for(cols, grain, [&](int64_t j0, int64_t j1) {
+    const int64_t w = j1 - j0;
+    // Rows above the positive win ties (lower index first): for them the threshold is the next float below the
+    // positive's score (v > nextafter(t, -inf) <=> v >= t), switched to t itself at the positive's row. The inner
+    // loop is then one compare and one add per score, which vectorizes.
+    std::vector<T> cur(static_cast<size_t>(slots * w));
+    std::vector<int32_t> cnt(static_cast<size_t>(slots * w), 0);
+    std::vector<std::pair<int64_t, int64_t>> events;  // (row, plane offset) where the threshold becomes strict
+    for (int64_t k = 0; k < slots; ++k)
+      for (int64_t j = j0; j < j1; ++j) {
+        const int64_t p = pos[k * cols + j];
+        const T t = thr[k * cols + j];
+        const int64_t lim = p < 0 ? 0 : std::clamp<int64_t>(p - r0, 0, rows);
+        const int64_t o = k * w + (j - j0);
+        cur[o] = lim > 0 ? std::nextafter(t, -std::numeric_limits<T>::infinity()) : t;
+        if (lim > 0 && lim < rows) events.emplace_back(lim, o);
+      }
+    std::sort(events.begin(), events.end());
+    size_t ev = 0;
+    for (int64_t i = 0; i < rows; ++i) {
+      for (; ev < events.size() && events[ev].first == i; ++ev) {
+        const int64_t o = events[ev].second;
+        cur[o] = thr[(o / w) * cols + j0 + (o % w)];
+      }
+      const T* row = s + i * stride_row + j0;
+      for (int64_t k = 0; k < slots; ++k) count_gt(row, w, cur.data() + k * w, cnt.data() + k * w);
+    }
+    for (int64_t k = 0; k < slots; ++k)
+      for (int64_t j = 0; j < w; ++j) out[k * cols + j0 + j] += cnt[k * w + j];
+  });
+}
+
+template <typename T>
+void launch_topk_update(const T* s, int64_t rows, int64_t cols, int64_t stride_row, int64_t c0,
+                        const int64_t* cand_idx, int64_t k, T* vals, int64_t* idx) {
+  if (k <= 0) return;
+  const int64_t grain = std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(cols + k, 1));
+  parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
+    std::vector<Cand<T>> buf;
+    buf.reserve(static_cast<size_t>(k + cols));
+    for (int64_t i = begin; i < end; ++i) {
+      T* rv = vals + i * k;
+      int64_t* ri = idx + i * k;
+      buf.clear();
+      for (int64_t t = 0; t < k; ++t) buf.push_back({rv[t], ri[t]});
+      // The running worst only tightens: candidates are collected until the buffer holds 2k (or 64), then cut back
+      // to the best k, so most of a tile is rejected by one comparison.
+      Cand<T> worst = buf.back();
+      const size_t cap = static_cast<size_t>(std::max<int64_t>(2 * k, 64));
+      bool changed = false;
+      const T* row = s + i * stride_row;
+      for (int64_t j = 0; j < cols; ++j) {
+        const T v = row[j];
+        if (std::isnan(v)) continue;
+        const Cand<T> c{v, cand_idx ? cand_idx[i * cols + j] : c0 + j};
+        if (!better(c, worst)) continue;
+        buf.push_back(c);
+        changed = true;
+        if (buf.size() >= cap) {
+          std::nth_element(buf.begin(), buf.begin() + (k - 1), buf.end(), better<T>);
+          buf.resize(static_cast<size_t>(k));
+          worst = buf.back();
+        }
+      }
+      if (!changed) continue;
+      std::nth_element(buf.begin(), buf.begin() + (k - 1), buf.end(), better<T>);
+      for (int64_t t = 0; t < k; ++t) {
+        rv[t] = buf[t].v;
+        ri[t] = buf[t].i;
+      }
+    }
+  });
+}
+
+template <typename T>
+void launch_topk_sort(T* vals, int64_t* idx, int64_t rows, int64_t k) {
+  if (k <= 1) return;
+  const int64_t grain = std::max<int64_t>(1, (1 << 14) / k);
+  parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
+    std::vector<Cand<T>> buf(static_cast<size_t>(k));
+    for (int64_t i = begin; i < end; ++i) {
+      T* rv = vals + i * k;
+      int64_t* ri = idx + i * k;
+      for (int64_t t = 0; t < k; ++t) buf[t] = {rv[t], ri[t]};
+      std::sort(buf.begin(), buf.end(), better<T>);
+      for (int64_t t = 0; t < k; ++t) {
+        rv[t] = buf[t].v;
+        ri[t] = buf[t].i;
+      }
+    }
+  });
+}
+
+#define VLK_INSTANTIATE(T)                                                                                       \
+  template void launch_rank_count_rows<T>(const T*, int64_t, int64_t, int64_t, int64_t, const int64_t*,         \
+                                          const int64_t*, const T*, int64_t*);                                  \
+  template void launch_rank_count_cols<T>(const T*, int64_t, int64_t, int64_t, int64_t, int64_t, const int64_t*, \
+                                          const T*, int64_t*);                                                  \
+  template void launch_topk_update<T>(const T*, int64_t, int64_t, int64_t, int64_t, const int64_t*, int64_t, T*, \
+                                      int64_t*);                                                                 \
+  template void launch_topk_sort<T>(T*, int64_t*, int64_t, int64_t);
+VLK_INSTANTIATE(float)
+VLK_INSTANTIATE(double)
+#undef VLK_INSTANTIATE
+
+}  // namespace vlk

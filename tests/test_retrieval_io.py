@@ -1,0 +1,195 @@
+"""Retrieval at scale and at the edges: memory-mapped files, bad input, the CLI, and sharding over real gloo groups."""
+
+import json
+import os
+import socket
+
+import numpy as np
+import pytest
+import torch
+import torch.multiprocessing as mp
+from safetensors.torch import save_file
+
+from vlkernels.cli import main as cli_main
+from vlkernels.retrieval import Embeddings, Positives, evaluate, topk
+from vlkernels.retrieval.reference import evaluate_ref, topk_ref
+
+
+def _data(n_img=23, n_txt=71, d=12, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    img = torch.randn(n_img, d, generator=g)
+    lab = np.arange(n_txt) % n_img
+    txt = img[torch.from_numpy(lab)] + 0.8 * torch.randn(n_txt, d, generator=g)
+    return img, txt, lab
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("fmt", ["npy", "safetensors"])
+def test_evaluate_from_memory_mapped_files(tmp_path, dtype, fmt):
+    img, txt, lab = _data()
+    img, txt = img.to(dtype), txt.to(dtype)
+    if fmt == "npy":
+        if dtype == torch.bfloat16:
+            pytest.skip("numpy has no bfloat16: bf16 files are safetensors")
+        np.save(tmp_path / "img.npy", img.numpy())
+        np.save(tmp_path / "txt.npy", txt.numpy())
+    else:
+        save_file({"emb": img}, str(tmp_path / "img.safetensors"))
+        save_file({"emb": txt, "other": torch.zeros(2)}, str(tmp_path / "txt.safetensors"))
+    src_t = Embeddings(tmp_path / f"txt.{fmt}", "texts", key="emb" if fmt == "safetensors" else None)
+    assert src_t.dtype == dtype and src_t.array is not None  # mapped, not loaded
+    got = evaluate(tmp_path / f"img.{fmt}", src_t, lab, chunk_rows=16)
+    assert got == evaluate_ref(img.float(), txt.float(), lab)
+    _, i = topk(txt, tmp_path / f"img.{fmt}", 5)
+    _, ri = topk_ref(txt.float(), img.float(), 5)
+    assert torch.equal(i, ri)
+
+
+def test_bad_files(tmp_path):
+    np.save(tmp_path / "int.npy", np.zeros((3, 4), dtype=np.int32))
+    np.save(tmp_path / "vec.npy", np.zeros(4, dtype=np.float32))
+    np.save(tmp_path / "obj.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    save_file({"a": torch.zeros(2, 3), "b": torch.zeros(2, 3)}, str(tmp_path / "two.safetensors"))
+    save_file({"a": torch.zeros(2, 3, 4)}, str(tmp_path / "three.safetensors"))
+    save_file({"a": torch.zeros(2, 3, dtype=torch.int64)}, str(tmp_path / "long.safetensors"))
+    (tmp_path / "x.pt").write_bytes(b"")
+    cases = [
+        ("int.npy", "dtype int32"),
+        ("vec.npy", "2-D"),
+        ("obj.npy", "not a plain numeric"),
+        ("two.safetensors", "pass the key"),
+        ("three.safetensors", "2-D"),
+        ("long.safetensors", "dtype I64"),
+        ("x.pt", "unsupported extension"),
+        ("missing.npy", "does not exist"),
+    ]
+    for name, match in cases:
+        with pytest.raises(ValueError, match=match):
+            Embeddings(tmp_path / name, "images")
+
+
+def test_evaluate_rejects_bad_input():
+    img, txt, lab = _data()
+    nan_img = img.clone()
+    nan_img[3, 1] = float("nan")
+    cases = [
+        (dict(image_emb=img[:, :5], text_emb=txt, text_to_image=lab), "embedding dims differ"),
+        (dict(image_emb=nan_img, text_emb=txt, text_to_image=lab), "NaN/Inf"),
+        (dict(image_emb=img, text_emb=txt, text_to_image=np.where(lab == 0, 23, lab)), "out of range"),
+        (dict(image_emb=img, text_emb=txt, text_to_image=np.where(lab == 0, -1, lab)), "out of range"),
+        (dict(image_emb=img, text_emb=txt, text_to_image=np.where(lab == 5, 6, lab)), "no positive"),
+        (dict(image_emb=img, text_emb=txt, text_to_image=lab[:-1]), "one image per text"),
+        (dict(image_emb=img, text_emb=txt, text_to_image=lab.astype(float) + 0.5), "integers"),
+        (dict(image_emb=img[:0], text_emb=txt[:0], text_to_image=lab[:0]), "empty input"),
+        (dict(image_emb=img, text_emb=txt), "ground truth missing"),
+        (dict(image_emb=img, text_emb=txt, text_to_image=lab, t2i=[[0]] * 71), "either text_to_image"),
+        (dict(image_emb=img, text_emb=txt, text_to_image=lab, ks=(0, 5)), "ks must be positive"),
+        (dict(image_emb=img, text_emb=txt, text_to_image=lab, backend="gpu"), "backend must be"),
+        (dict(image_emb=img, text_emb=txt, text_to_image=lab, chunk_rows=0), "chunk_rows must be"),
+        (dict(image_emb=img, text_emb=txt, text_to_image=lab, cache_bytes=-1), "cache_bytes"),
+        (dict(image_emb=img.int(), text_emb=txt, text_to_image=lab), "float dtype"),
+        (dict(image_emb=img[None], text_emb=txt, text_to_image=lab), "2-D"),
+        (dict(image_emb=[[1.0]], text_emb=txt, text_to_image=lab), "torch.Tensor, numpy array"),
+        (dict(image_emb=img, text_emb=txt, t2i=np.zeros((3, 3), dtype=np.int64)), r"shape \(P, 2\)"),
+        (dict(image_emb=img, text_emb=txt, t2i=[[0]]), "one per query"),
+        (dict(image_emb=img, text_emb=txt, t2i=(np.array([1, 2]), np.array([0]))), "indptr"),
+    ]
+    for kwargs, match in cases:
+        with pytest.raises(ValueError, match=match):
+            evaluate(**kwargs)
+    with pytest.raises(ValueError, match="num_relevant"):
+        Positives.from_pairs([0], [0], 1, 2, num_relevant=[0])
+    with pytest.raises(ValueError, match="twice"):
+        Positives.from_pairs([0], [0], 1, 2, queries=[0, 0])
+
+
+def test_topk_rejects_bad_input():
+    img, txt, _ = _data()
+    nan = txt.clone()
+    nan[0, 0] = float("inf")
+    cases = [
+        (dict(queries=txt, gallery=img[:, :4], k=3), "embedding dims differ"),
+        (dict(queries=nan, gallery=img, k=3), "NaN/Inf"),
+        (dict(queries=txt, gallery=img, k=-1), "non-negative integer"),
+        (dict(queries=txt, gallery=img, k=2.5), "non-negative integer"),
+        (dict(queries=txt, gallery=img, k=3, exclude=np.array([[0, 23]])), "out of range"),
+        (dict(queries=txt, gallery=img, k=3, backend="triton-gpu"), "backend must be"),
+        (dict(queries=txt, gallery=img, k=3, chunk_gallery=0), "chunk_gallery must be"),
+    ]
+    for kwargs, match in cases:
+        with pytest.raises(ValueError, match=match):
+            topk(**kwargs)
+
+
+def test_cli_end_to_end(tmp_path, capsys):
+    img, txt, lab = _data()
+    np.save(tmp_path / "img.npy", img.numpy())
+    save_file({"t": txt}, str(tmp_path / "txt.safetensors"))
+    (tmp_path / "gt.json").write_text(json.dumps({"text_to_image": lab.tolist()}))
+    out = tmp_path / "out.json"
+    argv = ["retrieval", "--images", str(tmp_path / "img.npy"), "--texts", str(tmp_path / "txt.safetensors")]
+    assert cli_main([*argv, "--gt", str(tmp_path / "gt.json"), "--k", "1", "3", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "text_to_image" in printed and "R@3" in printed and "mAP@R" in printed
+    want = evaluate_ref(img, txt, lab, ks=(1, 3))
+    assert json.loads(out.read_text()) == want
+    # General positives: only the listed queries are evaluated.
+    general = {"t2i": {"0": [0, 5], "7": [7]}, "i2t": {"0": [0, 23, 46], "3": [3]}}
+    (tmp_path / "gen.json").write_text(json.dumps(general))
+    assert cli_main([*argv, "--gt", str(tmp_path / "gen.json"), "--json", str(out)]) == 0
+    got = json.loads(out.read_text())
+    t2i = Positives.from_pairs([0, 0, 7], [0, 5, 7], 71, 23, queries=[0, 7])
+    i2t = Positives.from_pairs([0, 0, 0, 3], [0, 23, 46, 3], 23, 71, queries=[0, 3])
+    assert got == evaluate(img, txt, t2i=t2i, i2t=i2t)
+    (tmp_path / "bad.json").write_text(json.dumps({"text_to_image": [99] * 71}))
+    assert cli_main([*argv, "--gt", str(tmp_path / "bad.json")]) == 2
+    assert "out of range" in capsys.readouterr().err
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _sharded_worker(rank: int, world: int, port: int, out_dir: str) -> None:
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        torch.set_num_threads(1)
+        img, txt, lab = _data(n_img=31, n_txt=97, d=6, seed=11)
+        img, txt = img.round(), txt.round()  # exact ties across shards
+        bounds = [0, 40, 97]  # uneven shards
+        lo, hi = bounds[rank], bounds[rank + 1]
+        res = evaluate(img, txt[lo:hi], lab, group=dist.group.WORLD, chunk_rows=16, chunk_cols=8)
+        ex = [[int(j)] for j in lab]
+        g_lo, g_hi = [0, 13, 31][rank], [0, 13, 31][rank + 1]
+        v, i = topk(txt, img[g_lo:g_hi], 9, exclude=ex, group=dist.group.WORLD, chunk_gallery=5)
+        torch.save(
+            {"res": dict(res), "first": res.ranks["image_to_text"].first, "v": v, "i": i},
+            os.path.join(out_dir, f"rank{rank}.pt"),
+        )
+    finally:
+        dist.destroy_process_group()
+
+
+def test_sharded_equals_unsharded_gloo(tmp_path):
+    port = _free_port()
+    mp.start_processes(_sharded_worker, args=(2, port, str(tmp_path)), nprocs=2, start_method="spawn")
+    img, txt, lab = _data(n_img=31, n_txt=97, d=6, seed=11)
+    img, txt = img.round(), txt.round()
+    want = evaluate(img, txt, lab)
+    wv, wi = topk(txt, img, 9, exclude=[[int(j)] for j in lab])
+    for r in range(2):
+        got = torch.load(tmp_path / f"rank{r}.pt", weights_only=False)
+        assert got["res"] == dict(want)
+        np.testing.assert_array_equal(got["first"], want.ranks["image_to_text"].first)
+        assert torch.equal(got["i"], wi) and torch.equal(got["v"], wv)
+
+
+def test_progress_bar(capsys):
+    img, txt, lab = _data()
+    evaluate(img, txt, lab, progress=True, chunk_rows=8)
+    assert "retrieval" in capsys.readouterr().err

@@ -1,0 +1,412 @@
+"""CPU streaming engine: score tiles from chunked BLAS matmuls, rank counting and top-K in C++ (csrc/retrieval).
+
+evaluate: S = rows @ cols^T (texts x images) is visited in (chunk_rows x chunk_cols) tiles, each computed once per
+pass by the same call (same shapes, same buffers), so a ground-truth score is bit-identical to the value it is
+compared against. Pass 1 computes the tiles that hold a ground-truth pair ("band" tiles), reads the thresholds, and
+keeps those tiles (within `cache_bytes`); pass 2 visits every tile once and counts, for both directions at once:
+row queries (text-to-image) in the tile's rows, column queries (image-to-text) down the tile's columns.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import os
+import threading
+
+import numpy as np
+import torch
+
+from vlkernels import _ext
+from vlkernels.retrieval.io import Embeddings
+from vlkernels.retrieval.positives import Positives
+
+
+def _suffix(dtype: torch.dtype) -> str:
+    return "f64" if dtype == torch.float64 else "f32"
+
+
+def _progress(total: int, enabled: bool, desc: str):
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="tile")
+
+
+class _Tiles:
+    """Computes score tiles rows[r0:r1] @ cols[c0:c1]^T through one code path, reusing one buffer per tile shape."""
+
+    def __init__(self, rows: Embeddings, cols: torch.Tensor, row_offset: int, br: int, bc: int):
+        self.rows, self.cols, self.row_offset, self.br, self.bc = rows, cols, row_offset, br, bc
+        self.n_rows, self.n_cols = len(rows), cols.shape[0]
+        self.buffers: dict[tuple[int, int], torch.Tensor] = {}
+        self._a_key, self._a = None, None
+
+    def row_chunk(self, rc: int) -> torch.Tensor:
+        if self._a_key != rc:
+            r0 = rc * self.br
+            self._a, self._a_key = self.rows.chunk(r0, min(self.n_rows, r0 + self.br)), rc
+        return self._a
+
+    def compute(self, rc: int, cc: int) -> torch.Tensor:
+        a = self.row_chunk(rc)
+        c0 = cc * self.bc
+        b = self.cols[c0 : min(self.n_cols, c0 + self.bc)]
+        shape = (a.shape[0], b.shape[0])
+        out = self.buffers.get(shape)
+        if out is None:
+            out = self.buffers[shape] = torch.empty(shape, dtype=self.cols.dtype)
+        torch.matmul(a, b.T, out=out)
+        return out
+
+
+def count_both(
+    rows: Embeddings,
+    cols: torch.Tensor,
+    row_pos: Positives,
+    col_pos: Positives,
+    row_offset: int = 0,
+    chunk_rows: int = 1024,
+    chunk_cols: int = 512,
+    cache_bytes: int = 256 << 20,
+    progress: bool = False,
+    group=None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Candidates ranked above each pair, for row queries (``row_pos``: rows -> columns) and column queries
+    (``col_pos``: columns -> rows), in the pair order of each Positives. ``rows`` may be this process's shard of the
+    global rows (starting at ``row_offset``); with ``group`` the counts are summed over the group."""
+    C = _ext.load()
+    sfx = _suffix(cols.dtype)
+    n_local, n_cols = len(rows), cols.shape[0]
+    n_rc, n_cc = -(-n_local // chunk_rows), -(-n_cols // chunk_cols)
+    inf = float("inf")
+
+    # Row queries: only the local rows' pairs are counted here (each row is complete in this process).
+    rq = row_pos.pair_queries()
+    r_active = _active(row_pos)
+    r_local = r_active & (rq >= row_offset) & (rq < row_offset + n_local)
+    r_thr = np.full(len(rq), np.nan)
+    # Column queries: the pairs whose positive row is local supply a threshold; every column is counted.
+    cq = col_pos.pair_queries()
+    c_rows = col_pos.indices
+    c_active = _active(col_pos)
+    c_local = c_active & (c_rows >= row_offset) & (c_rows < row_offset + n_local)
+    c_thr = np.full(len(cq), -inf)
+
+    # Pass 1: band tiles, in (row chunk, column chunk) order, each computed once.
+    r_tile = ((rq - row_offset) // chunk_rows) * n_cc + row_pos.indices // chunk_cols
+    c_tile = ((c_rows - row_offset) // chunk_rows) * n_cc + cq // chunk_cols
+    r_sel, c_sel = np.flatnonzero(r_local), np.flatnonzero(c_local)
+    band = np.unique(np.concatenate([r_tile[r_sel], c_tile[c_sel]]))
+    r_by_tile = _group(r_tile[r_sel], r_sel)
+    c_by_tile = _group(c_tile[c_sel], c_sel)
+    # Workers own row chunks (rc % n_workers) in both passes, each with its own tile buffers and single-threaded
+    # BLAS: a tile is computed by the same worker, through the same call, whichever pass computes it, and no
+    # per-tile fork-join barrier is paid (they dominate on a busy machine).
+    n_workers = max(1, min(num_threads(), n_rc))
+    tiles = [_Tiles(rows, cols, row_offset, chunk_rows, chunk_cols) for _ in range(n_workers)]
+    cache: dict[int, torch.Tensor] = {}
+    budget = [cache_bytes]
+    lock = threading.Lock()
+    band_rc = band // n_cc
+
+    def pass1(w: int) -> None:
+        for t in band[band_rc % n_workers == w].tolist():
+            rc, cc = divmod(t, n_cc)
+            s = tiles[w].compute(rc, cc)
+            r0, c0 = row_offset + rc * chunk_rows, cc * chunk_cols
+            for sel, src_r, src_c, dst in (
+                (r_by_tile.get(t), rq, row_pos.indices, r_thr),
+                (c_by_tile.get(t), c_rows, cq, c_thr),
+            ):
+                if sel is not None:
+                    dst[sel] = s[torch.from_numpy(src_r[sel] - r0), torch.from_numpy(src_c[sel] - c0)].double().numpy()
+            nbytes = s.numel() * s.element_size()
+            with lock:
+                keep = budget[0] >= nbytes
+                budget[0] -= nbytes if keep else 0
+            if keep:
+                cache[t] = s.clone()
+
+    with _single_threaded():
+        _run(pass1, n_workers)
+    if group is not None:
+        import torch.distributed as dist
+
+        ct = torch.from_numpy(c_thr)
+        dist.all_reduce(ct, op=dist.ReduceOp.MAX, group=group)
+        c_thr = ct.numpy()
+
+    np_dtype = np.float64 if cols.dtype == torch.float64 else np.float32
+    # Row pairs as CSR over local rows (global pair offsets), thresholds in the compute dtype.
+    r_above = np.zeros(len(rq), dtype=np.int64)
+    r_ptr_local = row_pos.indptr[row_offset : row_offset + n_local + 1].copy()
+    # Pairs of queries that are not evaluated are skipped by giving them an empty range: count them, discard later.
+    r_thr_c = np.where(r_local, r_thr, inf).astype(np_dtype)
+    # Column pairs per column chunk, in one of two layouts. Dense chunks (every column has about the same number of
+    # positives, e.g. 5 captions per image) use slot planes counted down the tile's columns in place; sparse ones
+    # (few evaluated columns, or very uneven positive counts) gather their columns into a transposed copy and count
+    # along its rows, so the work follows the number of pairs rather than max positives x chunk width.
+    c_active_q = np.zeros(n_cols, dtype=bool)
+    c_active_q[col_pos.queries] = True
+    plans = []
+    for cc in range(n_cc):
+        a, b = cc * chunk_cols, min(n_cols, (cc + 1) * chunk_cols)
+        lo, hi = col_pos.indptr[a], col_pos.indptr[b]
+        sel = np.arange(lo, hi)[c_active[lo:hi]]
+        if len(sel) == 0:
+            plans.append(None)
+            continue
+        slot = sel - col_pos.indptr[cq[sel]]
+        k = int(slot.max()) + 1
+        if k * (b - a) <= 2 * len(sel):
+            pos = np.full((k, b - a), -1, dtype=np.int64)
+            thr = np.full((k, b - a), inf, dtype=np_dtype)
+            pos[slot, cq[sel] - a] = c_rows[sel]
+            thr[slot, cq[sel] - a] = c_thr[sel]
+            cnt = torch.zeros((k, b - a), dtype=torch.int64)
+            plans.append(("dense", sel, slot, k, torch.from_numpy(pos), torch.from_numpy(thr), cnt))
+        else:
+            act = np.flatnonzero(c_active_q[a:b])
+            ptr = np.zeros(len(act) + 1, dtype=np.int64)
+            np.cumsum(col_pos.counts[a + act], out=ptr[1:])
+            cnt = torch.zeros(len(sel), dtype=torch.int64)
+            plans.append(
+                (
+                    "sparse",
+                    sel,
+                    torch.from_numpy(act),
+                    torch.from_numpy(ptr),
+                    torch.from_numpy(c_rows[sel].copy()),
+                    torch.from_numpy(c_thr[sel].astype(np_dtype)),
+                    cnt,
+                )
+            )
+
+    # Pass 2: every tile once, both directions.
+    r_ptr_t = torch.from_numpy(r_ptr_local)
+    r_pos_t, r_thr_t, r_out_t = torch.from_numpy(row_pos.indices), torch.from_numpy(r_thr_c), torch.from_numpy(r_above)
+    rows_fn, cols_fn = getattr(C, f"rank_count_rows_{sfx}"), getattr(C, f"rank_count_cols_{sfx}")
+    bar = _progress(n_rc * n_cc, progress, "retrieval")
+    # Column counts are per worker (every worker walks every column chunk), summed after.
+    worker_cnt = [
+        [None if p is None else p[-1] if w == 0 else torch.zeros_like(p[-1]) for p in plans] for w in range(n_workers)
+    ]
+
+    def pass2(w: int) -> None:
+        for rc in range(w, n_rc, n_workers):
+            for cc in range(n_cc):
+                t = rc * n_cc + cc
+                s = cache.pop(t, None)
+                if s is None:
+                    s = tiles[w].compute(rc, cc)
+                nr, nc = s.shape
+                r0, c0 = rc * chunk_rows, cc * chunk_cols
+                ptr = r_ptr_t[r0 : r0 + nr + 1]
+                rows_fn(
+                    s.data_ptr(),
+                    nr,
+                    nc,
+                    s.stride(0),
+                    c0,
+                    ptr.data_ptr(),
+                    r_pos_t.data_ptr(),
+                    r_thr_t.data_ptr(),
+                    r_out_t.data_ptr(),
+                )
+                plan = plans[cc]
+                if plan is not None and plan[0] == "dense":
+                    _, _, _, k, pos, thr, _ = plan
+                    cnt = worker_cnt[w][cc]
+                    cols_fn(
+                        s.data_ptr(),
+                        nr,
+                        nc,
+                        s.stride(0),
+                        row_offset + r0,
+                        k,
+                        pos.data_ptr(),
+                        thr.data_ptr(),
+                        cnt.data_ptr(),
+                    )
+                elif plan is not None:
+                    _, _, act, ptr, pos, thr, _ = plan
+                    cnt = worker_cnt[w][cc]
+                    sub = s[:, act].T.contiguous()
+                    rows_fn(
+                        sub.data_ptr(),
+                        sub.shape[0],
+                        nr,
+                        sub.stride(0),
+                        row_offset + r0,
+                        ptr.data_ptr(),
+                        pos.data_ptr(),
+                        thr.data_ptr(),
+                        cnt.data_ptr(),
+                    )
+                if bar is not None:
+                    bar.update(1)
+
+    with _single_threaded():
+        _run(pass2, n_workers)
+    if bar is not None:
+        bar.close()
+    for w in range(1, n_workers):
+        for cc, p in enumerate(plans):
+            if p is not None:
+                p[-1].add_(worker_cnt[w][cc])
+
+    c_above = np.zeros(len(cq), dtype=np.int64)
+    for cc, plan in enumerate(plans):
+        if plan is not None and plan[0] == "dense":
+            _, sel, slot, _, _, _, cnt = plan
+            c_above[sel] = cnt.numpy()[slot, cq[sel] - cc * chunk_cols]
+        elif plan is not None:
+            c_above[plan[1]] = plan[6].numpy()
+    r_above = np.where(r_local, r_above, 0)
+    if group is not None:
+        import torch.distributed as dist
+
+        both = torch.from_numpy(np.concatenate([r_above, c_above]))
+        dist.all_reduce(both, op=dist.ReduceOp.SUM, group=group)
+        r_above, c_above = both[: len(rq)].numpy(), both[len(rq) :].numpy()
+    return r_above, c_above
+
+
+def num_threads() -> int:
+    return int(_ext.load().get_num_threads()) or (os.cpu_count() or 1)
+
+
+@contextlib.contextmanager
+def _single_threaded():
+    """BLAS and the C++ kernels single-threaded for the duration (restored after): the workers are the threads."""
+    C = _ext.load()
+    t_torch, t_vlk = torch.get_num_threads(), C.get_num_threads()
+    torch.set_num_threads(1)
+    C.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(t_torch)
+        C.set_num_threads(t_vlk)
+
+
+def _run(fn, n_workers: int) -> None:
+    if n_workers == 1:
+        fn(0)
+        return
+    with concurrent.futures.ThreadPoolExecutor(n_workers) as pool:
+        for f in [pool.submit(fn, w) for w in range(n_workers)]:
+            f.result()
+
+
+def _active(pos: Positives) -> np.ndarray:
+    flag = np.zeros(pos.num_queries, dtype=bool)
+    flag[pos.queries] = True
+    return np.repeat(flag, pos.counts)
+
+
+def _group(keys: np.ndarray, values: np.ndarray) -> dict[int, np.ndarray]:
+    if len(keys) == 0:
+        return {}
+    order = np.argsort(keys, kind="stable")
+    k, v = keys[order], values[order]
+    uniq, starts = np.unique(k, return_index=True)
+    ends = np.append(starts[1:], len(k))
+    return {int(u): v[a:b] for u, a, b in zip(uniq.tolist(), starts.tolist(), ends.tolist())}
+
+
+def topk_stream(
+    queries: torch.Tensor,
+    gallery: Embeddings,
+    k: int,
+    exclude: Positives | None,
+    gallery_offset: int = 0,
+    chunk_queries: int = 1024,
+    chunk_gallery: int = 4096,
+    progress: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-k of queries @ gallery^T streamed over gallery chunks; returns unsorted (values, global indices)."""
+    C = _ext.load()
+    dtype = queries.dtype
+    sfx = _suffix(dtype)
+    nq, ng = queries.shape[0], len(gallery)
+    vals = torch.full((nq, k), float("-inf"), dtype=dtype)
+    idx = torch.full((nq, k), -1, dtype=torch.int64)
+    if nq == 0 or k == 0:
+        return vals, idx
+    upd = getattr(C, f"topk_update_{sfx}")
+    n_gc = -(-ng // chunk_gallery)
+    if exclude is not None:
+        eq = exclude.pair_queries()
+        e_by_chunk = _group(exclude.indices // chunk_gallery, np.arange(len(eq)))
+    bar = _progress(n_gc, progress, "top-k")
+    # Workers take query chunks (disjoint rows of the running selection); each gallery chunk is read once.
+    q_starts = list(range(0, nq, chunk_queries))
+    n_workers = max(1, min(num_threads(), len(q_starts)))
+    buffers: list[dict[tuple[int, int], torch.Tensor]] = [{} for _ in range(n_workers)]
+    for gc in range(n_gc):
+        g0 = gc * chunk_gallery
+        g = gallery.chunk(g0, min(ng, g0 + chunk_gallery), dtype)
+        ex = e_by_chunk.get(gc) if exclude is not None else None
+
+        def work(w: int, g=g, g0=g0, ex=ex) -> None:
+            for q0 in q_starts[w::n_workers]:
+                q = queries[q0 : q0 + chunk_queries]
+                shape = (q.shape[0], g.shape[0])
+                if shape not in buffers[w]:
+                    buffers[w][shape] = torch.empty(shape, dtype=dtype)
+                s = torch.matmul(q, g.T, out=buffers[w][shape])
+                if ex is not None:
+                    m = ex[(eq[ex] >= q0) & (eq[ex] < q0 + q.shape[0])]
+                    if len(m):
+                        s[torch.from_numpy(eq[m] - q0), torch.from_numpy(exclude.indices[m] - g0)] = float("nan")
+                v, i = vals[q0 : q0 + q.shape[0]], idx[q0 : q0 + q.shape[0]]
+                upd(
+                    s.data_ptr(),
+                    s.shape[0],
+                    s.shape[1],
+                    s.stride(0),
+                    gallery_offset + g0,
+                    0,
+                    k,
+                    v.data_ptr(),
+                    i.data_ptr(),
+                )
+
+        with _single_threaded():
+            _run(work, n_workers)
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    return vals, idx
+
+
+def merge_topk(vals: torch.Tensor, idx: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Best k of (rows, m) candidates with explicit indices (shard results side by side), unsorted."""
+    C = _ext.load()
+    vals, idx = vals.contiguous(), idx.contiguous()
+    out_v = torch.full((vals.shape[0], k), float("-inf"), dtype=vals.dtype)
+    out_i = torch.full((vals.shape[0], k), -1, dtype=torch.int64)
+    # Empty slots (index -1) carry NaN so they are skipped like exclusions.
+    v = vals.masked_fill(idx < 0, float("nan"))
+    getattr(C, f"topk_update_{_suffix(vals.dtype)}")(
+        v.data_ptr(), v.shape[0], v.shape[1], v.stride(0), 0, idx.data_ptr(), k, out_v.data_ptr(), out_i.data_ptr()
+    )
+    return out_v, out_i
+
+
+def sort_topk(vals: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sort each row by score descending, then index ascending; empty slots (index -1) go last."""
+    if vals.device.type != "cpu" or vals.dtype not in (torch.float32, torch.float64):
+        key_idx = torch.where(idx < 0, torch.iinfo(torch.int64).max, idx)
+        o1 = torch.argsort(key_idx, dim=1, stable=True)
+        v1, i1 = vals.gather(1, o1), idx.gather(1, o1)
+        o2 = torch.argsort(v1, dim=1, descending=True, stable=True)
+        return v1.gather(1, o2), i1.gather(1, o2)
+    vals, idx = vals.contiguous().clone(), idx.contiguous().clone()
+    if vals.numel():
+        getattr(_ext.load(), f"topk_sort_{_suffix(vals.dtype)}")(vals.data_ptr(), idx.data_ptr(), *vals.shape)
+    return vals, idx
