@@ -1,0 +1,120 @@
+"""The CPU path: the kernels' streaming math in chunked torch.
+
+Rows of A are processed ``chunk`` at a time, so the largest temporary is a ``chunk × M`` fp32 tile (about
+``CHUNK_ELEMS`` elements) and the extra memory is O((N + M)·D), never N×M. On CPU one row chunk can update dx and dy
+together, so InfoNCE costs 4 GEMM units (forward, then one backward pass) and SigLIP 3.
+"""
+
+from __future__ import annotations
+
+import torch
+
+# ~8 MiB fp32 per tile buffer: large enough for efficient GEMMs, small enough to keep the peak far below N×M.
+CHUNK_ELEMS = 1 << 21
+
+
+def _chunk(n_cols: int) -> int:
+    return max(1, CHUNK_ELEMS // max(1, n_cols))
+
+
+def _f32(t: torch.Tensor) -> torch.Tensor:
+    return t if t.dtype == torch.float32 else t.float()
+
+
+def lse_pair_fwd_cpu(x: torch.Tensor, y: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row log-sum-exp over all of y and column log-sum-exp over all of x of s·x·yᵀ, streamed over row chunks."""
+    xf, yf = _f32(x), _f32(y)
+    n, m = xf.shape[0], yf.shape[0]
+    s = scale.float()
+    row = torch.empty(n, dtype=torch.float32, device=x.device)
+    col = torch.full((m,), float("-inf"), dtype=torch.float32, device=x.device)
+    step = _chunk(m)
+    for i in range(0, n, step):
+        tile = torch.mm(xf[i : i + step], yf.t()).mul_(s)
+        row[i : i + step] = torch.logsumexp(tile, dim=1)
+        col = torch.logaddexp(col, torch.logsumexp(tile, dim=0))
+    return row, col
+
+
+def lse_pair_bwd_cpu(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    scale: torch.Tensor,
+    row_lse: torch.Tensor,
+    col_lse: torch.Tensor,
+    d_row: torch.Tensor,
+    d_col: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """G = d_row·softmax_rows + d_col·softmax_cols, recomputed per chunk; dx = s·G·y, dy = s·Gᵀ·x, ds = Σ G⟨x, y⟩."""
+    xf, yf = _f32(x), _f32(y)
+    n, m = xf.shape[0], yf.shape[0]
+    s = scale.float()
+    gx = torch.empty(n, xf.shape[1], dtype=torch.float32, device=x.device)
+    gy = torch.zeros(m, yf.shape[1], dtype=torch.float32, device=x.device)
+    col_lse, d_col = col_lse.float()[None, :], d_col.float()[None, :]
+    step = _chunk(m)
+    for i in range(0, n, step):
+        xc = xf[i : i + step]
+        tile = torch.mm(xc, yf.t()).mul_(s)
+        by_col = torch.exp(tile - col_lse).mul_(d_col)
+        g = tile.sub_(row_lse[i : i + step, None]).exp_().mul_(d_row[i : i + step, None].float()).add_(by_col)
+        del by_col
+        torch.mm(g, yf, out=gx[i : i + step])
+        gy.addmm_(g.t(), xc)
+    # ds = Σ_ij G_ij ⟨x_i, y_j⟩ = Σ_i ⟨x_i, (G·y)_i⟩, taken from the fp32 accumulator before any rounding.
+    ds = (gx * xf).sum()
+    return (gx.mul_(s)).to(x.dtype), (gy.mul_(s)).to(y.dtype), ds
+
+
+def siglip_fwd_cpu(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    scale: torch.Tensor,
+    bias: torch.Tensor | None,
+    x_groups: torch.Tensor | None,
+    y_groups: torch.Tensor | None,
+    row_offset: int,
+    col_offset: int,
+    inv_norm: float,
+    need_grad: bool,
+) -> tuple[torch.Tensor, ...]:
+    """Loss (1/n)·Σ softplus(-z·(s·xy + b)) and, when asked, its gradients, from one pass over row chunks."""
+    xf, yf = _f32(x), _f32(y)
+    n, m = xf.shape[0], yf.shape[0]
+    s = scale.float()
+    b = bias.float() if bias is not None else None
+    loss = torch.zeros((), dtype=torch.float32, device=x.device)
+    gsum = torch.zeros((), dtype=torch.float32, device=x.device)
+    gx = torch.empty(n, xf.shape[1], dtype=torch.float32, device=x.device) if need_grad else None
+    gy = torch.zeros(m, yf.shape[1], dtype=torch.float32, device=x.device) if need_grad else None
+    step = _chunk(m)
+    for i in range(0, n, step):
+        xc = xf[i : i + step]
+        t = torch.mm(xc, yf.t()).mul_(s)
+        if b is not None:
+            t.add_(b)
+        # t = -z·logit: flip the sign of the positives (the global diagonal, or equal group ids).
+        if x_groups is not None:
+            pos = x_groups[i : i + step, None] == y_groups[None, :]
+            t = torch.where(pos, -t, t)
+        else:
+            pos = None
+            t.diagonal(offset=row_offset + i - col_offset).neg_()
+        loss += torch.nn.functional.softplus(t).sum()
+        if not need_grad:
+            continue
+        g = t.sigmoid_()
+        if pos is not None:
+            g = torch.where(pos, -g, g)
+        else:
+            g.diagonal(offset=row_offset + i - col_offset).neg_()
+        gsum += g.sum()
+        torch.mm(g, yf, out=gx[i : i + step])
+        gy.addmm_(g.t(), xc)
+    loss = loss * inv_norm
+    if not need_grad:
+        return (loss,)
+    ds = (gx * xf).sum() * inv_norm
+    gx.mul_(s * inv_norm)
+    gy.mul_(s * inv_norm)
+    return loss, gx.to(x.dtype), gy.to(y.dtype), ds, gsum * inv_norm
