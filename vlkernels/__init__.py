@@ -6,6 +6,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from vlkernels import ops
 from vlkernels._ext import ExtensionError
+from vlkernels.contrastive import ClipLoss, SigLipLoss, info_nce_loss, siglip_loss
 
 try:
     __version__ = version("vlkernels")
@@ -26,4 +27,14 @@ def get_num_threads() -> int:
     return int(_ext.load().get_num_threads())
 
 
-__all__ = ["ExtensionError", "__version__", "get_num_threads", "ops", "set_num_threads"]
+__all__ = [
+    "ClipLoss",
+    "ExtensionError",
+    "SigLipLoss",
+    "__version__",
+    "get_num_threads",
+    "info_nce_loss",
+    "ops",
+    "set_num_threads",
+    "siglip_loss",
+]
