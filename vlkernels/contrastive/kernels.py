@@ -3,7 +3,9 @@ import triton.language as tl
 
 
 # One [BLOCK_M, BLOCK_N] tile of s·A·Bᵀ: a K-loop over D in BLOCK_K chunks, fp32 accumulation whatever the input
-# dtype. PRECISION is "ieee" for fp32 inputs (no silent TF32) and ignored by the hardware for fp16/bf16.
+# dtype. PRECISION is "ieee" for fp32 inputs (no silent TF32) and ignored by the hardware for fp16/bf16. UPCAST is
+# set only under TRITON_INTERPRET for bf16: the interpreter multiplies bf16 bit patterns as integers (Triton 3.9);
+# exact fp32 products of the bf16 values are what the tensor cores compute.
 @triton.jit
 def _scaled_logits_tile(
     a_ptr,
@@ -22,6 +24,7 @@ def _scaled_logits_tile(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
 ):
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k in range(0, n_dims, BLOCK_K):
@@ -38,6 +41,8 @@ def _scaled_logits_tile(
             mask=mask_k[:, None] & mask_n[None, :],
             other=0.0,
         )
+        if UPCAST:
+            b_a, b_bt = b_a.to(tl.float32), b_bt.to(tl.float32)
         acc = tl.dot(b_a, b_bt, acc, input_precision=PRECISION)
     return acc * scale
 
@@ -77,6 +82,7 @@ def _lse_pair_fwd_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
 ):
     pid = tl.program_id(0)
     scale = tl.load(scale_ptr).to(tl.float32)
@@ -92,7 +98,7 @@ def _lse_pair_fwd_kernel(
             mask_n = offs_n < n_cols
             s = _scaled_logits_tile(
                 a_ptr, b_ptr, offs_m, offs_n, mask_m, mask_n, n_dims, stride_am, stride_ad, stride_bn, stride_bd,
-                scale, BLOCK_M, BLOCK_N, BLOCK_K, PRECISION,
+                scale, BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST,
             )  # fmt: skip
             s = tl.where(mask_m[:, None] & mask_n[None, :], s, float("-inf"))
             # Padded rows/columns have max -inf; a finite stand-in keeps exp(-inf - (-inf)) from becoming NaN.
@@ -149,6 +155,7 @@ def _contrastive_grad_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
     scale = tl.load(scale_ptr).to(tl.float32)
@@ -171,7 +178,7 @@ def _contrastive_grad_kernel(
         mask = mask_m[:, None] & mask_n[None, :]
         s = _scaled_logits_tile(
             a_ptr, b_ptr, offs_m, offs_n, mask_m, mask_n, n_dims, stride_am, stride_ad, stride_bn, stride_bd,
-            scale, BLOCK_M, BLOCK_N, BLOCK_K, PRECISION,
+            scale, BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST,
         )  # fmt: skip
         if SIGLIP:
             if HAS_GROUPS:
@@ -204,7 +211,10 @@ def _contrastive_grad_kernel(
             acc_ptrs = acc_ptr + offs_m[:, None] * stride_acc + offs_k[None, :]
             mask_acc = mask_m[:, None] & mask_k[None, :]
             b_acc = tl.load(acc_ptrs, mask=mask_acc, other=0.0)
-            b_acc = tl.dot(g, b_b, b_acc, input_precision=PRECISION)
+            if UPCAST:
+                b_acc = tl.dot(g.to(tl.float32), b_b.to(tl.float32), b_acc, input_precision=PRECISION)
+            else:
+                b_acc = tl.dot(g, b_b, b_acc, input_precision=PRECISION)
             tl.store(acc_ptrs, b_acc, mask=mask_acc)
         # The next column tile re-reads these accumulator rows, possibly in other threads of this program.
         tl.debug_barrier()

@@ -35,6 +35,11 @@ def _precision(x: torch.Tensor) -> str:
     return "ieee" if x.dtype == torch.float32 else "tf32"
 
 
+def _upcast(x: torch.Tensor) -> bool:
+    # Triton 3.9's interpreter multiplies bf16 operands of tl.dot as raw uint16; compute their exact fp32 products.
+    return x.dtype == torch.bfloat16 and x.device.type != "cuda"
+
+
 def _num_programs(x: torch.Tensor, row_blocks: int) -> int:
     if x.device.type == "cuda":
         return max(1, min(row_blocks, torch.cuda.get_device_properties(x.device).multi_processor_count))
@@ -67,7 +72,7 @@ def lse_pair_fwd(x: torch.Tensor, y: torch.Tensor, scale: torch.Tensor) -> tuple
     col_sum = torch.zeros((programs, m), dtype=torch.float32, device=x.device)
     _lse_pair_fwd_kernel[(programs,)](
         x, y, scale, row, col_max, col_sum, n, m, d, x.stride(0), x.stride(1), y.stride(0), y.stride(1), programs,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, PRECISION=_precision(x), num_warps=warps,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, PRECISION=_precision(x), UPCAST=_upcast(x), num_warps=warps,
     )  # fmt: skip
     # Merge the P per-program column partials: lse = M + log Σ_p l_p·exp(m_p - M).
     top = col_max.max(dim=0).values
@@ -119,7 +124,7 @@ def _grad_rows(
         loss if loss is not None else dummy, gsum if gsum is not None else dummy,
         n, m, d, a.stride(0), a.stride(1), b.stride(0), b.stride(1), acc.stride(0), offset_a, offset_b, inv_norm,
         SIGLIP=siglip, HAS_BIAS=bias is not None, HAS_GROUPS=grp_a is not None, WRITE_LOSS=write_loss,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, PRECISION=_precision(a), num_warps=warps,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, PRECISION=_precision(a), UPCAST=_upcast(a), num_warps=warps,
     )  # fmt: skip
     return acc, loss, gsum
 
