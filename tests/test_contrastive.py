@@ -93,7 +93,7 @@ def assert_fp32(actual, expected, names=("loss", "d image", "d text", "d scale",
 
 CPU_GRID = [(1, 64, 1.0), (1, 1000, 100.0), (37, 96, 14.3), (37, 768, 100.0), (300, 64, 50.0), (300, 1000, 1.0)]
 CPU_GRID += [(1025, 96, 100.0), (1025, 768, 7.0)]
-TRITON_GRID = [(1, 64, 100.0), (37, 1000, 14.3), (300, 96, 30.0), (1025, 64, 1.0)]
+TRITON_GRID = [(1, 64, 100.0), (37, 1000, 14.3), (300, 96, 30.0)]
 
 
 def _grid(backend_name):
@@ -101,7 +101,7 @@ def _grid(backend_name):
 
 
 @pytest.mark.parametrize("loss_name", ["clip", "siglip"])
-@pytest.mark.parametrize("case", range(8))
+@pytest.mark.parametrize("case", range(len(CPU_GRID)))
 def test_losses_match_open_clip_fp32(backend, oc, loss_name, case, monkeypatch):
     grid = CPU_GRID if os.environ.get("TRITON_INTERPRET") == "0" else TRITON_GRID
     if case >= len(grid):

@@ -87,10 +87,7 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.fixture(scope="module", params=[2, 3], ids=["world2", "world3"])
-def dist_results(request, tmp_path_factory):
-    world = request.param
-    out_dir = tmp_path_factory.mktemp(f"dist{world}")
+def _spawn(world: int, out_dir: Path):
     mp.start_processes(_worker, args=(world, _free_port(), str(out_dir)), nprocs=world, start_method="spawn")
     return world, [torch.load(out_dir / f"rank{r}.pt") for r in range(world)]
 
@@ -118,7 +115,7 @@ def _check_ddp_rule(ranks, ref, world, value_is_global: bool, name: str):
     _assert(torch.stack([r[4] for r in ranks]).mean(), gb, f"{name} mean d bias")
 
 
-def test_clip_loss_distributed_matches_global_batch(dist_results):
+def _clip_loss_distributed_matches_global_batch(dist_results):
     world, ranks = dist_results
     oc = open_clip_loss_module()
     ref = _global(oc.ClipLoss(), world)
@@ -135,7 +132,7 @@ def test_clip_loss_distributed_matches_global_batch(dist_results):
                 _assert(ours[r][2], theirs[r][2], f"rank {r} d text vs open_clip gather_with_grad")
 
 
-def test_open_clip_default_flags_quirk(dist_results):
+def _open_clip_default_flags_quirk(dist_results):
     """open_clip's default (gather_with_grad=False, local_loss=False): after DDP averaging its feature gradients
     are 1/W of the global ones; ours (the same flags) give the global ones."""
     world, ranks = dist_results
@@ -149,7 +146,7 @@ def test_open_clip_default_flags_quirk(dist_results):
         _assert(ours[1] / world, gx[sl], "ours default d image (DDP-averaged)")
 
 
-def test_clip_loss_distributed_groups_and_smoothing(dist_results):
+def _clip_loss_distributed_groups_and_smoothing(dist_results):
     from vlkernels.contrastive.reference import info_nce_loss_ref
 
     world, ranks = dist_results
@@ -158,7 +155,7 @@ def test_clip_loss_distributed_groups_and_smoothing(dist_results):
     _check_ddp_rule([r["ours_clip_groups"] for r in ranks], ref, world, True, "ClipLoss groups+smoothing")
 
 
-def test_siglip_loss_distributed_matches_open_clip_and_global_batch(dist_results):
+def _siglip_loss_distributed_matches_open_clip_and_global_batch(dist_results):
     world, ranks = dist_results
     oc = open_clip_loss_module()
     ref = _global(oc.SigLipLoss(), world)
@@ -172,10 +169,21 @@ def test_siglip_loss_distributed_matches_open_clip_and_global_batch(dist_results
                 _assert(ours[r][k], theirs[k], f"SigLipLoss({impl}) rank {r} {what} vs open_clip")
 
 
-def test_siglip_loss_distributed_groups(dist_results):
+def _siglip_loss_distributed_groups(dist_results):
     from vlkernels.contrastive.reference import siglip_loss_ref
 
     world, ranks = dist_results
     groups = global_batch(world)[4]
     ref = _global(siglip_loss_ref, world, image_groups=groups, text_groups=groups)
     _check_ddp_rule([r["ours_siglip_groups"] for r in ranks], ref, world, False, "SigLipLoss groups")
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_losses_distributed_every_mode(world, tmp_path):
+    """One process group per world size (spawning is the expensive part); every mode is checked on its results."""
+    results = _spawn(world, tmp_path)
+    _clip_loss_distributed_matches_global_batch(results)
+    _open_clip_default_flags_quirk(results)
+    _clip_loss_distributed_groups_and_smoothing(results)
+    _siglip_loss_distributed_matches_open_clip_and_global_batch(results)
+    _siglip_loss_distributed_groups(results)

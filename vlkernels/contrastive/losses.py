@@ -130,8 +130,8 @@ def info_nce_shard(
         t_col = (1 - smoothing) * t_col + smoothing * all_xf.mean(0)
     bias = 0.0 if b is None else b
     # Cross-entropy = logsumexp_j(logit_ij) - Σ_j q_ij·logit_ij; the bias enters both sides (its gradient is 0).
-    row_loss = (row_lse + bias) - (s * (xf * t_row).sum(1) + bias)
-    col_loss = (col_lse + bias) - (s * (yf * t_col).sum(1) + bias)
+    row_loss = (row_lse + bias) - (s * torch.linalg.vecdot(xf, t_row) + bias)
+    col_loss = (col_lse + bias) - (s * torch.linalg.vecdot(yf, t_col) + bias)
     if w_row is not None:
         row_loss, col_loss = row_loss * w_row, col_loss * w_col
     return 0.5 * (row_loss.sum() / n_valid + col_loss.sum() / m_valid)

@@ -132,7 +132,7 @@ def _grad_rows(
 def lse_pair_bwd(x, y, scale, row_lse, col_lse, d_row, d_col):
     gx, _, _ = _grad_rows(x, y, scale, lse_a=row_lse, lse_b=col_lse, d_a=d_row, d_b=d_col)
     gy, _, _ = _grad_rows(y, x, scale, lse_a=col_lse, lse_b=row_lse, d_a=d_col, d_b=d_row)
-    ds = (gx * x.float()).sum()
+    ds = torch.dot(gx.reshape(-1), x.float().reshape(-1))
     s = scale.float()
     return (gx * s).to(x.dtype), (gy * s).to(y.dtype), ds
 
@@ -150,7 +150,7 @@ def siglip_fwd(x, y, scale, bias, x_groups, y_groups, row_offset, col_offset, in
         inv_norm=inv_norm, siglip=True,
     )  # fmt: skip
     s = scale.float()
-    ds = (gx * x.float()).sum()
+    ds = torch.dot(gx.reshape(-1), x.float().reshape(-1))
     return loss, (gx * s).to(x.dtype), (gy * s).to(y.dtype), ds, gsum.sum()
 
 
