@@ -261,6 +261,17 @@ def test_losses_non_positive_scale_follow_the_formula(backend, oc, scale):
         assert math.isclose(float(vlkernels.info_nce_loss(x.float(), y.float(), 0.0)), math.log(17), rel_tol=1e-6)
 
 
+@pytest.mark.parametrize("spread", [1.0, 30.0])
+def test_losses_extreme_logits(backend, oc, spread):
+    """Logits spanning thousands (norms up to ~60, s = 100): every exp shortcut of the CPU path must fall back to
+    the exact form (row/column log-sum-exps far apart, column sums underflowing)."""
+    x, y, s, b = make_inputs(150, 32, 100.0, seed=16)
+    x = x * torch.linspace(0.1, spread, 150, dtype=torch.float64)[:, None]
+    y = y * torch.linspace(spread, 0.1, 150, dtype=torch.float64)[:, None]
+    for theirs, ours in ((oc.ClipLoss(), vlkernels.ClipLoss()), (oc.SigLipLoss(), vlkernels.SigLipLoss())):
+        assert_fp32(run(ours, x, y, s.float(), b.float(), torch.float32, _device(backend)), run(theirs, x, y, s, b))
+
+
 def test_siglip_loss_without_grad_matches():
     x, y, s, b = make_inputs(30, 20, 10.0, seed=15)
     with torch.no_grad():

@@ -31,9 +31,21 @@ def lse_pair_fwd_cpu(x: torch.Tensor, y: torch.Tensor, scale: torch.Tensor) -> t
     step = _chunk(m)
     for i in range(0, n, step):
         # Scaling the (chunk, D) rows instead of the (chunk, M) tile saves a pass over the tile.
-        tile = torch.mm(xf[i : i + step] * s, yf.t())
-        row[i : i + step] = torch.logsumexp(tile, dim=1)
-        col = torch.logaddexp(col, torch.logsumexp(tile, dim=0))
+        xc = xf[i : i + step] * s
+        tile = torch.mm(xc, yf.t())
+        top = tile.amax(dim=1)
+        # p = exp(t - max_i) in place; its row sums give the row lse, and weighting the rows by exp(max_i - T)
+        # turns the column sums into one GEMV instead of a second exp pass.
+        p = tile.sub_(top[:, None]).exp_()
+        row[i : i + step] = top + torch.log(p.sum(dim=1))
+        peak = top.max()
+        col_sum = torch.mv(p.t(), torch.exp(top - peak))
+        part = peak + torch.log(col_sum)
+        # A column whose weighted sum fell below 1e-20 may have lost terms to underflow: recompute it exactly.
+        small = col_sum < 1e-20
+        if bool(small.any()):
+            part[small] = torch.logsumexp(torch.mm(xc, yf[small].t()), dim=0)
+        col = torch.logaddexp(col, part)
     return row, col
 
 
@@ -52,14 +64,24 @@ def lse_pair_bwd_cpu(
     s = scale.float()
     gx = torch.empty(n, xf.shape[1], dtype=torch.float32, device=x.device)
     gy = torch.zeros(m, yf.shape[1], dtype=torch.float32, device=x.device)
-    col_lse, d_col = col_lse.float()[None, :], d_col.float()[None, :]
+    col_lse, d_col, d_row = col_lse.float(), d_col.float(), d_row.float()
+    col_min = col_lse.min()
     step = _chunk(m)
     for i in range(0, n, step):
         xc = xf[i : i + step]
         tile = torch.mm(xc * s, yf.t())
-        by_col = torch.exp(tile - col_lse).mul_(d_col)
-        g = tile.sub_(row_lse[i : i + step, None]).exp_().mul_(d_row[i : i + step, None].float()).add_(by_col)
-        del by_col
+        r, dr = row_lse[i : i + step], d_row[i : i + step]
+        r_max = r.max()
+        # exp(t - c_j) = exp(t - r_i)·exp(r_i - r_max)·exp(r_max - c_j): one exp pass instead of two when both
+        # factors stay within e^±40 (no product loses a significant term to fp32 underflow); else the exact form.
+        if float(r_max - r.min()) <= 40.0 and float(r_max - col_min) <= 40.0:
+            factor = torch.addr(dr[:, None], torch.exp(r - r_max), torch.exp(r_max - col_lse) * d_col)
+            g = tile.sub_(r[:, None]).exp_().mul_(factor)
+            del factor
+        else:
+            by_col = torch.exp(tile - col_lse[None, :]).mul_(d_col[None, :])
+            g = tile.sub_(r[:, None]).exp_().mul_(dr[:, None]).add_(by_col)
+            del by_col
         torch.mm(g, yf, out=gx[i : i + step])
         gy.addmm_(g.t(), xc)
     # ds = Σ_ij G_ij ⟨x_i, y_j⟩ = Σ_i ⟨x_i, (G·y)_i⟩, taken from the fp32 accumulator before any rounding.
