@@ -342,3 +342,58 @@ def test_losses_torch_compile_fullgraph_matches_eager():
     compiled = grads(torch.compile(step, fullgraph=True, backend="aot_eager"))
     for e, c in zip(eager, compiled):
         torch.testing.assert_close(c, e, rtol=1e-5, atol=1e-6)
+
+
+AOT_SCRIPT = r"""
+import sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from vlkernels.contrastive.kernels import _contrastive_grad_kernel, _lse_pair_fwd_kernel
+
+def compile_for(fn, dtype, consts, arch):
+    sig = {}
+    for name in fn.arg_names:
+        if name in consts:
+            sig[name] = "constexpr"
+        elif name in ("a_ptr", "b_ptr"):
+            sig[name] = "*" + dtype
+        elif name in ("grp_a_ptr", "grp_b_ptr"):
+            sig[name] = "*i64"
+        elif name.endswith("_ptr"):
+            sig[name] = "*fp32"
+        elif name == "inv_norm":
+            sig[name] = "fp32"
+        else:
+            sig[name] = "i64" if name.startswith(("stride", "offset")) else "i32"
+    triton.compile(ASTSource(fn, sig, constexprs=consts), target=GPUTarget("cuda", arch, 32), options={"num_warps": 8})
+
+blocks = dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, UPCAST=False)
+compile_for(_lse_pair_fwd_kernel, "bf16", dict(blocks, BLOCK_M=128, PRECISION="tf32"), 90)
+flags = dict(SIGLIP=False, HAS_BIAS=False, HAS_GROUPS=False, WRITE_LOSS=False)
+compile_for(_contrastive_grad_kernel, "bf16", dict(blocks, PRECISION="tf32", **flags), 90)
+flags = dict(SIGLIP=True, HAS_BIAS=True, HAS_GROUPS=False, WRITE_LOSS=True)
+compile_for(_contrastive_grad_kernel, "fp16", dict(blocks, PRECISION="tf32", **flags), 80)
+flags = dict(SIGLIP=True, HAS_BIAS=False, HAS_GROUPS=True, WRITE_LOSS=False)
+compile_for(_contrastive_grad_kernel, "bf16", dict(blocks, PRECISION="tf32", **flags), 80)
+print("compiled")
+"""
+
+
+@pytest.mark.slow
+def test_kernels_compile_for_sm80_sm90():
+    """No GPU in CI: compile the Triton kernels (compiled mode, not the interpreter) to sm_80/sm_90 cubins with the
+    GPU tile shapes, so a kernel that only the interpreter accepts fails here."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if not triton_installed():
+        pytest.skip("triton is not installed")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEFAULT_FP_FUSION"] = "1"
+    root = Path(__file__).resolve().parent.parent
+    r = subprocess.run([sys.executable, "-c", AOT_SCRIPT], capture_output=True, text=True, cwd=root, env=env)
+    if r.returncode != 0 and ("GPUTarget" in r.stderr or ("ptxas" in r.stderr and "not found" in r.stderr)):
+        pytest.skip(f"this Triton cannot compile for CUDA offline: {r.stderr[-300:]}")
+    assert r.returncode == 0 and "compiled" in r.stdout, r.stderr[-4000:]
