@@ -193,6 +193,25 @@ def test_losses_many_tiles(monkeypatch, oc):
         assert_fp32(got, expected)
 
 
+def test_losses_cpu_path_many_chunks(monkeypatch, oc):
+    """The chunked CPU path with tiny chunks (3 rows) and factor blocks (7 columns): ragged chunk edges, the
+    diagonal crossing chunks, groups, and the exact fallbacks for extreme logits."""
+    from vlkernels.contrastive import cpu
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.setattr(cpu, "CHUNK_ELEMS", 3 * 70)
+    monkeypatch.setattr(cpu, "FACTOR_COLS", 7)
+    x, y, s, b = make_inputs(70, 20, 25.0, seed=17)
+    for theirs, ours in ((oc.ClipLoss(), vlkernels.ClipLoss()), (oc.SigLipLoss(), vlkernels.SigLipLoss())):
+        assert_fp32(run(ours, x, y, s.float(), b.float(), torch.float32), run(theirs, x, y, s, b))
+        xe, ye = x * torch.linspace(0.1, 30, 70, dtype=torch.float64)[:, None], y * 20
+        assert_fp32(run(ours, xe, ye, s.float(), b.float(), torch.float32), run(theirs, xe, ye, s, b))
+    gx, gy = torch.randint(0, 20, (70,)), torch.randint(0, 20, (70,))
+    for ref, ours in ((info_nce_loss_ref, vlkernels.info_nce_loss), (siglip_loss_ref, vlkernels.siglip_loss)):
+        expected = run(ref, x, y, s, b, image_groups=gx, text_groups=gy)
+        assert_fp32(run(ours, x, y, s.float(), b.float(), torch.float32, image_groups=gx, text_groups=gy), expected)
+
+
 def test_losses_non_contiguous_inputs(backend, oc):
     x, y, s, b = make_inputs(37, 96, 10.0, seed=10)
     dev = _device(backend)
