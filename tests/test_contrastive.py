@@ -303,6 +303,7 @@ def _bad_calls():
     g = torch.arange(4)
     f = vlkernels.info_nce_loss
     return {
+        "not a tensor": (lambda: f(x.tolist(), y, s), "must be a torch.Tensor"),
         "D differs": (lambda: f(x, torch.randn(4, 9), s), "feature dimensions differ"),
         "dtype mix": (lambda: f(x, y.half(), s), "same dtype"),
         "float64": (lambda: f(x.double(), y.double(), s), "expected one of"),

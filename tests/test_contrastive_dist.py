@@ -76,6 +76,10 @@ def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
         out[("oc_siglip", impl)] = _run(theirs, xl, yl, sf, bf)
     grouped = SigLipLoss(rank=rank, world_size=world, dist_impl="bidir")
     out["ours_siglip_groups"] = _run(grouped, xl, yl, sf, bf, image_groups=gl, text_groups=gl)
+    try:
+        ClipLoss(rank=(rank + 1) % world, world_size=world)(xl, yl, sf)
+    except ValueError as e:
+        out["rank_mismatch_error"] = str(e)
     torch.save(out, Path(out_dir) / f"rank{rank}.pt")
     dist.barrier()
     dist.destroy_process_group()
@@ -187,3 +191,5 @@ def test_losses_distributed_every_mode(world, tmp_path):
     _clip_loss_distributed_groups_and_smoothing(results)
     _siglip_loss_distributed_matches_open_clip_and_global_batch(results)
     _siglip_loss_distributed_groups(results)
+    # A rank that disagrees with the process group is refused before any collective runs.
+    assert all("do not match the process group" in r.get("rank_mismatch_error", "") for r in results[1])
