@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-from vlkernels import captioning, metrics, ops, retrieval
+from vlkernels import captioning, contrastive, metrics, ops, retrieval
 from vlkernels._ext import ExtensionError
+from vlkernels.contrastive import ClipLoss, SigLipLoss, info_nce_loss, siglip_loss
 
 try:
     __version__ = version("vlkernels")
@@ -27,12 +28,17 @@ def get_num_threads() -> int:
 
 
 __all__ = [
+    "ClipLoss",
     "ExtensionError",
+    "SigLipLoss",
     "__version__",
     "captioning",
+    "contrastive",
     "get_num_threads",
+    "info_nce_loss",
     "metrics",
     "ops",
     "retrieval",
     "set_num_threads",
+    "siglip_loss",
 ]

@@ -1,0 +1,115 @@
+"""Contrastive losses, forward + backward: vlkernels' streaming InfoNCE / SigLIP against open_clip's ClipLoss /
+SigLipLoss (which build the N×N logits), with peak memory side by side; on GPU also against one cuBLAS GEMM of the
+same shape (the physical floor: InfoNCE needs ~4-5 such GEMM units, SigLIP ~3-4)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sysconfig
+from pathlib import Path
+
+import torch
+
+import vlkernels
+
+from .harness import Bench, register
+
+
+def _open_clip_loss():
+    """open_clip's loss.py loaded by path (importing open_clip itself needs torchvision); None when absent."""
+    path = Path(sysconfig.get_paths()["purelib"]) / "open_clip" / "loss.py"
+    if not path.is_file():
+        return None
+    spec = importlib.util.spec_from_file_location("open_clip_loss_bench", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _inputs(n: int, d: int, dtype: torch.dtype, device: str):
+    g = torch.Generator().manual_seed(0)
+    x = torch.nn.functional.normalize(torch.randn(n, d, generator=g), dim=-1).to(device=device, dtype=dtype)
+    y = torch.nn.functional.normalize(torch.randn(n, d, generator=g), dim=-1).to(device=device, dtype=dtype)
+    scale = torch.tensor(10.0, device=device)
+    bias = torch.tensor(-10.0, device=device)
+    return x, y, scale, bias
+
+
+def _fwd_bwd(loss_fn, x, y, scale, bias, with_bias: bool):
+    def run():
+        leaves = [t.detach().requires_grad_() for t in (x, y, scale, bias)]
+        loss = loss_fn(*leaves) if with_bias else loss_fn(*leaves[:3])
+        loss.backward()
+        return [loss.detach()] + [t.grad for t in leaves[: 4 if with_bias else 3]]
+
+    return run
+
+
+def _check(rtol: float, atol: float):
+    def check(out):
+        ref = out.get("open_clip")
+        if ref is None:
+            return
+        for name, vals in out.items():
+            for k, (a, e) in enumerate(zip(vals, ref)):
+                err = float((a.float() - e.float()).abs().max())
+                tol = atol + rtol * float(e.float().abs().max())
+                if err > tol:
+                    raise AssertionError(f"{name} output {k} differs from open_clip by {err:.3e} (tol {tol:.3e})")
+
+    return check
+
+
+def _cases(n: int, d: int, dtype: torch.dtype, device: str, repeats: int | None) -> list[Bench]:
+    oc = _open_clip_loss()
+    x, y, s, b = _inputs(n, d, dtype, device)
+    gemm_flops = 2.0 * n * n * d
+    tol = (1e-4, 1e-6) if dtype == torch.float32 else (3e-2, 1e-3)
+    benches = []
+    for name, ours, theirs, with_bias, units in (
+        ("clip", vlkernels.ClipLoss(), oc.ClipLoss() if oc else None, False, 4),
+        ("siglip", vlkernels.SigLipLoss(), oc.SigLipLoss() if oc else None, True, 3),
+    ):
+        providers = {"vlkernels": _fwd_bwd(ours, x, y, s, b, with_bias)}
+        if theirs is not None:
+            providers["open_clip"] = _fwd_bwd(theirs, x, y, s, b, with_bias)
+        benches.append(
+            Bench(
+                providers=providers,
+                baseline="open_clip" if theirs is not None else None,
+                check=_check(*tol),
+                mode="fwd+bwd",
+                flops=units * gemm_flops,
+                repeats=repeats,
+                notes=f"{name} loss; TFLOP/s counts {units} GEMM units of 2·N²·D",
+            )
+        )
+    return benches
+
+
+@register("contrastive", "loss_cpu", quick={"n": 2048, "d": 256}, full={"n": 16384, "d": 512}, devices=("cpu",))
+def _loss_cpu(n: int, d: int, device: str) -> list[Bench]:
+    # A full-size fwd+bwd takes seconds on CPU: two timed runs keep the whole family under the time budget.
+    return _cases(n, d, torch.float32, device, repeats=2 if n > 4096 else 3)
+
+
+@register(
+    "contrastive",
+    "loss_gpu",
+    quick={"n": 16384, "d": 768},
+    full={"n": 65536, "d": 768},
+    devices=("cuda",),
+)
+def _loss_gpu(n: int, d: int, device: str) -> list[Bench]:
+    benches = _cases(n, d, torch.bfloat16, device, repeats=10)
+    x, y, _, _ = _inputs(n, d, torch.bfloat16, device)
+    benches.append(
+        Bench(
+            providers={"cublas_gemm": lambda: x @ y.T},
+            mode="fwd",
+            flops=2.0 * n * n * d,
+            repeats=10,
+            notes="one bf16 GEMM x·yᵀ of the loss shape: the unit the fused losses are measured in",
+        )
+    )
+    return benches

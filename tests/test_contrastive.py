@@ -1,0 +1,419 @@
+"""Contrastive losses against open_clip's own loss.py (loaded by path), torch's cross_entropy and the paper formulas.
+
+Two backends: the Triton kernels (on CPU through TRITON_INTERPRET=1, on CUDA when present) and the chunked torch
+CPU path (TRITON_INTERPRET=0). fp32 results are compared with open_clip run in fp64; fp16/bf16 follow the low-
+precision rule of vlkernels.testing (error at most 2× that of open_clip run in the same low precision).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from test_contrastive_dist import open_clip_loss_module
+
+import vlkernels
+from vlkernels._triton import triton_installed
+from vlkernels.contrastive import ops as cops
+from vlkernels.contrastive.reference import info_nce_loss_ref, siglip_loss_ref
+from vlkernels.testing import assert_close_lowp
+
+if triton_installed():
+    # Triton decides interpreted vs compiled when a kernel module is imported: do it now, while TRITON_INTERPRET
+    # still has conftest's value (the CPU-backend tests switch it off for their duration).
+    import vlkernels.contrastive.kernels
+
+
+@pytest.fixture(autouse=True)
+def _fast_interpreter_dot(monkeypatch):
+    """Triton 3.9's interpreter runs tl.dot as np.matmul(..., dtype=...), numpy's slow non-BLAS loop (~1000x).
+    For fp32 operands the BLAS product is the same math; other dtypes keep the interpreter's own code."""
+    if not triton_installed():
+        return
+    from triton.runtime import interpreter
+
+    orig = interpreter.InterpreterBuilder.create_dot
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        if a.data.dtype == b.data.dtype == d.data.dtype == np.float32:
+            return interpreter.TensorHandle(np.matmul(a.data, b.data) + d.data, d.dtype.scalar)
+        return orig(self, a, b, d, input_precision, max_num_imprecise_acc)
+
+    monkeypatch.setattr(interpreter.InterpreterBuilder, "create_dot", create_dot)
+
+
+# fp32 kernels against the fp64 open_clip reference: loss and gradients (relative to the tensor's largest entry).
+TOL = {"loss": {"rtol": 1e-5, "atol": 1e-6}, "grad": {"rtol": 1e-4, "atol": 2e-6}}
+
+
+@pytest.fixture(params=["triton", "cpu"])
+def backend(request, monkeypatch):
+    if request.param == "cpu":
+        monkeypatch.setenv("TRITON_INTERPRET", "0")
+        return "cpu"
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("Triton kernels need a GPU or TRITON_INTERPRET=1")
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@pytest.fixture(scope="module")
+def oc():
+    return open_clip_loss_module()
+
+
+def make_inputs(n, d, scale, m=None, seed=0, bias=-5.0):
+    """Non-normalized features: random directions with row norms spread over [0.5, 2]."""
+    g = torch.Generator().manual_seed(seed)
+    m = n if m is None else m
+    x = torch.randn(n, d, generator=g, dtype=torch.float64) / math.sqrt(d) * (0.5 + 1.5 * torch.rand(n, 1, generator=g))
+    y = torch.randn(m, d, generator=g, dtype=torch.float64) / math.sqrt(d) * (0.5 + 1.5 * torch.rand(m, 1, generator=g))
+    return x, y, torch.tensor(float(scale), dtype=torch.float64), torch.tensor(bias, dtype=torch.float64)
+
+
+def run(fn, x, y, s, b, dtype=None, device="cpu", **kw):
+    """loss and grads of (x, y, s, b); features cast to dtype (leaves in that dtype), scale/bias as given."""
+    feats = [t.to(device=device, dtype=dtype or t.dtype).detach().requires_grad_() for t in (x, y)]
+    params = [t.to(device).detach().requires_grad_() for t in (s, b)]
+    loss = fn(*feats, *params, **kw)
+    loss.backward(torch.tensor(0.7, dtype=loss.dtype, device=device))  # a non-unit upstream gradient
+    return [loss.detach()] + [t.grad for t in (*feats, *params)]
+
+
+def assert_fp32(actual, expected, names=("loss", "d image", "d text", "d scale", "d bias")):
+    for a, e, name in zip(actual, expected, names):
+        a, e = a.detach().double().cpu(), e.detach().double()
+        tol = TOL["loss"] if name == "loss" else TOL["grad"]
+        atol = tol["atol"] * max(1.0, float(e.abs().max()))
+        torch.testing.assert_close(a, e, rtol=tol["rtol"], atol=atol, msg=lambda m, name=name: f"{name}: {m}")
+
+
+CPU_GRID = [(1, 64, 1.0), (1, 1000, 100.0), (37, 96, 14.3), (37, 768, 100.0), (300, 64, 50.0), (300, 1000, 1.0)]
+CPU_GRID += [(1025, 96, 100.0), (1025, 768, 7.0)]
+TRITON_GRID = [(1, 64, 100.0), (37, 1000, 14.3), (300, 96, 30.0)]
+
+
+def _grid(backend_name):
+    return CPU_GRID if backend_name == "cpu" else TRITON_GRID
+
+
+@pytest.mark.parametrize("loss_name", ["clip", "siglip"])
+@pytest.mark.parametrize("case", range(len(CPU_GRID)))
+def test_losses_match_open_clip_fp32(backend, oc, loss_name, case, monkeypatch):
+    grid = CPU_GRID if os.environ.get("TRITON_INTERPRET") == "0" else TRITON_GRID
+    if case >= len(grid):
+        pytest.skip("the Triton interpreter runs a representative subset of the grid")
+    n, d, s = grid[case]
+    x, y, sc, b = make_inputs(n, d, s, seed=case)
+    theirs_fn = oc.ClipLoss() if loss_name == "clip" else oc.SigLipLoss()
+    ours_fn = vlkernels.ClipLoss() if loss_name == "clip" else vlkernels.SigLipLoss()
+    expected = run(theirs_fn, x, y, sc, b)
+    actual = run(ours_fn, x, y, sc.float(), b.float(), dtype=torch.float32, device=_device(backend))
+    assert_fp32(actual, expected)
+
+
+def _device(backend):
+    return "cuda" if backend == "cuda" else "cpu"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("loss_name", ["clip", "siglip"])
+def test_losses_low_precision_rule(backend, oc, loss_name, dtype):
+    n, d = (300, 96) if backend != "cpu" or os.environ.get("TRITON_INTERPRET") == "0" else (100, 96)
+    x, y, s, b = make_inputs(n, d, 20.0, seed=3)
+    theirs_fn = oc.ClipLoss() if loss_name == "clip" else oc.SigLipLoss()
+    ours_fn = vlkernels.ClipLoss() if loss_name == "clip" else vlkernels.SigLipLoss()
+    exact = run(theirs_fn, x, y, s, b)
+    base = run(theirs_fn, x, y, s.float(), b.float(), dtype=dtype)
+    ours = run(ours_fn, x, y, s.float(), b.float(), dtype=dtype, device=_device(backend))
+    for k, name in enumerate(("loss", "d image", "d text", "d scale")):
+        floor = 1e-3 * float(exact[k].abs().max()) + 1e-12
+        assert_close_lowp(ours[k].cpu(), exact[k], base[k], floor=floor, name=name)
+    assert ours[1].dtype == dtype and ours[2].dtype == dtype
+
+
+def test_info_nce_loss_groups_and_smoothing_vs_formula(backend):
+    # Rectangular: 5 captions for some images, none for the last two; some captions of images not in the batch.
+    x, y, s, b = make_inputs(23, 40, 12.0, m=61, seed=5)
+    gx = torch.arange(23)
+    gy = torch.cat([torch.arange(21).repeat_interleave(2), torch.randint(0, 21, (15,)), torch.tensor([90, 91, 92, 93])])
+    for eps in (0.0, 0.2):
+        kw = {"image_groups": gx, "text_groups": gy, "label_smoothing": eps}
+        expected = run(info_nce_loss_ref, x, y, s, b, **kw)
+        dev = _device(backend)
+        kw_dev = {"image_groups": gx.to(dev), "text_groups": gy.to(dev), "label_smoothing": eps}
+        actual = run(vlkernels.info_nce_loss, x, y, s.float(), b.float(), dtype=torch.float32, device=dev, **kw_dev)
+        assert_fp32(actual, expected)
+
+
+def test_info_nce_loss_smoothing_matches_torch_cross_entropy(backend):
+    x, y, s, b = make_inputs(37, 96, 30.0, seed=6)
+
+    def torch_ce(x, y, s, b, label_smoothing):
+        logits = s * x @ y.T + b
+        labels = torch.arange(x.shape[0])
+        ce = F.cross_entropy
+        return (ce(logits, labels, label_smoothing=label_smoothing) + ce(logits.T, labels, label_smoothing=0.3)) / 2
+
+    expected = run(torch_ce, x, y, s, b, label_smoothing=0.3)
+    actual = run(
+        vlkernels.info_nce_loss, x, y, s.float(), b.float(), torch.float32, _device(backend), label_smoothing=0.3
+    )
+    assert_fp32(actual, expected)
+
+
+def test_siglip_loss_groups_vs_formula(backend):
+    x, y, s, b = make_inputs(29, 50, 9.0, m=44, seed=7)
+    gx, gy = torch.randint(0, 12, (29,)), torch.randint(0, 12, (44,))
+    expected = run(siglip_loss_ref, x, y, s, b, image_groups=gx, text_groups=gy)
+    dev = _device(backend)
+    actual = run(vlkernels.siglip_loss, x, y, s.float(), b.float(), torch.float32, dev, image_groups=gx.to(dev),
+                 text_groups=gy.to(dev))  # fmt: skip
+    assert_fp32(actual, expected)
+
+
+def test_losses_many_tiles(monkeypatch, oc):
+    """Triton with 16-wide tiles: many row/column tiles, several row blocks per forward program, ragged edges."""
+    if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("Triton kernels need a GPU or TRITON_INTERPRET=1")
+    small = {k: (16, 16, 16, 4) for k in cops.BLOCKS}
+    monkeypatch.setattr(cops, "BLOCKS", small)
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    x, y, s, b = make_inputs(70, 20, 25.0, seed=8)
+    for theirs, ours in ((oc.ClipLoss(), vlkernels.ClipLoss()), (oc.SigLipLoss(), vlkernels.SigLipLoss())):
+        assert_fp32(run(ours, x, y, s.float(), b.float(), torch.float32, dev), run(theirs, x, y, s, b))
+    x, y, s, b = make_inputs(40, 20, 8.0, m=50, seed=9)
+    gx, gy = torch.randint(0, 15, (40,)), torch.randint(0, 15, (50,))
+    for ref, ours in ((info_nce_loss_ref, vlkernels.info_nce_loss), (siglip_loss_ref, vlkernels.siglip_loss)):
+        expected = run(ref, x, y, s, b, image_groups=gx, text_groups=gy)
+        got = run(ours, x, y, s.float(), b.float(), torch.float32, dev, image_groups=gx.to(dev), text_groups=gy.to(dev))
+        assert_fp32(got, expected)
+
+
+def test_losses_cpu_path_many_chunks(monkeypatch, oc):
+    """The chunked CPU path with tiny chunks (3 rows) and factor blocks (7 columns): ragged chunk edges, the
+    diagonal crossing chunks, groups, and the exact fallbacks for extreme logits."""
+    from vlkernels.contrastive import cpu
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.setattr(cpu, "CHUNK_ELEMS", 3 * 70)
+    monkeypatch.setattr(cpu, "FACTOR_COLS", 7)
+    x, y, s, b = make_inputs(70, 20, 25.0, seed=17)
+    for theirs, ours in ((oc.ClipLoss(), vlkernels.ClipLoss()), (oc.SigLipLoss(), vlkernels.SigLipLoss())):
+        assert_fp32(run(ours, x, y, s.float(), b.float(), torch.float32), run(theirs, x, y, s, b))
+        xe, ye = x * torch.linspace(0.1, 30, 70, dtype=torch.float64)[:, None], y * 20
+        assert_fp32(run(ours, xe, ye, s.float(), b.float(), torch.float32), run(theirs, xe, ye, s, b))
+    gx, gy = torch.randint(0, 20, (70,)), torch.randint(0, 20, (70,))
+    for ref, ours in ((info_nce_loss_ref, vlkernels.info_nce_loss), (siglip_loss_ref, vlkernels.siglip_loss)):
+        expected = run(ref, x, y, s, b, image_groups=gx, text_groups=gy)
+        assert_fp32(run(ours, x, y, s.float(), b.float(), torch.float32, image_groups=gx, text_groups=gy), expected)
+
+
+def test_losses_non_contiguous_inputs(backend, oc):
+    x, y, s, b = make_inputs(37, 96, 10.0, seed=10)
+    dev = _device(backend)
+    for theirs, ours in ((oc.ClipLoss(), vlkernels.ClipLoss()), (oc.SigLipLoss(), vlkernels.SigLipLoss())):
+        expected = run(theirs, x, y, s, b)
+
+        def strided(xs, ys, sc, bi, ours=ours):
+            # Column-major features and a row-strided view: the kernels take both strides.
+            xt = xs.t().contiguous().t()
+            yw = torch.cat([ys, ys], dim=1)[:, : ys.shape[1]]
+            return ours(xt, yw, sc, bi)
+
+        assert_fp32(run(strided, x, y, s.float(), b.float(), torch.float32, dev), expected)
+
+
+def test_clip_loss_signature_and_returns(oc):
+    x, y, s, b = make_inputs(9, 16, 5.0, seed=11)
+    ours, theirs = vlkernels.ClipLoss(cache_labels=True), oc.ClipLoss(cache_labels=True)
+    xf, yf, sf = x.float(), y.float(), s.float()
+    out = ours(image_features=xf, text_features=yf, logit_scale=sf, logit_bias=None, output_dict=True)
+    assert set(out) == {"contrastive_loss"} and out["contrastive_loss"].dim() == 0
+    ref = theirs(x, y, s)
+    torch.testing.assert_close(out["contrastive_loss"].double(), ref, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(ours(xf, yf, 5.0).double(), ref, rtol=1e-5, atol=1e-6)  # a float scale
+    sig = vlkernels.SigLipLoss()(xf, yf, logit_scale=sf, logit_bias=b.float(), output_dict=True)["contrastive_loss"]
+    torch.testing.assert_close(sig.double(), oc.SigLipLoss()(x, y, s, b), rtol=1e-5, atol=1e-6)
+
+
+def test_losses_scale_from_log_parameter(backend):
+    """The usual model wiring: logit_scale = log_scale.exp() (a 1-element parameter); its gradient flows through."""
+    x, y, _, b = make_inputs(20, 24, 1.0, seed=12)
+    dev = _device(backend)
+    for ours, ref in ((vlkernels.info_nce_loss, info_nce_loss_ref), (vlkernels.siglip_loss, siglip_loss_ref)):
+        p = torch.full((1,), math.log(30.0), device=dev, requires_grad=True)
+        ours(x.float().to(dev), y.float().to(dev), p.exp(), b.float().to(dev)).backward()
+        q = torch.full((1,), math.log(30.0), dtype=torch.float64, requires_grad=True)
+        ref(x, y, q.exp(), b).backward()
+        torch.testing.assert_close(p.grad.double().cpu(), q.grad, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("bad", ["nan_image", "inf_text", "nan_scale"])
+def test_losses_non_finite_inputs_give_nan(backend, bad):
+    x, y, s, b = make_inputs(20, 24, 5.0, seed=13)
+    if bad == "nan_image":
+        x[3, 2] = float("nan")
+    elif bad == "inf_text":
+        y[0, 0] = float("inf")
+    else:
+        s = torch.tensor(float("nan"), dtype=torch.float64)
+    for fn in (vlkernels.info_nce_loss, vlkernels.siglip_loss):
+        loss, gx, gy, _, _ = run(fn, x, y, s.float(), b.float(), torch.float32, _device(backend))
+        assert torch.isnan(loss) and torch.isnan(gx).any() and torch.isnan(gy).any()
+        with pytest.raises(ValueError, match="NaN/Inf"):
+            fn(x.float(), y.float(), s.float(), b.float(), check_finite=True)
+
+
+@pytest.mark.parametrize("scale", [0.0, -3.0])
+def test_losses_non_positive_scale_follow_the_formula(backend, oc, scale):
+    """Documented: any finite scale is accepted (no host-side check); s = 0 gives log N, s < 0 the formula."""
+    x, y, _, b = make_inputs(17, 24, 1.0, seed=14)
+    s = torch.tensor(scale, dtype=torch.float64)
+    dev = _device(backend)
+    for theirs, ours in ((oc.ClipLoss(), vlkernels.ClipLoss()), (oc.SigLipLoss(), vlkernels.SigLipLoss())):
+        assert_fp32(run(ours, x, y, s.float(), b.float(), torch.float32, dev), run(theirs, x, y, s, b))
+    if scale == 0.0:
+        assert math.isclose(float(vlkernels.info_nce_loss(x.float(), y.float(), 0.0)), math.log(17), rel_tol=1e-6)
+
+
+@pytest.mark.parametrize("spread", [1.0, 30.0])
+def test_losses_extreme_logits(backend, oc, spread):
+    """Logits spanning thousands (norms up to ~60, s = 100): every exp shortcut of the CPU path must fall back to
+    the exact form (row/column log-sum-exps far apart, column sums underflowing)."""
+    x, y, s, b = make_inputs(150, 32, 100.0, seed=16)
+    x = x * torch.linspace(0.1, spread, 150, dtype=torch.float64)[:, None]
+    y = y * torch.linspace(spread, 0.1, 150, dtype=torch.float64)[:, None]
+    for theirs, ours in ((oc.ClipLoss(), vlkernels.ClipLoss()), (oc.SigLipLoss(), vlkernels.SigLipLoss())):
+        assert_fp32(run(ours, x, y, s.float(), b.float(), torch.float32, _device(backend)), run(theirs, x, y, s, b))
+
+
+def test_siglip_loss_without_grad_matches():
+    x, y, s, b = make_inputs(30, 20, 10.0, seed=15)
+    with torch.no_grad():
+        a = vlkernels.siglip_loss(x.float(), y.float(), s.float(), b.float())
+    torch.testing.assert_close(a.double(), siglip_loss_ref(x, y, s, b), rtol=1e-5, atol=1e-6)
+
+
+def _bad_calls():
+    x, y, s = torch.randn(4, 8), torch.randn(4, 8), torch.tensor(2.0)
+    g = torch.arange(4)
+    f = vlkernels.info_nce_loss
+    return {
+        "not a tensor": (lambda: f(x.tolist(), y, s), "must be a torch.Tensor"),
+        "D differs": (lambda: f(x, torch.randn(4, 9), s), "feature dimensions differ"),
+        "dtype mix": (lambda: f(x, y.half(), s), "same dtype"),
+        "float64": (lambda: f(x.double(), y.double(), s), "expected one of"),
+        "int features": (lambda: f(x.long(), y.long(), s), "expected one of"),
+        "1-D": (lambda: f(x[0], y[0], s), "2 dimensions"),
+        "empty": (lambda: f(x[:0], y[:0], s), "empty batch"),
+        "D=0": (lambda: f(x[:, :0], y[:, :0], s), "D=0"),
+        "N != M": (lambda: f(x, torch.randn(5, 8), s), "diagonal"),
+        "scale shape": (lambda: f(x, y, torch.ones(2)), "exactly one value"),
+        "scale type": (lambda: f(x, y, "2"), "float or a one-element tensor"),
+        "scale int": (lambda: f(x, y, torch.tensor(2)), "floating-point"),
+        "bias shape": (lambda: f(x, y, s, torch.ones(3)), "exactly one value"),
+        "one group": (lambda: f(x, y, s, image_groups=g), "together"),
+        "group length": (lambda: f(x, y, s, image_groups=g[:3], text_groups=g), "3 entries"),
+        "group dtype": (lambda: f(x, y, s, image_groups=g.float(), text_groups=g), "image_groups has dtype"),
+        "smoothing": (lambda: f(x, y, s, label_smoothing=1.0), "label_smoothing"),
+        "siglip D": (lambda: vlkernels.siglip_loss(x, torch.randn(4, 9), s), "feature dimensions differ"),
+        "siglip empty": (lambda: vlkernels.siglip_loss(x[:0], y, s), "empty batch"),
+        "horovod": (lambda: vlkernels.ClipLoss(use_horovod=True), "horovod"),
+        "rank": (lambda: vlkernels.ClipLoss(rank=2, world_size=2), "rank"),
+        "dist_impl": (lambda: vlkernels.SigLipLoss(dist_impl="ring"), "dist_impl"),
+        "module smoothing": (lambda: vlkernels.ClipLoss(label_smoothing=-0.1), "label_smoothing"),
+        "no group": (lambda: vlkernels.ClipLoss(rank=1, world_size=2)(x, y, s), "process group"),
+        "siglip no group": (lambda: vlkernels.SigLipLoss(rank=0, world_size=3)(x, y, s, s), "process group"),
+    }
+
+
+@pytest.mark.parametrize("case", list(_bad_calls()))
+def test_losses_validation_errors(case):
+    call, match = _bad_calls()[case]
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_losses_torch_compile_fullgraph_matches_eager():
+    """A training step (features from a linear layer, learnable log-scale and bias) compiled with fullgraph."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(12, 16, dtype=torch.float32)
+    log_s = torch.nn.Parameter(torch.tensor(math.log(10.0)))
+    bias = torch.nn.Parameter(torch.tensor(-4.0))
+    clip, sig = vlkernels.ClipLoss(), vlkernels.SigLipLoss()
+    a, t = torch.randn(21, 12), torch.randn(21, 12)
+
+    def step(a, t):
+        x, y = lin(a), lin(t)
+        return clip(x, y, log_s.exp()) + sig(x, y, log_s.exp(), bias)
+
+    def grads(fn):
+        for p in (*lin.parameters(), log_s, bias):
+            p.grad = None
+        loss = fn(a, t)
+        loss.backward()
+        return [loss.detach()] + [p.grad.clone() for p in (*lin.parameters(), log_s, bias)]
+
+    eager = grads(step)
+    compiled = grads(torch.compile(step, fullgraph=True, backend="aot_eager"))
+    for e, c in zip(eager, compiled):
+        torch.testing.assert_close(c, e, rtol=1e-5, atol=1e-6)
+
+
+AOT_SCRIPT = r"""
+import sys
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from vlkernels.contrastive.kernels import _contrastive_grad_kernel, _lse_pair_fwd_kernel
+
+def compile_for(fn, dtype, consts, arch):
+    sig = {}
+    for name in fn.arg_names:
+        if name in consts:
+            sig[name] = "constexpr"
+        elif name in ("a_ptr", "b_ptr"):
+            sig[name] = "*" + dtype
+        elif name in ("grp_a_ptr", "grp_b_ptr"):
+            sig[name] = "*i64"
+        elif name.endswith("_ptr"):
+            sig[name] = "*fp32"
+        elif name == "inv_norm":
+            sig[name] = "fp32"
+        else:
+            sig[name] = "i64" if name.startswith(("stride", "offset")) else "i32"
+    triton.compile(ASTSource(fn, sig, constexprs=consts), target=GPUTarget("cuda", arch, 32), options={"num_warps": 8})
+
+blocks = dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, UPCAST=False)
+compile_for(_lse_pair_fwd_kernel, "bf16", dict(blocks, BLOCK_M=128, PRECISION="tf32"), 90)
+flags = dict(SIGLIP=False, HAS_BIAS=False, HAS_GROUPS=False, WRITE_LOSS=False)
+compile_for(_contrastive_grad_kernel, "bf16", dict(blocks, PRECISION="tf32", **flags), 90)
+flags = dict(SIGLIP=True, HAS_BIAS=True, HAS_GROUPS=False, WRITE_LOSS=True)
+compile_for(_contrastive_grad_kernel, "fp16", dict(blocks, PRECISION="tf32", **flags), 80)
+flags = dict(SIGLIP=True, HAS_BIAS=False, HAS_GROUPS=True, WRITE_LOSS=False)
+compile_for(_contrastive_grad_kernel, "bf16", dict(blocks, PRECISION="tf32", **flags), 80)
+print("compiled")
+"""
+
+
+@pytest.mark.slow
+def test_kernels_compile_for_sm80_sm90():
+    """No GPU in CI: compile the Triton kernels (compiled mode, not the interpreter) to sm_80/sm_90 cubins with the
+    GPU tile shapes, so a kernel that only the interpreter accepts fails here."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if not triton_installed():
+        pytest.skip("triton is not installed")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEFAULT_FP_FUSION"] = "1"
+    root = Path(__file__).resolve().parent.parent
+    r = subprocess.run([sys.executable, "-c", AOT_SCRIPT], capture_output=True, text=True, cwd=root, env=env)
+    if r.returncode != 0 and ("GPUTarget" in r.stderr or ("ptxas" in r.stderr and "not found" in r.stderr)):
+        pytest.skip(f"this Triton cannot compile for CUDA offline: {r.stderr[-300:]}")
+    assert r.returncode == 0 and "compiled" in r.stdout, r.stderr[-4000:]

@@ -1,0 +1,195 @@
+"""Distributed contrastive losses with real gloo process groups (2 and 3 processes on CPU).
+
+Every mode is checked against the single-process loss on the global batch computed by open_clip itself, with the
+DDP rule: feature gradients / W (DDP's average) = the global gradient; the ranks' mean scale/bias gradient = the
+global one. open_clip's own distributed losses run in the same workers, for its per-rank values and its quirk.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import sysconfig
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+N_PER_RANK, D = 6, 24
+
+CLIP_MODES = [(False, False), (False, True), (True, False), (True, True)]
+SIGLIP_MODES = ["bidir", "shift", "gather", "reduce"]
+
+
+def open_clip_loss_module():
+    path = Path(sysconfig.get_paths()["purelib"]) / "open_clip" / "loss.py"
+    if not path.is_file():
+        pytest.skip("open-clip-torch is not installed (its loss.py is the reference)")
+    spec = importlib.util.spec_from_file_location("open_clip_loss_reference", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def global_batch(world: int):
+    g = torch.Generator().manual_seed(1234 + world)
+    n = N_PER_RANK * world
+    x = torch.randn(n, D, generator=g, dtype=torch.float64) * 1.5
+    y = torch.randn(n, D, generator=g, dtype=torch.float64)
+    groups = torch.randint(0, n // 2, (n,), generator=g)
+    return x, y, torch.tensor(4.0, dtype=torch.float64), torch.tensor(-3.0, dtype=torch.float64), groups
+
+
+def _run(loss_fn, x, y, s, b, **kw):
+    leaves = [t.detach().clone().requires_grad_() for t in (x, y, s, b)]
+    loss = loss_fn(*leaves, **kw)
+    loss.backward()
+    return [loss.detach().clone()] + [t.grad.clone() for t in leaves]
+
+
+def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
+    os.environ["TRITON_INTERPRET"] = "0"  # the distributed logic sits above the kernels: use the fast CPU path
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    import vlkernels
+    from vlkernels.contrastive.modules import ClipLoss, SigLipLoss
+
+    oc = open_clip_loss_module()
+    x, y, s, b, groups = global_batch(world)
+    sl = slice(rank * N_PER_RANK, (rank + 1) * N_PER_RANK)
+    xl, yl, gl = x[sl].float(), y[sl].float(), groups[sl]
+    sf, bf = s.float(), b.float()
+    out = {}
+    for local, gwg in CLIP_MODES:
+        ours = ClipLoss(local_loss=local, gather_with_grad=gwg, rank=rank, world_size=world)
+        out[("ours_clip", local, gwg)] = _run(ours, xl, yl, sf, bf)
+        theirs = oc.ClipLoss(local_loss=local, gather_with_grad=gwg, rank=rank, world_size=world)
+        out[("oc_clip", local, gwg)] = _run(theirs, xl, yl, sf, bf)
+    smooth = vlkernels.ClipLoss(rank=rank, world_size=world, label_smoothing=0.1)
+    out["ours_clip_groups"] = _run(smooth, xl, yl, sf, bf, image_groups=gl, text_groups=gl)
+    for impl in SIGLIP_MODES:
+        out[("ours_siglip", impl)] = _run(SigLipLoss(rank=rank, world_size=world, dist_impl=impl), xl, yl, sf, bf)
+        theirs = oc.SigLipLoss(rank=rank, world_size=world, dist_impl=impl)
+        out[("oc_siglip", impl)] = _run(theirs, xl, yl, sf, bf)
+    grouped = SigLipLoss(rank=rank, world_size=world, dist_impl="bidir")
+    out["ours_siglip_groups"] = _run(grouped, xl, yl, sf, bf, image_groups=gl, text_groups=gl)
+    try:
+        ClipLoss(rank=(rank + 1) % world, world_size=world)(xl, yl, sf)
+    except ValueError as e:
+        out["rank_mismatch_error"] = str(e)
+    torch.save(out, Path(out_dir) / f"rank{rank}.pt")
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _spawn(world: int, out_dir: Path):
+    mp.start_processes(_worker, args=(world, _free_port(), str(out_dir)), nprocs=world, start_method="spawn")
+    return world, [torch.load(out_dir / f"rank{r}.pt") for r in range(world)]
+
+
+def _global(loss_fn, world, **kw):
+    x, y, s, b, _ = global_batch(world)
+    return _run(loss_fn, x, y, s, b, **kw)
+
+
+def _assert(actual, expected, name, rtol=2e-5, atol=2e-6):
+    torch.testing.assert_close(actual.double(), expected.double(), rtol=rtol, atol=atol, msg=lambda m: f"{name}: {m}")
+
+
+def _check_ddp_rule(ranks, ref, world, value_is_global: bool, name: str):
+    """Feature grads / W = global grads of the shard; mean scale/bias grad = global; loss value global or mean."""
+    loss, gx, gy, gs, gb = ref
+    for r, res in enumerate(ranks):
+        sl = slice(r * N_PER_RANK, (r + 1) * N_PER_RANK)
+        _assert(res[1] / world, gx[sl], f"{name} rank {r} d image")
+        _assert(res[2] / world, gy[sl], f"{name} rank {r} d text")
+        if value_is_global:
+            _assert(res[0], loss, f"{name} rank {r} loss")
+    _assert(torch.stack([r[0] for r in ranks]).mean(), loss, f"{name} mean loss")
+    _assert(torch.stack([r[3] for r in ranks]).mean(), gs, f"{name} mean d scale")
+    _assert(torch.stack([r[4] for r in ranks]).mean(), gb, f"{name} mean d bias")
+
+
+def _clip_loss_distributed_matches_global_batch(dist_results):
+    world, ranks = dist_results
+    oc = open_clip_loss_module()
+    ref = _global(oc.ClipLoss(), world)
+    for local, gwg in CLIP_MODES:
+        ours = [r[("ours_clip", local, gwg)] for r in ranks]
+        _check_ddp_rule(ours, ref, world, value_is_global=not local, name=f"ClipLoss(local={local}, gwg={gwg})")
+        theirs = [r[("oc_clip", local, gwg)] for r in ranks]
+        for r in range(world):
+            # Per-rank loss values are open_clip's in every mode.
+            _assert(ours[r][0], theirs[r][0], f"rank {r} loss vs open_clip (local={local}, gwg={gwg})")
+            if gwg:
+                # With gather_with_grad open_clip propagates across ranks too: identical feature gradients.
+                _assert(ours[r][1], theirs[r][1], f"rank {r} d image vs open_clip gather_with_grad")
+                _assert(ours[r][2], theirs[r][2], f"rank {r} d text vs open_clip gather_with_grad")
+
+
+def _open_clip_default_flags_quirk(dist_results):
+    """open_clip's default (gather_with_grad=False, local_loss=False): after DDP averaging its feature gradients
+    are 1/W of the global ones; ours (the same flags) give the global ones."""
+    world, ranks = dist_results
+    oc = open_clip_loss_module()
+    _, gx, gy, _, _ = _global(oc.ClipLoss(), world)
+    for r, res in enumerate(ranks):
+        sl = slice(r * N_PER_RANK, (r + 1) * N_PER_RANK)
+        theirs, ours = res[("oc_clip", False, False)], res[("ours_clip", False, False)]
+        _assert(theirs[1] / world, gx[sl] / world, "open_clip default d image (DDP-averaged)")
+        _assert(theirs[2] / world, gy[sl] / world, "open_clip default d text (DDP-averaged)")
+        _assert(ours[1] / world, gx[sl], "ours default d image (DDP-averaged)")
+
+
+def _clip_loss_distributed_groups_and_smoothing(dist_results):
+    from vlkernels.contrastive.reference import info_nce_loss_ref
+
+    world, ranks = dist_results
+    groups = global_batch(world)[4]
+    ref = _global(info_nce_loss_ref, world, image_groups=groups, text_groups=groups, label_smoothing=0.1)
+    _check_ddp_rule([r["ours_clip_groups"] for r in ranks], ref, world, True, "ClipLoss groups+smoothing")
+
+
+def _siglip_loss_distributed_matches_open_clip_and_global_batch(dist_results):
+    world, ranks = dist_results
+    oc = open_clip_loss_module()
+    ref = _global(oc.SigLipLoss(), world)
+    for impl in SIGLIP_MODES:
+        ours = [r[("ours_siglip", impl)] for r in ranks]
+        # open_clip's per-rank value is (1/n)·Σ over its rows: the mean over ranks is the global loss.
+        _check_ddp_rule(ours, ref, world, value_is_global=False, name=f"SigLipLoss({impl})")
+        for r in range(world):
+            theirs = ranks[r][("oc_siglip", impl)]
+            for k, what in enumerate(("loss", "d image", "d text", "d scale", "d bias")):
+                _assert(ours[r][k], theirs[k], f"SigLipLoss({impl}) rank {r} {what} vs open_clip")
+
+
+def _siglip_loss_distributed_groups(dist_results):
+    from vlkernels.contrastive.reference import siglip_loss_ref
+
+    world, ranks = dist_results
+    groups = global_batch(world)[4]
+    ref = _global(siglip_loss_ref, world, image_groups=groups, text_groups=groups)
+    _check_ddp_rule([r["ours_siglip_groups"] for r in ranks], ref, world, False, "SigLipLoss groups")
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_losses_distributed_every_mode(world, tmp_path):
+    """One process group per world size (spawning is the expensive part); every mode is checked on its results."""
+    results = _spawn(world, tmp_path)
+    _clip_loss_distributed_matches_global_batch(results)
+    _open_clip_default_flags_quirk(results)
+    _clip_loss_distributed_groups_and_smoothing(results)
+    _siglip_loss_distributed_matches_open_clip_and_global_batch(results)
+    _siglip_loss_distributed_groups(results)
+    # A rank that disagrees with the process group is refused before any collective runs.
+    assert all("do not match the process group" in r.get("rank_mismatch_error", "") for r in results[1])

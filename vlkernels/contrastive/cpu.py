@@ -1,0 +1,147 @@
+"""The CPU path: the kernels' streaming math in chunked torch.
+
+Rows of A are processed ``chunk`` at a time, so the largest temporary is a ``chunk × M`` fp32 tile (about
+``CHUNK_ELEMS`` elements) and the extra memory is O((N + M)·D), never N×M. On CPU one row chunk can update dx and dy
+together, so InfoNCE costs 4 GEMM units (forward, then one backward pass) and SigLIP 3.
+"""
+
+from __future__ import annotations
+
+import torch
+
+# ~32 MiB fp32 logit tile: far below N×M, but enough rows per chunk that dy += Gᵀ·x_chunk is not dominated by
+# re-reading dy (with 64-row chunks at N=16384 that read-modify-write made the whole loss 3x slower).
+CHUNK_ELEMS = 1 << 23
+# Column block for the backward's outer-product factor, so it costs a few MiB instead of another tile.
+FACTOR_COLS = 2048
+
+
+def _chunk(n_cols: int) -> int:
+    return max(1, CHUNK_ELEMS // max(1, n_cols))
+
+
+def _f32(t: torch.Tensor) -> torch.Tensor:
+    return t if t.dtype == torch.float32 else t.float()
+
+
+def lse_pair_fwd_cpu(x: torch.Tensor, y: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row log-sum-exp over all of y and column log-sum-exp over all of x of s·x·yᵀ, streamed over row chunks."""
+    xf, yf = _f32(x), _f32(y)
+    n, m = xf.shape[0], yf.shape[0]
+    s = scale.float()
+    row = torch.empty(n, dtype=torch.float32, device=x.device)
+    col = torch.full((m,), float("-inf"), dtype=torch.float32, device=x.device)
+    step = _chunk(m)
+    for i in range(0, n, step):
+        # Scaling the (chunk, D) rows instead of the (chunk, M) tile saves a pass over the tile.
+        xc = xf[i : i + step] * s
+        tile = torch.mm(xc, yf.t())
+        top = tile.amax(dim=1)
+        # p = exp(t - max_i) in place; its row sums give the row lse, and weighting the rows by exp(max_i - T)
+        # turns the column sums into one GEMV instead of a second exp pass.
+        p = tile.sub_(top[:, None]).exp_()
+        row[i : i + step] = top + torch.log(p.sum(dim=1))
+        peak = top.max()
+        col_sum = torch.mv(p.t(), torch.exp(top - peak))
+        part = peak + torch.log(col_sum)
+        # A column whose weighted sum fell below 1e-20 may have lost terms to underflow: recompute it exactly.
+        small = col_sum < 1e-20
+        if bool(small.any()):
+            part[small] = torch.logsumexp(torch.mm(xc, yf[small].t()), dim=0)
+        col = torch.logaddexp(col, part)
+    return row, col
+
+
+def lse_pair_bwd_cpu(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    scale: torch.Tensor,
+    row_lse: torch.Tensor,
+    col_lse: torch.Tensor,
+    d_row: torch.Tensor,
+    d_col: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """G = d_row·softmax_rows + d_col·softmax_cols, recomputed per chunk; dx = s·G·y, dy = s·Gᵀ·x, ds = Σ G⟨x, y⟩."""
+    xf, yf = _f32(x), _f32(y)
+    n, m = xf.shape[0], yf.shape[0]
+    s = scale.float()
+    gx = torch.empty(n, xf.shape[1], dtype=torch.float32, device=x.device)
+    gy = torch.zeros(m, yf.shape[1], dtype=torch.float32, device=x.device)
+    col_lse, d_col, d_row = col_lse.float(), d_col.float(), d_row.float()
+    col_min = col_lse.min()
+    step = _chunk(m)
+    for i in range(0, n, step):
+        xc = xf[i : i + step]
+        tile = torch.mm(xc * s, yf.t())
+        r, dr = row_lse[i : i + step], d_row[i : i + step]
+        r_max = r.max()
+        # exp(t - c_j) = exp(t - r_i)·exp(r_i - r_max)·exp(r_max - c_j): one exp pass instead of two when both
+        # factors stay within e^±40 (no product loses a significant term to fp32 underflow); else the exact form.
+        if float(r_max - r.min()) <= 40.0 and float(r_max - col_min) <= 40.0:
+            u, v = torch.exp(r - r_max), torch.exp(r_max - col_lse) * d_col
+            g = tile.sub_(r[:, None]).exp_()
+            for j in range(0, m, FACTOR_COLS):
+                g[:, j : j + FACTOR_COLS].mul_(torch.addr(dr[:, None], u, v[j : j + FACTOR_COLS]))
+        else:
+            by_col = torch.exp(tile - col_lse[None, :]).mul_(d_col[None, :])
+            g = tile.sub_(r[:, None]).exp_().mul_(dr[:, None]).add_(by_col)
+            del by_col
+        torch.mm(g, yf, out=gx[i : i + step])
+        gy.addmm_(g.t(), xc)
+    # ds = Σ_ij G_ij ⟨x_i, y_j⟩ = Σ_i ⟨x_i, (G·y)_i⟩, taken from the fp32 accumulator before any rounding.
+    ds = torch.dot(gx.reshape(-1), xf.reshape(-1))
+    return (gx.mul_(s)).to(x.dtype), (gy.mul_(s)).to(y.dtype), ds
+
+
+def siglip_fwd_cpu(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    scale: torch.Tensor,
+    bias: torch.Tensor | None,
+    x_groups: torch.Tensor | None,
+    y_groups: torch.Tensor | None,
+    row_offset: int,
+    col_offset: int,
+    inv_norm: float,
+    need_grad: bool,
+) -> tuple[torch.Tensor, ...]:
+    """Loss (1/n)·Σ softplus(-z·(s·xy + b)) and, when asked, its gradients, from one pass over row chunks."""
+    xf, yf = _f32(x), _f32(y)
+    n, m = xf.shape[0], yf.shape[0]
+    s = scale.float()
+    b = bias.float() if bias is not None else None
+    loss = torch.zeros((), dtype=torch.float32, device=x.device)
+    gsum = torch.zeros((), dtype=torch.float32, device=x.device)
+    gx = torch.empty(n, xf.shape[1], dtype=torch.float32, device=x.device) if need_grad else None
+    gy = torch.zeros(m, yf.shape[1], dtype=torch.float32, device=x.device) if need_grad else None
+    step = _chunk(m)
+    for i in range(0, n, step):
+        xc = xf[i : i + step]
+        t = torch.mm(xc * s, yf.t())
+        if b is not None:
+            t.add_(b)
+        # t = -z·logit: flip the sign of the positives (the global diagonal, or equal group ids).
+        if x_groups is not None:
+            pos = x_groups[i : i + step, None] == y_groups[None, :]
+            t = torch.where(pos, -t, t)
+        else:
+            pos = None
+            t.diagonal(offset=row_offset + i - col_offset).neg_()
+        loss += torch.nn.functional.softplus(t).sum()
+        if not need_grad:
+            continue
+        g = t.sigmoid_()
+        if pos is not None:
+            g = torch.where(pos, -g, g)
+        else:
+            g.diagonal(offset=row_offset + i - col_offset).neg_()
+        gsum += g.sum()
+        torch.mm(g, yf, out=gx[i : i + step])
+        gy.addmm_(g.t(), xc)
+    loss = loss * inv_norm
+    if not need_grad:
+        return (loss,)
+    ds = torch.dot(gx.reshape(-1), xf.reshape(-1)) * inv_norm
+    gx.mul_(s * inv_norm)
+    gy.mul_(s * inv_norm)
+    return loss, gx.to(x.dtype), gy.to(y.dtype), ds, gsum * inv_norm

@@ -1,0 +1,243 @@
+"""Public functional losses: InfoNCE (CLIP) and sigmoid (SigLIP), built on the streaming primitives of ops.py."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from vlkernels._validate import check_finite, check_same_device, check_tensor
+from vlkernels.contrastive.ops import lse_pair, siglip_fused
+
+FEATURE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def _scalar(value, name: str, like: torch.Tensor) -> torch.Tensor:
+    """A differentiable 0-dim fp32 view of a scalar parameter (logit_scale arrives exp'd; logit_bias as is)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return torch.tensor(float(value), dtype=torch.float32, device=like.device)
+    if not isinstance(value, torch.Tensor):
+        raise ValueError(f"{name} must be a float or a one-element tensor, got {type(value).__name__}")
+    if value.numel() != 1:
+        raise ValueError(f"{name} must hold exactly one value, got shape {tuple(value.shape)}")
+    if not value.is_floating_point():
+        raise ValueError(f"{name} must be a floating-point tensor, got dtype {str(value.dtype).replace('torch.', '')}")
+    check_same_device(features=like, **{name: value})
+    return value.reshape(()).float()
+
+
+def _check_groups(groups, name: str, n: int, like: torch.Tensor) -> torch.Tensor | None:
+    if groups is None:
+        return None
+    check_tensor(groups, name, dtypes=(torch.int64, torch.int32), ndim=1)
+    check_same_device(features=like, **{name: groups})
+    if groups.shape[0] != n:
+        raise ValueError(f"{name} has {groups.shape[0]} entries but the features have {n} rows")
+    return groups.to(torch.int64).contiguous()
+
+
+def validate_pair(image_features, text_features, logit_scale, logit_bias, image_groups, text_groups, check):
+    """Shared checks of both losses; returns (x, y, s, b, gx, gy)."""
+    x = check_tensor(image_features, "image_features", dtypes=FEATURE_DTYPES, ndim=2)
+    y = check_tensor(text_features, "text_features", dtypes=FEATURE_DTYPES, ndim=2)
+    check_same_device(image_features=x, text_features=y)
+    if x.dtype != y.dtype:
+        raise ValueError(
+            f"image_features ({str(x.dtype).replace('torch.', '')}) and text_features "
+            f"({str(y.dtype).replace('torch.', '')}) must have the same dtype"
+        )
+    if x.shape[1] != y.shape[1]:
+        raise ValueError(f"feature dimensions differ: image_features D={x.shape[1]}, text_features D={y.shape[1]}")
+    if x.shape[0] == 0 or y.shape[0] == 0:
+        raise ValueError(f"empty batch: image_features has {x.shape[0]} rows, text_features has {y.shape[0]}")
+    if x.shape[1] == 0:
+        raise ValueError("features have D=0; expected at least one feature dimension")
+    if (image_groups is None) != (text_groups is None):
+        raise ValueError("image_groups and text_groups must be given together (or neither)")
+    if image_groups is None and x.shape[0] != y.shape[0]:
+        raise ValueError(
+            f"{x.shape[0]} images but {y.shape[0]} texts: without image_groups/text_groups the positives are the "
+            "diagonal, which needs as many texts as images"
+        )
+    gx = _check_groups(image_groups, "image_groups", x.shape[0], x)
+    gy = _check_groups(text_groups, "text_groups", y.shape[0], x)
+    s = _scalar(logit_scale, "logit_scale", x)
+    b = None if logit_bias is None else _scalar(logit_bias, "logit_bias", x)
+    if check:
+        check_finite(x, "image_features")
+        check_finite(y, "text_features")
+        check_finite(s.detach(), "logit_scale")
+        if b is not None:
+            check_finite(b.detach(), "logit_bias")
+    return x, y, s, b, gx, gy
+
+
+def group_sums(query_groups: torch.Tensor, key_groups: torch.Tensor, keys: torch.Tensor):
+    """For each query q: Σ of the keys whose group equals q's group, and their count. O((N + M)·D)."""
+    ids, inverse = torch.unique(torch.cat([key_groups, query_groups]), return_inverse=True)
+    inv_k, inv_q = inverse[: key_groups.shape[0]], inverse[key_groups.shape[0] :]
+    sums = keys.new_zeros(ids.shape[0], keys.shape[1]).index_add(0, inv_k, keys)
+    counts = torch.bincount(inv_k, minlength=ids.shape[0])
+    return sums[inv_q], counts[inv_q]
+
+
+def info_nce_shard(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    all_x: torch.Tensor,
+    all_y: torch.Tensor,
+    s: torch.Tensor,
+    b: torch.Tensor | None,
+    gx: torch.Tensor | None,
+    gy: torch.Tensor | None,
+    all_gx: torch.Tensor | None,
+    all_gy: torch.Tensor | None,
+    row_offset: int,
+    col_offset: int,
+    smoothing: float,
+    combine_cols: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """This process's share L_r of the global InfoNCE loss (Σ over processes of L_r = L; one process: L).
+
+    x/y are the local rows (global indices row_offset.. / col_offset..), all_x/all_y every process's features
+    (gathered differentiably; the local tensors themselves in one process). combine_cols merges the per-process
+    partial column log-sum-exps (all_y's length) into global ones.
+    """
+    n, m = x.shape[0], y.shape[0]
+    big_n, big_m = all_x.shape[0], all_y.shape[0]
+    row_lse, col_part = lse_pair(x, all_y, s)
+    col_all = col_part if combine_cols is None else combine_cols(col_part)
+    col_lse = col_all[col_offset : col_offset + m]
+    xf, yf, all_xf, all_yf = x.float(), y.float(), all_x.float(), all_y.float()
+    if gx is None:
+        # One positive per row and column: the same global index.
+        t_row, w_row, n_valid = all_yf[row_offset : row_offset + n], None, big_n
+        t_col, w_col, m_valid = all_xf[col_offset : col_offset + m], None, big_m
+    else:
+        sum_y, cnt_row = group_sums(gx, all_gy, all_yf)
+        sum_x, cnt_col = group_sums(gy, all_gx, all_xf)
+        t_row = sum_y / cnt_row.clamp_min(1)[:, None]
+        t_col = sum_x / cnt_col.clamp_min(1)[:, None]
+        # Rows (columns) with no positive are left out of the mean, like an ignored label.
+        w_row, w_col = (cnt_row > 0).float(), (cnt_col > 0).float()
+        _, all_cnt_row = group_sums(all_gx, all_gy, all_yf[:, :0])
+        _, all_cnt_col = group_sums(all_gy, all_gx, all_xf[:, :0])
+        n_valid = (all_cnt_row > 0).sum().clamp_min(1)
+        m_valid = (all_cnt_col > 0).sum().clamp_min(1)
+    if smoothing > 0:
+        # Target q = (1-ε)·uniform over the positives + ε/M over all columns; Σ_j q_ij·logit_ij is linear in x_i.
+        t_row = (1 - smoothing) * t_row + smoothing * all_yf.mean(0)
+        t_col = (1 - smoothing) * t_col + smoothing * all_xf.mean(0)
+    bias = 0.0 if b is None else b
+    # Cross-entropy = logsumexp_j(logit_ij) - Σ_j q_ij·logit_ij; the bias enters both sides (its gradient is 0).
+    row_loss = (row_lse + bias) - (s * torch.linalg.vecdot(xf, t_row) + bias)
+    col_loss = (col_lse + bias) - (s * torch.linalg.vecdot(yf, t_col) + bias)
+    if w_row is not None:
+        row_loss, col_loss = row_loss * w_row, col_loss * w_col
+    return 0.5 * (row_loss.sum() / n_valid + col_loss.sum() / m_valid)
+
+
+def info_nce_loss(
+    image_features: torch.Tensor,
+    text_features: torch.Tensor,
+    logit_scale: torch.Tensor | float,
+    logit_bias: torch.Tensor | float | None = None,
+    *,
+    image_groups: torch.Tensor | None = None,
+    text_groups: torch.Tensor | None = None,
+    label_smoothing: float = 0.0,
+    check_finite: bool = False,
+) -> torch.Tensor:
+    """Symmetric InfoNCE (CLIP) loss without the N×M logit matrix; equals open_clip's ``ClipLoss``.
+
+    .. math::
+        \\ell_{ij} = s\\langle x_i, y_j\\rangle + b,\\quad
+        L = \\tfrac12\\Big[\\tfrac1{N}\\sum_i \\big(\\operatorname{lse}_j \\ell_{ij} - \\sum_j q_{ij}\\ell_{ij}\\big)
+          + \\tfrac1{M}\\sum_j \\big(\\operatorname{lse}_i \\ell_{ij} - \\sum_i q'_{ij}\\ell_{ij}\\big)\\Big]
+
+    (Radford et al. 2021, CLIP). Targets: ``q_ij = (1-ε)·[g_i = h_j]/|P_i| + ε/M`` with ``P_i`` the texts sharing
+    image i's group (the diagonal when no groups are given), and symmetrically ``q'`` with ``ε/N``. Rows or
+    columns without any positive are left out of their mean (N, M then count only the others).
+
+    Args:
+        image_features: ``(N, D)`` fp32/fp16/bf16, any strides, need not be unit-norm.
+        text_features: ``(M, D)`` same dtype and device. ``M == N`` unless groups are given.
+        logit_scale: the *exp'd* temperature ``s`` (0-dim or one-element tensor, differentiable, or a float).
+        logit_bias: optional ``b``; the loss does not depend on it (its gradient is exactly 0), accepted for parity.
+        image_groups: optional ``(N,)`` int64 group ids; image i and text j are positives when the ids are equal
+            (e.g. 5 captions of one image).
+        text_groups: ``(M,)`` int64, given together with ``image_groups``.
+        label_smoothing: ``ε`` in ``[0, 1)``, as ``torch.nn.functional.cross_entropy(label_smoothing=ε)``.
+        check_finite: raise ValueError on NaN/Inf inputs (a host sync) instead of returning NaN.
+
+    Returns:
+        0-dim fp32 loss.
+
+    Raises:
+        ValueError: wrong types or dtypes, mixed feature dtypes, mismatched D, an empty batch, N != M without groups,
+            a scale/bias with more than one value, bad groups or ε, non-finite inputs with ``check_finite``.
+
+    Note:
+        Memory O((N + M)·D). Triton on CUDA (4–5 GEMM units forward + backward, fp32 accumulation) and under
+        ``TRITON_INTERPRET=1``; the chunked torch path on CPU. Non-finite features, scale or bias give a NaN loss
+        and NaN gradients, as in open_clip (AMP loss scalers skip such steps). Any finite scale is accepted,
+        including ``s <= 0`` (the formula is well defined). Gradients flow to both features, ``logit_scale`` and
+        ``logit_bias``. Deterministic (no atomics). Not twice differentiable.
+
+    Example:
+        >>> x, y = torch.randn(8, 32), torch.randn(8, 32)
+        >>> loss = info_nce_loss(x, y, torch.tensor(10.0))
+    """
+    x, y, s, b, gx, gy = validate_pair(
+        image_features, text_features, logit_scale, logit_bias, image_groups, text_groups, check_finite
+    )
+    if not 0.0 <= float(label_smoothing) < 1.0:
+        raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
+    return info_nce_shard(x, y, x, y, s, b, gx, gy, gx, gy, 0, 0, float(label_smoothing))
+
+
+def siglip_loss(
+    image_features: torch.Tensor,
+    text_features: torch.Tensor,
+    logit_scale: torch.Tensor | float,
+    logit_bias: torch.Tensor | float | None = None,
+    *,
+    image_groups: torch.Tensor | None = None,
+    text_groups: torch.Tensor | None = None,
+    check_finite: bool = False,
+) -> torch.Tensor:
+    """Sigmoid (SigLIP) loss and its gradients in one streaming pass; equals open_clip's ``SigLipLoss``.
+
+    .. math:: L = \\frac1N \\sum_{i,j} \\operatorname{softplus}\\big(-z_{ij}\\,(s\\langle x_i, y_j\\rangle + b)\\big)
+
+    (Zhai et al. 2023, SigLIP), ``z_ij = +1`` for positives (the diagonal, or equal group ids) and ``-1`` otherwise.
+
+    Args:
+        image_features: ``(N, D)`` fp32/fp16/bf16, any strides.
+        text_features: ``(M, D)`` same dtype and device; ``M == N`` unless groups are given.
+        logit_scale: the exp'd scale ``s`` (tensor or float). logit_bias: ``b`` (tensor, float or None).
+        image_groups, text_groups: optional ``(N,)``/``(M,)`` int64 ids defining several positives per row.
+        check_finite: raise on NaN/Inf inputs instead of returning NaN.
+
+    Returns:
+        0-dim fp32 loss (normalized by N, the number of images, as open_clip).
+
+    Raises:
+        ValueError: as :func:`info_nce_loss`.
+
+    Note:
+        With gradients enabled the forward computes dx, dy, ds = Σ G⟨x, y⟩ and db = Σ G (G = ∂L/∂logits) and keeps
+        them (O((N + M)·D)) for backward; Triton: 4 GEMM units, CPU: 3. Non-finite inputs → NaN loss and gradients.
+        Deterministic. Not twice differentiable.
+
+    Example:
+        >>> loss = siglip_loss(torch.randn(8, 32), torch.randn(8, 32), torch.tensor(10.0), torch.tensor(-10.0))
+    """
+    x, y, s, b, gx, gy = validate_pair(
+        image_features, text_features, logit_scale, logit_bias, image_groups, text_groups, check_finite
+    )
+    return siglip_fused(x, y, s, b, gx, gy, 0, 0, 1.0 / x.shape[0], needs_grad(x, y, s, b))
+
+
+def needs_grad(*tensors: torch.Tensor | None) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
