@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from vlkernels.retrieval import evaluate, topk
+from vlkernels.retrieval.seed_reference import evaluate_retrieval
 from vlkernels.testing import assert_topk_equal
 
 from .harness import Bench, register
@@ -35,34 +36,8 @@ def _coco(n_img: int, per: int, d: int, device: str = "cpu", dtype=torch.float32
 
 
 def _seed_metrics(img: np.ndarray, txt: np.ndarray, lab: np.ndarray) -> dict:
-    """The seed task's compute_retrieval_metrics / evaluate_retrieval (../shared/seeds/002), verbatim in effect."""
-
-    def compute_retrieval_metrics(similarities, ground_truth_indices):
-        ranks = []
-        for i in range(similarities.shape[0]):
-            sorted_indices = np.argsort(-similarities[i])
-            gt = set(ground_truth_indices[i])
-            for rank, idx in enumerate(sorted_indices):
-                if idx in gt:
-                    ranks.append(rank + 1)
-                    break
-        ranks = np.array(ranks)
-        return {
-            "R@1": 100.0 * np.mean(ranks <= 1),
-            "R@5": 100.0 * np.mean(ranks <= 5),
-            "R@10": 100.0 * np.mean(ranks <= 10),
-            "MeanR": np.mean(ranks),
-            "MedianR": np.median(ranks),
-        }
-
-    image_ids, caption_image_ids = list(range(img.shape[0])), list(lab)
-    similarities = np.dot(txt, img.T)
-    t2i_gt = [[i for i, img_id in enumerate(image_ids) if img_id == c] for c in caption_image_ids]
-    i2t_gt = [[i for i, c in enumerate(caption_image_ids) if c == img_id] for img_id in image_ids]
-    return {
-        "text_to_image": compute_retrieval_metrics(similarities, t2i_gt),
-        "image_to_text": compute_retrieval_metrics(similarities.T, i2t_gt),
-    }
+    """The seed task's evaluate_retrieval on these embeddings (caption i belongs to image lab[i])."""
+    return evaluate_retrieval(img, txt, list(range(img.shape[0])), list(lab))
 
 
 def _check_seed_keys(out: dict) -> None:
