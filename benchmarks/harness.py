@@ -103,19 +103,29 @@ def _vm_rss_bytes() -> int | None:
     return None
 
 
+_M_MMAP_THRESHOLD = -3  # glibc mallopt parameter
+
+
 def _reset_cpu_peak() -> int | None:
-    """Return freed heap to the OS, reset the kernel's peak-RSS mark, and return the RSS to measure from."""
+    """Return freed heap to the OS, reset the kernel's peak-RSS mark, and return the RSS to measure from.
+
+    Blocks of 64 KiB and more are served by mmap from here on (mallopt), so a freed temporary leaves RSS at once
+    and the peak RSS tracks live allocations instead of glibc's heap fragmentation. Only memory passes run after
+    this is set: run_case times every provider first.
+    """
     gc.collect()
     try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(_M_MMAP_THRESHOLD, 64 * 1024)
+        libc.malloc_trim(0)
         Path("/proc/self/clear_refs").write_text("5")
     except OSError:
         return None
     return _vm_rss_bytes()
 
 
-def measure(fn: Callable[[], Any], device: str, warmup: int, repeats: int) -> dict[str, Any]:
-    """Time fn: warm-up, then `repeats` runs; the peak memory of one extra run measured on its own."""
+def time_runs(fn: Callable[[], Any], device: str, warmup: int, repeats: int) -> dict[str, Any]:
+    """Time fn: warm-up, then `repeats` runs (CUDA-event timed on GPU); median, extremes and IQR."""
     for _ in range(warmup):
         fn()
     _sync(device)
@@ -132,18 +142,6 @@ def measure(fn: Callable[[], Any], device: str, warmup: int, repeats: int) -> di
             t0 = time.perf_counter()
             fn()
             times.append(time.perf_counter() - t0)
-    if device == "cuda":
-        torch.cuda.synchronize()
-        base = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
-        fn()
-        torch.cuda.synchronize()
-        peak = torch.cuda.max_memory_allocated() - base
-    else:
-        base = _reset_cpu_peak()
-        fn()
-        hwm = _vm_hwm_bytes()
-        peak = None if base is None or hwm is None else max(0, hwm - base)
     times.sort()
     q1, q3 = (statistics.quantiles(times, n=4)[0::2]) if len(times) >= 2 else (times[0], times[0])
     return {
@@ -152,8 +150,22 @@ def measure(fn: Callable[[], Any], device: str, warmup: int, repeats: int) -> di
         "max_s": times[-1],
         "iqr_s": q3 - q1,
         "runs": len(times),
-        "peak_mem_bytes": peak,
     }
+
+
+def peak_memory(fn: Callable[[], Any], device: str) -> int | None:
+    """Extra memory at the peak of one run of fn: CUDA max allocated, or growth of the process's peak RSS."""
+    if device == "cuda":
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        fn()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - base
+    base = _reset_cpu_peak()
+    fn()
+    hwm = _vm_hwm_bytes()
+    return None if base is None or hwm is None else max(0, hwm - base)
 
 
 def device_name(device: str) -> str:
@@ -221,7 +233,9 @@ def run_case(case: Case, device: str, quick: bool, warmup: int = 1, repeats: int
         results = {}
         if status == "ok":
             for name, fn in b.providers.items():
-                results[name] = measure(fn, device, warmup, b.repeats or repeats)
+                results[name] = time_runs(fn, device, warmup, b.repeats or repeats)
+            for name, fn in b.providers.items():
+                results[name]["peak_mem_bytes"] = peak_memory(fn, device)
         base = results.get(b.baseline) if b.baseline else None
         for r in results.values():
             if base is not None:
