@@ -51,3 +51,19 @@ def test_ruff_lint_and_format_clean():
     assert lint.returncode == 0, lint.stdout[-3000:]
     fmt = subprocess.run([*exe, "format", "--check", str(root)], capture_output=True, text=True, cwd=root)
     assert fmt.returncode == 0, fmt.stdout[-3000:]
+
+
+def test_bench_case_with_missing_anchor_is_skipped_not_failed(monkeypatch):
+    from vlkernels.cli import _benchmarks
+
+    harness = _benchmarks()
+    harness.discover()
+
+    def needs_missing_anchor(n, device):
+        import vlkernels_no_such_anchor  # noqa: F401
+
+    monkeypatch.setitem(harness.REGISTRY, "fake", {})
+    harness.register("fake", "needs_anchor", quick={"n": 1})(needs_missing_anchor)
+    lines = []
+    assert harness.run(["fake"], "cpu", True, None, None, echo=lines.append) == 0
+    assert any("skipped: needs vlkernels_no_such_anchor" in line for line in lines)
