@@ -139,6 +139,29 @@ def _check_valid(valid, name: str, batch_shape: torch.Size, limit: int, device: 
     return valid
 
 
+def check_pair(x1: torch.Tensor, x2: torch.Tensor, names: tuple[str, str], item: str, count_dim: int, aligned: bool):
+    """Shared shape rules of the pairwise ops: equal batch dims (those before `count_dim`) and, when aligned, as many
+    items in both. Returns (batch_shape, n, m)."""
+    batch_shape = x1.shape[:count_dim]
+    if x2.shape[:count_dim] != batch_shape:
+        raise ValueError(
+            f"{names[0]} and {names[1]} must have the same batch dims, got {tuple(x1.shape)} and {tuple(x2.shape)}"
+        )
+    n, m = x1.shape[count_dim], x2.shape[count_dim]
+    if aligned and n != m:
+        raise ValueError(f"aligned=True needs as many {item} in {names[0]} as in {names[1]}, got {n} and {m}")
+    return batch_shape, n, m
+
+
+def _check_coords(x1: torch.Tensor, x2: torch.Tensor, names: tuple[str, str], last_dim: int) -> None:
+    """Float coordinates with the expected last dim, on one device, of one dtype."""
+    for x, name in zip((x1, x2), names):
+        check_tensor(x, name, dtypes=FLOAT_DTYPES, min_ndim=2, last_dim=last_dim)
+    check_same_device(**dict(zip(names, (x1, x2))))
+    if x1.dtype != x2.dtype:
+        raise ValueError(f"{names[0]} and {names[1]} must share a dtype, got {x1.dtype} and {x2.dtype}")
+
+
 def box_iou(
     boxes1: torch.Tensor,
     boxes2: torch.Tensor,
@@ -192,25 +215,14 @@ def box_iou(
         >>> box_iou(a, b)
         tensor([[0.1429]])
     """
-    check_tensor(boxes1, "boxes1", dtypes=FLOAT_DTYPES, min_ndim=2, last_dim=4)
-    check_tensor(boxes2, "boxes2", dtypes=FLOAT_DTYPES, min_ndim=2, last_dim=4)
-    check_same_device(boxes1=boxes1, boxes2=boxes2)
-    if boxes1.dtype != boxes2.dtype:
-        raise ValueError(f"boxes1 and boxes2 must share a dtype, got {boxes1.dtype} and {boxes2.dtype}")
+    _check_coords(boxes1, boxes2, ("boxes1", "boxes2"), 4)
     if fmt not in _FMTS:
         raise ValueError(f"fmt must be one of {sorted(_FMTS)}, got {fmt!r}")
     if kind not in _KINDS:
         raise ValueError(f"kind must be one of {sorted(_KINDS)}, got {kind!r}")
     if not eps >= 0:
         raise ValueError(f"eps must be >= 0, got {eps}")
-    batch_shape = boxes1.shape[:-2]
-    if boxes2.shape[:-2] != batch_shape:
-        raise ValueError(
-            f"boxes1 and boxes2 must have the same batch dims, got {tuple(boxes1.shape)} and {tuple(boxes2.shape)}"
-        )
-    n, m = boxes1.shape[-2], boxes2.shape[-2]
-    if aligned and n != m:
-        raise ValueError(f"aligned=True needs as many boxes in boxes1 as in boxes2, got {n} and {m}")
+    batch_shape, n, m = check_pair(boxes1, boxes2, ("boxes1", "boxes2"), "boxes", -2, aligned)
     check_finite(boxes1, "boxes1")
     check_finite(boxes2, "boxes2")
     v1 = _check_valid(valid1, "valid1", batch_shape, n, boxes1.device)
@@ -282,21 +294,10 @@ def segment_iou(seg1: torch.Tensor, seg2: torch.Tensor, aligned: bool = False, u
         >>> segment_iou(torch.tensor([[0.0, 2.0]]), torch.tensor([[1.0, 3.0]]))
         tensor([[0.3333]])
     """
-    check_tensor(seg1, "seg1", dtypes=FLOAT_DTYPES, min_ndim=2, last_dim=2)
-    check_tensor(seg2, "seg2", dtypes=FLOAT_DTYPES, min_ndim=2, last_dim=2)
-    check_same_device(seg1=seg1, seg2=seg2)
-    if seg1.dtype != seg2.dtype:
-        raise ValueError(f"seg1 and seg2 must share a dtype, got {seg1.dtype} and {seg2.dtype}")
+    _check_coords(seg1, seg2, ("seg1", "seg2"), 2)
     if union not in _SEG_UNIONS:
         raise ValueError(f"union must be one of {sorted(_SEG_UNIONS)}, got {union!r}")
-    batch_shape = seg1.shape[:-2]
-    if seg2.shape[:-2] != batch_shape:
-        raise ValueError(
-            f"seg1 and seg2 must have the same batch dims, got {tuple(seg1.shape)} and {tuple(seg2.shape)}"
-        )
-    n, m = seg1.shape[-2], seg2.shape[-2]
-    if aligned and n != m:
-        raise ValueError(f"aligned=True needs as many spans in seg1 as in seg2, got {n} and {m}")
+    batch_shape, n, m = check_pair(seg1, seg2, ("seg1", "seg2"), "spans", -2, aligned)
     check_finite(seg1, "seg1")
     check_finite(seg2, "seg2")
     dtype = _compute_dtype(seg1.dtype)

@@ -8,6 +8,7 @@ import torch
 
 from vlkernels import _ext
 from vlkernels._validate import check_same_device, check_tensor
+from vlkernels.boxes.iou import check_pair
 from vlkernels.boxes.reference import mask_iou_ref
 
 
@@ -87,14 +88,7 @@ def _prepare(masks1: torch.Tensor, masks2: torch.Tensor, aligned: bool):
             f"masks1 and masks2 must have the same mask size (H, W), got {tuple(masks1.shape[-2:])} and "
             f"{tuple(masks2.shape[-2:])}"
         )
-    batch_shape = masks1.shape[:-3]
-    if masks2.shape[:-3] != batch_shape:
-        raise ValueError(
-            f"masks1 and masks2 must have the same batch dims, got {tuple(masks1.shape)} and {tuple(masks2.shape)}"
-        )
-    n, m = masks1.shape[-3], masks2.shape[-3]
-    if aligned and n != m:
-        raise ValueError(f"aligned=True needs as many masks in masks1 as in masks2, got {n} and {m}")
+    batch_shape, n, m = check_pair(masks1, masks2, ("masks1", "masks2"), "masks", -3, aligned)
     pixels = masks1.shape[-1] * masks1.shape[-2]
     # bool and uint8 share a byte layout; the kernels treat any nonzero byte as foreground.
     nb = math.prod(batch_shape)
