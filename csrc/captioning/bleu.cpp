@@ -24,16 +24,16 @@ void bleu_images(const Tokens& tok, const int64_t* cand, const int64_t* ref_off,
       caps.insert(caps.end(), ref_caps + ref_off[i], ref_caps + ref_off[i + 1]);
       const int ncap = static_cast<int>(caps.size());
       builder.build(tok, caps.data(), ncap, n, 1, ncap, im);
-      maxcount.assign(im.keys.size(), 0);
+      maxcount.assign(im.num_ngrams, 0);
       for (int c = 1; c < ncap; ++c)
         for (int k = 0; k < n; ++k)
           for (const auto* x = im.begin(c, k); x != im.end(c, k); ++x)
             maxcount[x->local] = std::max(maxcount[x->local], x->tf);
-      const int64_t testlen = im.lengths[0];
+      const int64_t testlen = tok.len(caps[0]);
       // min((abs(l - testlen), l)) over the references: closest length, the shorter one on ties.
-      int64_t reflen = im.lengths[1];
+      int64_t reflen = tok.len(caps[1]);
       for (int c = 2; c < ncap; ++c) {
-        const int64_t l = im.lengths[c];
+        const int64_t l = tok.len(caps[c]);
         const int64_t d = std::llabs(l - testlen), dbest = std::llabs(reflen - testlen);
         if (d < dbest || (d == dbest && l < reflen)) reflen = l;
       }

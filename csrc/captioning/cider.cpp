@@ -35,7 +35,7 @@ struct RefVecs {
 
 void build_ref_vecs(const ImageNgrams& im, int ref_begin, int nref, int n, const std::vector<double>& idf,
                     RefVecs& rv) {
-  const size_t U = im.keys.size();
+  const size_t U = im.num_ngrams;
   rv.dense.assign(static_cast<size_t>(nref) * U, 0.0);
   rv.norms.assign(static_cast<size_t>(nref) * kMaxN, 0.0);
   rv.len.assign(nref, 0);
@@ -60,7 +60,7 @@ void build_ref_vecs(const ImageNgrams& im, int ref_begin, int nref, int n, const
 double score_candidate(const ImageNgrams& im, int cap, int nref, const std::vector<double>& idf, const RefVecs& rv,
                        const CiderOpts& o) {
   const int n = o.n;
-  const size_t U = im.keys.size();
+  const size_t U = im.num_ngrams;
   double norm_h[kMaxN];
   for (int k = 0; k < n; ++k) {
     double acc = 0.0;
@@ -104,54 +104,145 @@ double score_candidate(const ImageNgrams& im, int cap, int nref, const std::vect
   return mean;
 }
 
-// Builds the n-grams of many images in parallel; per_shard counts their (image, reference n-gram) pairs.
+// A distinct n-gram of one image bound for its df shard, and where its df handle goes (index into the part's
+// handles).
+struct DfRecord {
+  uint64_t lo;
+  uint32_t hi;
+  uint32_t pos;
+};
+
+// Records grouped by shard. Each shard's vector is reserved for its expected share up front: reserved pages that
+// are never written cost nothing, while regrowth or a second (sorted) copy would touch fresh pages, and page
+// faults are a large part of this pass's time.
+struct Partition {
+  std::vector<std::vector<DfRecord>> shards;
+  void reserve(size_t expected_total) {
+    shards.resize(DfTable::kShards);
+    const size_t per = expected_total / DfTable::kShards;
+    for (auto& v : shards) v.reserve(per + per / 4 + 64);
+  }
+  const DfRecord* begin(int s) const { return shards.empty() ? nullptr : shards[s].data(); }
+  const DfRecord* end(int s) const { return shards.empty() ? nullptr : shards[s].data() + shards[s].size(); }
+  size_t size(int s) const { return shards.empty() ? 0 : shards[s].size(); }
+};
+
+// What one thread's contiguous range of images hands to the df pass: the radix partition of its n-grams by shard.
+struct DfPart {
+  int64_t begin = 0;
+  std::vector<uint32_t> handles;  // df handle of every n-gram of the range's images, image by image
+  Partition insert;               // reference n-grams: +1 document each
+  Partition lookup;               // candidate-only n-grams: df read after all inserts
+};
+
+// Builds the n-grams of many images in parallel and partitions them by df shard. With `lookups`, n-grams that
+// appear in no reference of their image are partitioned too (their df comes from the other images).
 template <typename Caps>
-void build_images(const Tokens& tok, int64_t n_images, int n, Caps&& caps_of, std::vector<ImageNgrams>& ims,
-                  std::vector<size_t>& per_shard) {
+void build_images(const Tokens& tok, int64_t n_images, int n, bool lookups, Caps&& caps_of,
+                  std::vector<ImageNgrams>& ims, std::vector<DfPart>& parts) {
   ims.resize(n_images);
-  per_shard.assign(DfTable::kShards, 0);
   std::mutex mu;
   vlk::parallel_for(n_images, 64, [&](int64_t b, int64_t e) {
+    DfPart part;
+    part.begin = b;
     NgramBuilder builder;
     std::vector<int64_t> caps;
-    std::vector<size_t> counts(DfTable::kShards, 0);
+    std::vector<size_t> offs;
+    offs.reserve(e - b);
+    {
+      // Upper bound of the range's n-gram occurrences; distinct reference n-grams are about 2/3 of it.
+      int64_t occ = 0;
+      for (int64_t i = b; i < e; ++i) {
+        int rb, re;
+        caps_of(i, caps, rb, re);
+        for (int64_t c : caps) occ += std::max<int64_t>(0, n * tok.len(c) - n * (n - 1) / 2);
+      }
+      part.insert.reserve(static_cast<size_t>(occ) * 3 / 4);
+      if (lookups) part.lookup.reserve(static_cast<size_t>(occ) / 8);
+    }
     for (int64_t i = b; i < e; ++i) {
       int ref_begin, ref_end;
       caps_of(i, caps, ref_begin, ref_end);
-      builder.build(tok, caps.data(), static_cast<int>(caps.size()), n, ref_begin, ref_end, ims[i]);
-      const ImageNgrams& im = ims[i];
-      for (size_t u = 0; u < im.keys.size(); ++u)
-        if (im.in_ref[u]) ++counts[DfTable::shard_of(im.hashes[u])];
+      builder.build(tok, caps.data(), static_cast<int>(caps.size()), n, ref_begin, ref_end, ims[i], true);
+      const uint32_t U = builder.size();
+      const size_t base = part.handles.size();
+      if (base + U >= UINT32_MAX) throw std::length_error("too many n-grams in one thread's share of images");
+      offs.push_back(base);
+      part.handles.resize(base + U, DfTable::kAbsent);
+      const Key* keys = builder.keys();
+      const uint64_t* hashes = builder.hashes();
+      const uint8_t* in_ref = builder.in_ref();
+      for (uint32_t u = 0; u < U; ++u) {
+        const DfRecord r{keys[u].lo, keys[u].hi, static_cast<uint32_t>(base + u)};
+        const int s = DfTable::shard_of(hashes[u]);
+        if (in_ref[u])
+          part.insert.shards[s].push_back(r);
+        else if (lookups)
+          part.lookup.shards[s].push_back(r);
+      }
     }
+    for (int64_t i = b; i < e; ++i)
+      ims[i].df_index = Span<uint32_t>{part.handles.data() + offs[i - b], ims[i].num_ngrams};
     std::lock_guard<std::mutex> lock(mu);
-    for (int s = 0; s < DfTable::kShards; ++s) per_shard[s] += counts[s];
+    parts.push_back(std::move(part));  // moving keeps the handles buffer the images point into
   });
+  // Image order, whatever the thread timing: df indices (and saved df files) do not depend on scheduling.
+  std::sort(parts.begin(), parts.end(), [](const DfPart& x, const DfPart& y) { return x.begin < y.begin; });
 }
 
-// Inserts the reference n-grams of every image into df (+1 per image) and records their dense df index in the
-// image; shards are filled by disjoint threads (an n-gram belongs to one shard, so df_index writes never race).
-void count_documents(std::vector<ImageNgrams>& ims, const std::vector<size_t>& per_shard, DfTable& df) {
+// Counts every shard's reference n-grams (+1 per image) and writes the df handle of each image n-gram. Shards
+// are disjoint, so threads never share a table; each shard's table is small enough to stay in cache.
+void count_documents(std::vector<DfPart>& parts, DfTable& df, bool keep_keys) {
   std::vector<uint32_t> shard_max(DfTable::kShards, 0);
   vlk::parallel_for(DfTable::kShards, 1, [&](int64_t b, int64_t e) {
-    // Sized for the usual ~30% distinct pairs (COCO val2014: 1.36M distinct of 4.77M): about half full, so the
-    // table stays small (cache misses dominate) and rarely rehashes.
-    for (int64_t s = b; s < e; ++s) df.reserve(static_cast<int>(s), per_shard[s] * 2 / 5 + 16);
-    for (ImageNgrams& im : ims) {
-      const size_t U = im.keys.size();
-      for (size_t u = 0; u < U; ++u) {
-        if (u + 8 < U) {
-          const int sp = DfTable::shard_of(im.hashes[u + 8]);
-          if (sp >= b && sp < e) df.prefetch(im.hashes[u + 8]);
-        }
-        if (!im.in_ref[u]) continue;
-        const int s = DfTable::shard_of(im.hashes[u]);
-        if (s < b || s >= e) continue;
-        const uint32_t index = df.index_of(s, im.keys[u], im.hashes[u]);
-        im.df_index[u] = index;
-        uint32_t& c = df.count(s, index);
-        ++c;
-        shard_max[s] = std::max(shard_max[s], c);
+    // Without keep_keys (one-shot corpus scoring) a shard's keys live in a scratch table reused across shards:
+    // only the counts outlive the pass, and the scratch stays in cache.
+    KeyTable scratch;
+    for (int64_t si = b; si < e; ++si) {
+      const int s = static_cast<int>(si);
+      size_t pairs = 0;
+      for (const DfPart& p : parts) pairs += p.insert.size(s);
+      std::vector<uint32_t>& counts = df.counts(s);
+      if (keep_keys) {
+        // Sized for the usual ~30% distinct pairs (COCO val2014: 1.36M distinct of 4.77M).
+        df.reserve(s, pairs * 2 / 5 + 16);
+      } else {
+        scratch.clear_sparse(2 * pairs + 16);  // never more than half full: upsert_tracked does not grow
       }
+      auto index_of = [&](const Key& k, uint64_t h) -> uint32_t {
+        if (keep_keys) return df.index_of(s, k, h);
+        bool inserted;
+        const uint32_t* v = scratch.upsert_tracked(k, h, static_cast<uint32_t>(counts.size()), &inserted);
+        if (inserted) {
+          if (counts.size() >= (size_t{1} << DfTable::kIndexBits)) throw std::length_error("too many distinct n-grams");
+          counts.push_back(0);
+        }
+        return *v;
+      };
+      uint32_t m = 0;
+      for (DfPart& p : parts) {
+        uint32_t* handles = p.handles.data();
+        for (const DfRecord* r = p.insert.begin(s); r != p.insert.end(s); ++r) {
+          const Key k{r->lo, r->hi};
+          const uint32_t index = index_of(k, key_hash(k));
+          m = std::max(m, ++counts[index]);
+          handles[r->pos] = DfTable::pack(s, index);
+        }
+      }
+      for (DfPart& p : parts) {
+        uint32_t* handles = p.handles.data();
+        for (const DfRecord* r = p.lookup.begin(s); r != p.lookup.end(s); ++r) {
+          const Key k{r->lo, r->hi};
+          const uint64_t h = key_hash(k);
+          if (keep_keys) {
+            handles[r->pos] = df.handle_of(s, k, h);
+          } else {
+            const uint32_t* v = scratch.find(k, h);
+            handles[r->pos] = v ? DfTable::pack(s, *v) : DfTable::kAbsent;
+          }
+        }
+      }
+      shard_max[s] = m;
     }
   });
   uint32_t m = df.max_df();
@@ -169,28 +260,24 @@ void cider_corpus(const Tokens& tok, const int64_t* cand, const int64_t* ref_off
                   int64_t n_images, const CiderOpts& opts, double* out) {
   validate_opts(opts);
   std::vector<ImageNgrams> ims;
-  std::vector<size_t> per_shard;
-  build_images(tok, n_images, opts.n, [&](int64_t i, std::vector<int64_t>& caps, int& rb, int& re) {
+  std::vector<DfPart> parts;
+  build_images(tok, n_images, opts.n, true, [&](int64_t i, std::vector<int64_t>& caps, int& rb, int& re) {
     caps.assign(1, cand[i]);
     caps.insert(caps.end(), ref_caps + ref_off[i], ref_caps + ref_off[i + 1]);
     rb = 1;
     re = static_cast<int>(caps.size());
-  }, ims, per_shard);
+  }, ims, parts);
   DfTable df;
-  count_documents(ims, per_shard, df);
+  count_documents(parts, df, false);
   if (static_cast<int64_t>(df.max_df()) >= opts.logdf_size) throw std::out_of_range("log table too small");
   vlk::parallel_for(n_images, 64, [&](int64_t b, int64_t e) {
     std::vector<double> idf;
     RefVecs rv;
     for (int64_t i = b; i < e; ++i) {
       ImageNgrams& im = ims[i];
-      const size_t U = im.keys.size();
+      const uint32_t U = im.num_ngrams;
       idf.resize(U);
-      for (size_t u = 0; u < U; ++u) {
-        // Reference n-grams read their df through the index of the df pass; candidate-only ones probe the table.
-        const uint32_t d = im.in_ref[u] ? df.count_at(im.hashes[u], im.df_index[u]) : df.get(im.keys[u], im.hashes[u]);
-        idf[u] = opts.ref_len - logdf_of(opts, d);
-      }
+      for (uint32_t u = 0; u < U; ++u) idf[u] = opts.ref_len - logdf_of(opts, df.count_of(im.df_index[u]));
       const int nref = im.ncap - 1;
       if (nref < 1) throw std::invalid_argument("an image has no references");
       build_ref_vecs(im, 1, nref, opts.n, idf, rv);
@@ -203,13 +290,13 @@ void cider_corpus(const Tokens& tok, const int64_t* cand, const int64_t* ref_off
 
 void CiderDf::add_documents(const Tokens& tok, const int64_t* ref_off, const int64_t* ref_caps, int64_t n_docs) {
   std::vector<ImageNgrams> ims;
-  std::vector<size_t> per_shard;
-  build_images(tok, n_docs, n_, [&](int64_t i, std::vector<int64_t>& caps, int& rb, int& re) {
+  std::vector<DfPart> parts;
+  build_images(tok, n_docs, n_, false, [&](int64_t i, std::vector<int64_t>& caps, int& rb, int& re) {
     caps.assign(ref_caps + ref_off[i], ref_caps + ref_off[i + 1]);
     rb = 0;
     re = static_cast<int>(caps.size());
-  }, ims, per_shard);
-  count_documents(ims, per_shard, df_);
+  }, ims, parts);
+  count_documents(parts, df_, true);
   num_docs_ += n_docs;
 }
 
@@ -264,10 +351,10 @@ void CiderDf::score(const Tokens& tok, const int64_t* cand, int64_t n_cand, cons
       caps.assign(ref_caps + ref_off[g], ref_caps + ref_off[g + 1]);
       const int nref = static_cast<int>(caps.size());
       for (int64_t j = start[g]; j < start[g + 1]; ++j) caps.push_back(cand[order[j]]);
-      builder.build(tok, caps.data(), static_cast<int>(caps.size()), n_, 0, nref, im);
-      idf.resize(im.keys.size());
-      for (size_t u = 0; u < im.keys.size(); ++u)
-        idf[u] = opts.ref_len - logdf_of(opts, df_.get(im.keys[u], im.hashes[u]));
+      builder.build(tok, caps.data(), static_cast<int>(caps.size()), n_, 0, nref, im, true);
+      idf.resize(builder.size());
+      for (uint32_t u = 0; u < builder.size(); ++u)
+        idf[u] = opts.ref_len - logdf_of(opts, df_.get(builder.keys()[u], builder.hashes()[u]));
       build_ref_vecs(im, 0, nref, n_, idf, rv);
       for (int64_t j = start[g]; j < start[g + 1]; ++j)
         out[order[j]] = score_candidate(im, nref + static_cast<int>(j - start[g]), nref, idf, rv, opts);

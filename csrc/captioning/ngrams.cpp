@@ -1,6 +1,7 @@
 #include "captioning/ngrams.h"
 
 #include <algorithm>
+#include <mutex>
 #include <utility>
 
 #include "core/parallel.h"
@@ -15,35 +16,93 @@ struct WordRef {
   uint64_t h;
 };
 
-// Splits every text in parallel: word counts first (for offsets), then the words themselves with their hash.
+// Splits every text in parallel in one pass: each thread keeps its words (with their hash) and per-text counts,
+// then the chunks are concatenated in text order.
 void split_all(const std::vector<TextView>& texts, Split mode, Tokens& out, std::vector<WordRef>& words) {
   const int64_t m = static_cast<int64_t>(texts.size());
   out.off.assign(m + 1, 0);
+  struct Chunk {
+    int64_t begin;
+    std::vector<WordRef> words;
+  };
+  std::vector<Chunk> chunks;
+  std::mutex mu;
   vlk::parallel_for(m, 2048, [&](int64_t b, int64_t e) {
+    Chunk c{b, {}};
+    int64_t bytes = 0;
+    for (int64_t i = b; i < e; ++i) bytes += texts[i].n;
+    c.words.reserve(static_cast<size_t>(bytes / 4 + 16));
     for (int64_t i = b; i < e; ++i) {
-      int64_t c = 0;
-      split_words(texts[i], mode, [&](const char*, int64_t) { ++c; });
-      out.off[i + 1] = c;
+      const size_t before = c.words.size();
+      split_words(texts[i], mode, [&](const char* p, int64_t n) { c.words.push_back(WordRef{p, n, hash_bytes(p, n)}); });
+      out.off[i + 1] = static_cast<int64_t>(c.words.size() - before);
     }
+    std::lock_guard<std::mutex> lock(mu);
+    chunks.push_back(std::move(c));
   });
+  std::sort(chunks.begin(), chunks.end(), [](const Chunk& x, const Chunk& y) { return x.begin < y.begin; });
   for (int64_t i = 0; i < m; ++i) out.off[i + 1] += out.off[i];
-  words.resize(out.off[m]);
+  if (chunks.size() == 1) {
+    words = std::move(chunks[0].words);
+  } else {
+    words.clear();
+    words.reserve(static_cast<size_t>(out.off[m]));
+    for (const Chunk& c : chunks) words.insert(words.end(), c.words.begin(), c.words.end());
+  }
   out.ids.resize(out.off[m]);
-  vlk::parallel_for(m, 2048, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      int64_t k = out.off[i];
-      split_words(texts[i], mode, [&](const char* p, int64_t n) { words[k++] = WordRef{p, n, hash_bytes(p, n)}; });
-    }
-  });
 }
 
 }  // namespace
 
 void tokenize_texts(const std::vector<TextView>& texts, Split mode, Vocab& vocab, Tokens& out) {
-  std::vector<WordRef> words;
-  split_all(texts, mode, out, words);
-  // Interning is sequential: ids are dense and assigned in first-occurrence order.
-  for (size_t i = 0; i < words.size(); ++i) out.ids[i] = vocab.intern(words[i].p, words[i].n, words[i].h);
+  // Each thread splits, hashes and interns its share of the texts into a small local vocabulary (in cache, no
+  // per-word buffer); the local vocabularies are then merged in text order, so ids are dense and in global
+  // first-occurrence order exactly as a sequential pass would assign them, and ids are remapped in parallel.
+  const int64_t m = static_cast<int64_t>(texts.size());
+  out.off.assign(m + 1, 0);
+  int64_t bytes = 0;
+  for (const TextView& t : texts) bytes += t.n;
+  struct Chunk {
+    int64_t begin, end;
+    Vocab local;
+    std::vector<uint32_t> ids;
+    std::vector<uint32_t> to_global;
+  };
+  std::vector<std::unique_ptr<Chunk>> chunks;
+  std::mutex mu;
+  vlk::parallel_for(m, 4096, [&](int64_t b, int64_t e) {
+    auto c = std::make_unique<Chunk>();
+    c->begin = b;
+    c->end = e;
+    int64_t cb = 0;
+    for (int64_t i = b; i < e; ++i) cb += texts[i].n;
+    c->ids.reserve(static_cast<size_t>(cb / 5 + 16));
+    for (int64_t i = b; i < e; ++i) {
+      const size_t before = c->ids.size();
+      split_words(texts[i], mode,
+                  [&](const char* p, int64_t n) { c->ids.push_back(c->local.intern(p, n, hash_bytes(p, n))); });
+      out.off[i + 1] = static_cast<int64_t>(c->ids.size() - before);
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    chunks.push_back(std::move(c));
+  });
+  std::sort(chunks.begin(), chunks.end(), [](const auto& x, const auto& y) { return x->begin < y->begin; });
+  for (int64_t i = 0; i < m; ++i) out.off[i + 1] += out.off[i];
+  for (auto& c : chunks) {
+    c->to_global.resize(c->local.size());
+    for (uint32_t id = 0; id < c->local.size(); ++id) {
+      const std::string_view w = c->local.word(id);
+      c->to_global[id] = vocab.intern(w.data(), static_cast<int64_t>(w.size()), hash_bytes(w.data(), w.size()));
+    }
+  }
+  out.ids.resize(static_cast<size_t>(out.off[m]));
+  vlk::parallel_for(static_cast<int64_t>(chunks.size()), 1, [&](int64_t b, int64_t e) {
+    for (int64_t k = b; k < e; ++k) {
+      const Chunk& c = *chunks[k];
+      uint32_t* dst = out.ids.data() + out.off[c.begin];
+      for (size_t j = 0; j < c.ids.size(); ++j) dst[j] = c.to_global[c.ids[j]];
+    }
+  });
 }
 
 void tokenize_texts_frozen(const std::vector<TextView>& texts, Split mode, const Vocab& vocab, Vocab& extra,
@@ -63,85 +122,81 @@ void tokenize_texts_frozen(const std::vector<TextView>& texts, Split mode, const
   }
 }
 
-namespace {
-
-template <typename T>
-Span<T> carve(uint64_t*& cursor, const std::vector<T>& src) {
-  Span<T> out{reinterpret_cast<T*>(cursor), src.size()};
-  if (!src.empty()) std::memcpy(out.p, src.data(), src.size() * sizeof(T));
-  cursor += (src.size() * sizeof(T) + 7) / 8;
-  return out;
-}
-
-template <typename T>
-size_t words_of(const std::vector<T>& v) {
-  return (v.size() * sizeof(T) + 7) / 8;
-}
-
-}  // namespace
 
 void NgramBuilder::build(const Tokens& tok, const int64_t* caps, int ncap, int n, int ref_begin, int ref_end,
-                         ImageNgrams& out) {
-  keys_.clear();
-  hashes_.clear();
-  in_ref_.clear();
-  entries_.clear();
-  group_.assign(static_cast<size_t>(ncap) * (kMaxN + 1), 0);
-  lengths_.assign(ncap, 0);
+                         ImageNgrams& out, bool df_index_external) {
   int64_t total = 0;
   for (int c = 0; c < ncap; ++c) {
     const int64_t L = tok.len(caps[c]);
     for (int k = 1; k <= n; ++k) total += L - k + 1 > 0 ? L - k + 1 : 0;
   }
-  local_.clear_sparse(static_cast<size_t>(2 * total + 16));
-  stamp_.clear();
-  pos_.clear();
+  if (total >= static_cast<int64_t>(UINT32_MAX)) throw std::length_error("too many n-grams in one image");
+  // Arrays sized for the worst case (every occurrence distinct) and filled by index: no push_back in the loop.
+  const size_t cap = static_cast<size_t>(total);
+  if (keys_.size() < cap) {
+    keys_.resize(cap);
+    hashes_.resize(cap);
+    in_ref_.resize(cap);
+    stamp_.resize(cap);
+    pos_.resize(cap);
+    entries_.resize(cap);
+  }
+  group_.resize(static_cast<size_t>(ncap) * (kMaxN + 1));
+  local_.clear_sparse(2 * cap + 16);
+  uint32_t U = 0, E = 0;
+  Key* keys = keys_.data();
+  uint64_t* hashes = hashes_.data();
+  uint8_t* in_ref = in_ref_.data();
+  uint32_t* stamp = stamp_.data();
+  uint32_t* pos = pos_.data();
+  ImageNgrams::Entry* entries = entries_.data();
   for (int c = 0; c < ncap; ++c) {
     const uint32_t* w = tok.begin(caps[c]);
     const int64_t L = tok.len(caps[c]);
-    const bool is_ref = c >= ref_begin && c < ref_end;
-    lengths_[c] = L;
+    const uint8_t is_ref = c >= ref_begin && c < ref_end;
     uint32_t* grp = group_.data() + static_cast<size_t>(c) * (kMaxN + 1);
-    grp[0] = static_cast<uint32_t>(entries_.size());
+    grp[0] = E;
     for (int k = 1; k <= kMaxN; ++k) {
       if (k <= n) {
         for (int64_t i = 0; i + k <= L; ++i) {
           const Key key = make_key(w + i, k);
           const uint64_t h = key_hash(key);
           bool inserted;
-          uint32_t* v = local_.upsert_tracked(key, h, static_cast<uint32_t>(keys_.size()), &inserted);
+          uint32_t* v = local_.upsert_tracked(key, h, U, &inserted);
           if (inserted) {
-            keys_.push_back(key);
-            hashes_.push_back(h);
-            in_ref_.push_back(0);
-            stamp_.push_back(UINT32_MAX);
-            pos_.push_back(0);
+            keys[U] = key;
+            hashes[U] = h;
+            in_ref[U] = 0;
+            stamp[U] = UINT32_MAX;
+            ++U;
           }
           const uint32_t u = *v;
-          if (is_ref) in_ref_[u] = 1;
-          if (stamp_[u] != static_cast<uint32_t>(c)) {
-            stamp_[u] = static_cast<uint32_t>(c);
-            pos_[u] = static_cast<uint32_t>(entries_.size());
-            entries_.push_back(ImageNgrams::Entry{u, 1});
+          in_ref[u] |= is_ref;
+          if (stamp[u] != static_cast<uint32_t>(c)) {
+            stamp[u] = static_cast<uint32_t>(c);
+            pos[u] = E;
+            entries[E++] = ImageNgrams::Entry{u, 1};
           } else {
-            ++entries_[pos_[u]].tf;
+            ++entries[pos[u]].tf;
           }
         }
       }
-      grp[k] = static_cast<uint32_t>(entries_.size());
+      grp[k] = E;
     }
   }
-  const size_t words = words_of(keys_) + words_of(hashes_) + words_of(entries_) + words_of(lengths_) +
-                       words_of(group_) + words_of(in_ref_) + (keys_.size() * sizeof(uint32_t) + 7) / 8;
+  count_ = U;
+  const size_t words = (E * sizeof(ImageNgrams::Entry) + 7) / 8 + (group_.size() * sizeof(uint32_t) + 7) / 8 +
+                       (df_index_external ? 0 : (U * sizeof(uint32_t) + 7) / 8);
   out.storage.reset(new uint64_t[words]);
   uint64_t* cursor = out.storage.get();
-  out.keys = carve(cursor, keys_);
-  out.hashes = carve(cursor, hashes_);
-  out.entries = carve(cursor, entries_);
-  out.lengths = carve(cursor, lengths_);
-  out.group = carve(cursor, group_);
-  out.in_ref = carve(cursor, in_ref_);
-  out.df_index = Span<uint32_t>{reinterpret_cast<uint32_t*>(cursor), keys_.size()};
+  out.entries = Span<ImageNgrams::Entry>{reinterpret_cast<ImageNgrams::Entry*>(cursor), E};
+  std::memcpy(cursor, entries, E * sizeof(ImageNgrams::Entry));
+  cursor += (E * sizeof(ImageNgrams::Entry) + 7) / 8;
+  out.group = Span<uint32_t>{reinterpret_cast<uint32_t*>(cursor), group_.size()};
+  std::memcpy(cursor, group_.data(), group_.size() * sizeof(uint32_t));
+  cursor += (group_.size() * sizeof(uint32_t) + 7) / 8;
+  out.df_index = df_index_external ? Span<uint32_t>{} : Span<uint32_t>{reinterpret_cast<uint32_t*>(cursor), U};
+  out.num_ngrams = U;
   out.ncap = ncap;
 }
 

@@ -58,12 +58,30 @@ inline void split_words(TextView t, Split mode, F&& emit) {
     return;
   }
   const unsigned char* q = s;
+  // ASCII bytes are classified inline; only lead bytes of multi-byte sequences go through whitespace_len.
   while (q < end) {
-    int ws;
-    while (q < end && (ws = whitespace_len(q, end)) > 0) q += ws;
+    while (q < end) {
+      const unsigned char c = *q;
+      if (c < 0x80) {
+        if (!((c >= 9 && c <= 13) || (c >= 28 && c <= 32))) break;
+        ++q;
+      } else {
+        const int ws = whitespace_len(q, end);
+        if (ws == 0) break;
+        q += ws;
+      }
+    }
     if (q >= end) break;
     const unsigned char* w = q;
-    while (q < end && whitespace_len(q, end) == 0) ++q;
+    while (q < end) {
+      const unsigned char c = *q;
+      if (c < 0x80) {
+        if ((c >= 9 && c <= 13) || (c >= 28 && c <= 32)) break;
+      } else if (whitespace_len(q, end) != 0) {
+        break;
+      }
+      ++q;
+    }
     emit(reinterpret_cast<const char*>(w), static_cast<int64_t>(q - w));
   }
 }
@@ -279,29 +297,44 @@ class KeyTable {
 
 // Document frequency: key -> number of documents (images) whose references contain the n-gram. Sharded by the
 // high hash bits so shards are filled in parallel without locks; read-only afterwards. Each shard maps a key to a
-// dense index into its counts, so an image that remembers the indices of its n-grams reads its df from small
-// arrays instead of probing the (much larger) hash table again.
+// dense index into its counts. 256 shards keep one shard's table in L2 while it is filled (COCO val2014: 1.36M
+// distinct n-grams, ~5k per shard): the df pass is a radix-partitioned hash join, not random probes into one table.
 class DfTable {
  public:
-  static constexpr int kShardBits = 6;
+  static constexpr int kShardBits = 8;
   static constexpr int kShards = 1 << kShardBits;
+  // A (shard, dense index) pair packed in 32 bits: what an image remembers of each of its n-grams.
+  static constexpr int kIndexBits = 32 - kShardBits;
+  static constexpr uint32_t kAbsent = UINT32_MAX;
   DfTable() : shards_(kShards), counts_(kShards) {}
   static int shard_of(uint64_t h) { return static_cast<int>(h >> (64 - kShardBits)); }
-  void prefetch(uint64_t h) const { shards_[shard_of(h)].prefetch(h); }
   uint32_t get(const Key& k, uint64_t h) const {
     const int s = shard_of(h);
     const uint32_t* v = shards_[s].find(k, h);
     return v ? counts_[s][*v] : 0;
   }
-  uint32_t count_at(uint64_t h, uint32_t index) const { return counts_[shard_of(h)][index]; }
+  // Count of a packed handle (kAbsent: not in any document).
+  uint32_t count_of(uint32_t handle) const {
+    return handle == kAbsent ? 0 : counts_[handle >> kIndexBits][handle & ((1u << kIndexBits) - 1)];
+  }
   // Dense index of `k` in its shard (inserted with count 0 when absent). Only the shard's owner thread calls it.
   uint32_t index_of(int s, const Key& k, uint64_t h) {
     bool inserted;
     uint32_t* v = shards_[s].upsert(k, h, static_cast<uint32_t>(counts_[s].size()), &inserted);
-    if (inserted) counts_[s].push_back(0);
+    if (inserted) {
+      if (counts_[s].size() >= (size_t{1} << kIndexBits)) throw std::length_error("too many distinct n-grams");
+      counts_[s].push_back(0);
+    }
     return *v;
   }
+  // Packed handle of `k`, or kAbsent.
+  uint32_t handle_of(int s, const Key& k, uint64_t h) const {
+    const uint32_t* v = shards_[s].find(k, h);
+    return v ? (static_cast<uint32_t>(s) << kIndexBits) | *v : kAbsent;
+  }
+  static uint32_t pack(int s, uint32_t index) { return (static_cast<uint32_t>(s) << kIndexBits) | index; }
   uint32_t& count(int s, uint32_t index) { return counts_[s][index]; }
+  std::vector<uint32_t>& counts(int s) { return counts_[s]; }
   void reserve(int s, size_t n) {
     if (shards_[s].size() == 0) shards_[s].reset(n);
   }
@@ -335,39 +368,44 @@ struct Span {
 // N-grams of one image (candidate + references) against a local dictionary: every distinct n-gram of the image
 // gets a local index; each caption is a list of (local index, count) in pycocoevalcap's precook order (n-gram
 // length outer, position inner, first occurrence), grouped by n. One allocation holds all arrays (thousands of
-// images stay alive between the df and the scoring passes).
+// images stay alive between the df and the scoring passes); the keys themselves stay in the builder, which hands
+// them to the df pass right after the build.
 struct ImageNgrams {
   struct Entry {
     uint32_t local;
     uint32_t tf;
   };
-  Span<Key> keys;           // [U] distinct n-grams
-  Span<uint64_t> hashes;    // [U]
   Span<Entry> entries;      // all captions' entries
-  Span<int64_t> lengths;    // per caption: word count
   Span<uint32_t> group;     // per caption kMaxN+1 offsets into entries
-  Span<uint8_t> in_ref;     // [U] 1 when some reference contains it
-  Span<uint32_t> df_index;  // [U] dense df index of reference n-grams (filled by the df pass)
+  Span<uint32_t> df_index;  // [U] df handle of each n-gram (DfTable::count_of), filled by the df pass
+  uint32_t num_ngrams = 0;  // U
   int ncap = 0;
   std::unique_ptr<uint64_t[]> storage;
   const Entry* begin(int cap, int n) const { return entries.data() + group[cap * (kMaxN + 1) + n]; }
   const Entry* end(int cap, int n) const { return entries.data() + group[cap * (kMaxN + 1) + n + 1]; }
 };
 
-// Builds ImageNgrams for the captions tok[caps[0..ncap)]; captions ref_begin..ref_end-1 are references.
+// Builds ImageNgrams for the captions tok[caps[0..ncap)]; captions ref_begin..ref_end-1 are references. The
+// distinct n-grams of the last build stay readable through keys()/hashes()/in_ref() until the next build.
 class NgramBuilder {
  public:
-  void build(const Tokens& tok, const int64_t* caps, int ncap, int n, int ref_begin, int ref_end, ImageNgrams& out);
+  // With df_index_external, out.df_index is left empty for the caller to point at its own storage.
+  void build(const Tokens& tok, const int64_t* caps, int ncap, int n, int ref_begin, int ref_end, ImageNgrams& out,
+             bool df_index_external = false);
+  uint32_t size() const { return count_; }
+  const Key* keys() const { return keys_.data(); }
+  const uint64_t* hashes() const { return hashes_.data(); }
+  const uint8_t* in_ref() const { return in_ref_.data(); }
 
  private:
   KeyTable local_;
+  uint32_t count_ = 0;
   std::vector<uint32_t> stamp_, pos_;
   std::vector<Key> keys_;
   std::vector<uint64_t> hashes_;
   std::vector<uint8_t> in_ref_;
   std::vector<ImageNgrams::Entry> entries_;
   std::vector<uint32_t> group_;
-  std::vector<int64_t> lengths_;
 };
 
 }  // namespace vlk::cap
