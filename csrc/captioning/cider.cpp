@@ -104,8 +104,8 @@ double score_candidate(const ImageNgrams& im, int cap, int nref, const std::vect
   return mean;
 }
 
-// A distinct n-gram of one image bound for its df shard, and where its df handle goes (index into the part's
-// handles).
+// A distinct n-gram of one image bound for its df shard, and where its document frequency goes (index into the
+// part's df array).
 struct DfRecord {
   uint64_t lo;
   uint32_t hi;
@@ -130,7 +130,7 @@ struct Partition {
 // What one thread's contiguous range of images hands to the df pass: the radix partition of its n-grams by shard.
 struct DfPart {
   int64_t begin = 0;
-  std::vector<uint32_t> handles;  // df handle of every n-gram of the range's images, image by image
+  std::vector<uint32_t> df;  // document frequency of every n-gram of the range's images, image by image
   Partition insert;               // reference n-grams: +1 document each
   Partition lookup;               // candidate-only n-grams: df read after all inserts
 };
@@ -163,12 +163,12 @@ void build_images(const Tokens& tok, int64_t n_images, int n, bool lookups, Caps
     for (int64_t i = b; i < e; ++i) {
       int ref_begin, ref_end;
       caps_of(i, caps, ref_begin, ref_end);
-      builder.build(tok, caps.data(), static_cast<int>(caps.size()), n, ref_begin, ref_end, ims[i], true);
+      builder.build(tok, caps.data(), static_cast<int>(caps.size()), n, ref_begin, ref_end, ims[i]);
       const uint32_t U = builder.size();
-      const size_t base = part.handles.size();
+      const size_t base = part.df.size();
       if (base + U >= UINT32_MAX) throw std::length_error("too many n-grams in one thread's share of images");
       offs.push_back(base);
-      part.handles.resize(base + U, DfTable::kAbsent);
+      part.df.resize(base + U, 0);
       const Key* keys = builder.keys();
       const uint64_t* hashes = builder.hashes();
       const uint8_t* in_ref = builder.in_ref();
@@ -182,9 +182,9 @@ void build_images(const Tokens& tok, int64_t n_images, int n, bool lookups, Caps
       }
     }
     for (int64_t i = b; i < e; ++i)
-      ims[i].df_index = Span<uint32_t>{part.handles.data() + offs[i - b], ims[i].num_ngrams};
+      ims[i].df = Span<uint32_t>{part.df.data() + offs[i - b], ims[i].num_ngrams};
     std::lock_guard<std::mutex> lock(mu);
-    parts.push_back(std::move(part));  // moving keeps the handles buffer the images point into
+    parts.push_back(std::move(part));  // moving keeps the df buffer the images point into
   });
   // Image order, whatever the thread timing: df indices (and saved df files) do not depend on scheduling.
   std::sort(parts.begin(), parts.end(), [](const DfPart& x, const DfPart& y) { return x.begin < y.begin; });
@@ -198,47 +198,51 @@ void count_documents(std::vector<DfPart>& parts, DfTable& df, bool keep_keys) {
     // Without keep_keys (one-shot corpus scoring) a shard's keys live in a scratch table reused across shards:
     // only the counts outlive the pass, and the scratch stays in cache.
     KeyTable scratch;
+    std::vector<uint32_t> index;  // dense df index of each insert record of the shard, in record order
     for (int64_t si = b; si < e; ++si) {
       const int s = static_cast<int>(si);
       size_t pairs = 0;
       for (const DfPart& p : parts) pairs += p.insert.size(s);
       std::vector<uint32_t>& counts = df.counts(s);
-      if (keep_keys) {
-        // Sized for the usual ~30% distinct pairs (COCO val2014: 1.36M distinct of 4.77M).
+      // Sized for the usual ~30% distinct pairs (COCO val2014: 1.36M distinct of 4.77M), about half full.
+      if (keep_keys)
         df.reserve(s, pairs * 2 / 5 + 16);
-      } else {
-        scratch.clear_sparse(2 * pairs + 16);  // never more than half full: upsert_tracked does not grow
-      }
+      else
+        scratch.clear_sparse(pairs * 2 / 5 + 16);
       auto index_of = [&](const Key& k, uint64_t h) -> uint32_t {
         if (keep_keys) return df.index_of(s, k, h);
         bool inserted;
-        const uint32_t* v = scratch.upsert_tracked(k, h, static_cast<uint32_t>(counts.size()), &inserted);
+        const uint32_t* v = scratch.upsert_tracked_growing(k, h, static_cast<uint32_t>(counts.size()), &inserted);
         if (inserted) {
-          if (counts.size() >= (size_t{1} << DfTable::kIndexBits)) throw std::length_error("too many distinct n-grams");
+          if (counts.size() >= UINT32_MAX) throw std::length_error("too many distinct n-grams");
           counts.push_back(0);
         }
         return *v;
       };
+      // Pass 1 counts; pass 2 writes the final counts into the images, so scoring reads its df sequentially.
+      index.resize(pairs);
+      size_t j = 0;
       uint32_t m = 0;
-      for (DfPart& p : parts) {
-        uint32_t* handles = p.handles.data();
-        for (const DfRecord* r = p.insert.begin(s); r != p.insert.end(s); ++r) {
+      for (const DfPart& p : parts) {
+        for (const DfRecord* r = p.insert.begin(s); r != p.insert.end(s); ++r, ++j) {
           const Key k{r->lo, r->hi};
-          const uint32_t index = index_of(k, key_hash(k));
-          m = std::max(m, ++counts[index]);
-          handles[r->pos] = DfTable::pack(s, index);
+          const uint32_t x = index_of(k, key_hash(k));
+          m = std::max(m, ++counts[x]);
+          index[j] = x;
         }
       }
+      j = 0;
       for (DfPart& p : parts) {
-        uint32_t* handles = p.handles.data();
+        uint32_t* out = p.df.data();
+        for (const DfRecord* r = p.insert.begin(s); r != p.insert.end(s); ++r, ++j) out[r->pos] = counts[index[j]];
         for (const DfRecord* r = p.lookup.begin(s); r != p.lookup.end(s); ++r) {
           const Key k{r->lo, r->hi};
           const uint64_t h = key_hash(k);
           if (keep_keys) {
-            handles[r->pos] = df.handle_of(s, k, h);
+            out[r->pos] = df.get(k, h);
           } else {
             const uint32_t* v = scratch.find(k, h);
-            handles[r->pos] = v ? DfTable::pack(s, *v) : DfTable::kAbsent;
+            out[r->pos] = v ? counts[*v] : 0;
           }
         }
       }
@@ -277,7 +281,7 @@ void cider_corpus(const Tokens& tok, const int64_t* cand, const int64_t* ref_off
       ImageNgrams& im = ims[i];
       const uint32_t U = im.num_ngrams;
       idf.resize(U);
-      for (uint32_t u = 0; u < U; ++u) idf[u] = opts.ref_len - logdf_of(opts, df.count_of(im.df_index[u]));
+      for (uint32_t u = 0; u < U; ++u) idf[u] = opts.ref_len - logdf_of(opts, im.df[u]);
       const int nref = im.ncap - 1;
       if (nref < 1) throw std::invalid_argument("an image has no references");
       build_ref_vecs(im, 1, nref, opts.n, idf, rv);
@@ -351,7 +355,7 @@ void CiderDf::score(const Tokens& tok, const int64_t* cand, int64_t n_cand, cons
       caps.assign(ref_caps + ref_off[g], ref_caps + ref_off[g + 1]);
       const int nref = static_cast<int>(caps.size());
       for (int64_t j = start[g]; j < start[g + 1]; ++j) caps.push_back(cand[order[j]]);
-      builder.build(tok, caps.data(), static_cast<int>(caps.size()), n_, 0, nref, im, true);
+      builder.build(tok, caps.data(), static_cast<int>(caps.size()), n_, 0, nref, im);
       idf.resize(builder.size());
       for (uint32_t u = 0; u < builder.size(); ++u)
         idf[u] = opts.ref_len - logdf_of(opts, df_.get(builder.keys()[u], builder.hashes()[u]));

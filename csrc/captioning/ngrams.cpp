@@ -124,7 +124,7 @@ void tokenize_texts_frozen(const std::vector<TextView>& texts, Split mode, const
 
 
 void NgramBuilder::build(const Tokens& tok, const int64_t* caps, int ncap, int n, int ref_begin, int ref_end,
-                         ImageNgrams& out, bool df_index_external) {
+                         ImageNgrams& out) {
   int64_t total = 0;
   for (int c = 0; c < ncap; ++c) {
     const int64_t L = tok.len(caps[c]);
@@ -185,8 +185,7 @@ void NgramBuilder::build(const Tokens& tok, const int64_t* caps, int ncap, int n
     }
   }
   count_ = U;
-  const size_t words = (E * sizeof(ImageNgrams::Entry) + 7) / 8 + (group_.size() * sizeof(uint32_t) + 7) / 8 +
-                       (df_index_external ? 0 : (U * sizeof(uint32_t) + 7) / 8);
+  const size_t words = (E * sizeof(ImageNgrams::Entry) + 7) / 8 + (group_.size() * sizeof(uint32_t) + 7) / 8;
   out.storage.reset(new uint64_t[words]);
   uint64_t* cursor = out.storage.get();
   out.entries = Span<ImageNgrams::Entry>{reinterpret_cast<ImageNgrams::Entry*>(cursor), E};
@@ -194,8 +193,7 @@ void NgramBuilder::build(const Tokens& tok, const int64_t* caps, int ncap, int n
   cursor += (E * sizeof(ImageNgrams::Entry) + 7) / 8;
   out.group = Span<uint32_t>{reinterpret_cast<uint32_t*>(cursor), group_.size()};
   std::memcpy(cursor, group_.data(), group_.size() * sizeof(uint32_t));
-  cursor += (group_.size() * sizeof(uint32_t) + 7) / 8;
-  out.df_index = df_index_external ? Span<uint32_t>{} : Span<uint32_t>{reinterpret_cast<uint32_t*>(cursor), U};
+  out.df = Span<uint32_t>{};
   out.num_ngrams = U;
   out.ncap = ncap;
 }

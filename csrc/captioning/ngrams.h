@@ -244,6 +244,16 @@ class KeyTable {
       }
     }
   }
+  // upsert_tracked that doubles the table past 3/4 load (the filled slots stay tracked).
+  uint32_t* upsert_tracked_growing(const Key& k, uint64_t h, uint32_t init, bool* inserted) {
+    if (4 * (count_ + 1) > 3 * slots_.size()) {
+      grow();
+      used_.clear();
+      for (size_t i = 0; i < slots_.size(); ++i)
+        if (slots_[i].lo != 0) used_.push_back(static_cast<uint32_t>(i));
+    }
+    return upsert_tracked(k, h, init, inserted);
+  }
   void prefetch(uint64_t h) const { __builtin_prefetch(&slots_[h & mask_]); }
   // Pointer to the value of `k`, inserting it with value `init` when absent.
   uint32_t* upsert(const Key& k, uint64_t h, uint32_t init, bool* inserted) {
@@ -303,9 +313,6 @@ class DfTable {
  public:
   static constexpr int kShardBits = 8;
   static constexpr int kShards = 1 << kShardBits;
-  // A (shard, dense index) pair packed in 32 bits: what an image remembers of each of its n-grams.
-  static constexpr int kIndexBits = 32 - kShardBits;
-  static constexpr uint32_t kAbsent = UINT32_MAX;
   DfTable() : shards_(kShards), counts_(kShards) {}
   static int shard_of(uint64_t h) { return static_cast<int>(h >> (64 - kShardBits)); }
   uint32_t get(const Key& k, uint64_t h) const {
@@ -313,26 +320,16 @@ class DfTable {
     const uint32_t* v = shards_[s].find(k, h);
     return v ? counts_[s][*v] : 0;
   }
-  // Count of a packed handle (kAbsent: not in any document).
-  uint32_t count_of(uint32_t handle) const {
-    return handle == kAbsent ? 0 : counts_[handle >> kIndexBits][handle & ((1u << kIndexBits) - 1)];
-  }
   // Dense index of `k` in its shard (inserted with count 0 when absent). Only the shard's owner thread calls it.
   uint32_t index_of(int s, const Key& k, uint64_t h) {
     bool inserted;
     uint32_t* v = shards_[s].upsert(k, h, static_cast<uint32_t>(counts_[s].size()), &inserted);
     if (inserted) {
-      if (counts_[s].size() >= (size_t{1} << kIndexBits)) throw std::length_error("too many distinct n-grams");
+      if (counts_[s].size() >= UINT32_MAX) throw std::length_error("too many distinct n-grams");
       counts_[s].push_back(0);
     }
     return *v;
   }
-  // Packed handle of `k`, or kAbsent.
-  uint32_t handle_of(int s, const Key& k, uint64_t h) const {
-    const uint32_t* v = shards_[s].find(k, h);
-    return v ? (static_cast<uint32_t>(s) << kIndexBits) | *v : kAbsent;
-  }
-  static uint32_t pack(int s, uint32_t index) { return (static_cast<uint32_t>(s) << kIndexBits) | index; }
   uint32_t& count(int s, uint32_t index) { return counts_[s][index]; }
   std::vector<uint32_t>& counts(int s) { return counts_[s]; }
   void reserve(int s, size_t n) {
@@ -377,7 +374,7 @@ struct ImageNgrams {
   };
   Span<Entry> entries;      // all captions' entries
   Span<uint32_t> group;     // per caption kMaxN+1 offsets into entries
-  Span<uint32_t> df_index;  // [U] df handle of each n-gram (DfTable::count_of), filled by the df pass
+  Span<uint32_t> df;        // [U] document frequency of each n-gram, filled by the df pass
   uint32_t num_ngrams = 0;  // U
   int ncap = 0;
   std::unique_ptr<uint64_t[]> storage;
@@ -389,9 +386,8 @@ struct ImageNgrams {
 // distinct n-grams of the last build stay readable through keys()/hashes()/in_ref() until the next build.
 class NgramBuilder {
  public:
-  // With df_index_external, out.df_index is left empty for the caller to point at its own storage.
-  void build(const Tokens& tok, const int64_t* caps, int ncap, int n, int ref_begin, int ref_end, ImageNgrams& out,
-             bool df_index_external = false);
+  // out.df is left empty: the df pass points it at its own storage.
+  void build(const Tokens& tok, const int64_t* caps, int ncap, int n, int ref_begin, int ref_end, ImageNgrams& out);
   uint32_t size() const { return count_; }
   const Key* keys() const { return keys_.data(); }
   const uint64_t* hashes() const { return hashes_.data(); }
