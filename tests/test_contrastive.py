@@ -373,6 +373,8 @@ from vlkernels.contrastive.kernels import _contrastive_grad_kernel, _lse_pair_fw
 from vlkernels.contrastive.ops import BLOCKS
 
 def compile_for(fn, dtype, consts, arch, warps):
+    # A constexpr left out would silently compile as a runtime integer argument.
+    assert {n for n in fn.arg_names if n.isupper()} == set(consts), sorted(consts)
     sig = {}
     for name in fn.arg_names:
         if name in consts:
@@ -405,7 +407,8 @@ check(_lse_pair_fwd_kernel, "bf16", fwd, 90, warps)
 grad, warps = blocks("grad")
 dual, dual_warps = blocks("dual")
 def flags(**kw):
-    return dict(dict(SIGLIP=False, HAS_BIAS=False, HAS_GROUPS=False, WRITE_LOSS=False, ACC_A=True, ACC_B=False), **kw)
+    base = dict(SIGLIP=False, HAS_BIAS=False, HAS_GROUPS=False, WRITE_LOSS=False, WRITE_DS=True, ACC_A=True)
+    return {**base, "ACC_B": False, **kw}
 
 for arch in (80, 90):
     check(_contrastive_grad_kernel, "bf16", dict(grad, **flags()), arch, warps)
@@ -415,8 +418,9 @@ for arch in (80, 90):
 dual32, dual32_warps = blocks("dual_fp32")
 check(_contrastive_grad_kernel, "fp32", dict(dual32, **flags(ACC_B=True), PRECISION="ieee"), 80, dual32_warps)
 check(_contrastive_grad_kernel, "fp16", dict(grad, **flags(SIGLIP=True, HAS_BIAS=True, WRITE_LOSS=True)), 80, warps)
-check(_contrastive_grad_kernel, "bf16", dict(grad, **flags(SIGLIP=True, HAS_GROUPS=True)), 80, warps)
-check(_contrastive_grad_kernel, "bf16", dict(grad, **flags(SIGLIP=True, WRITE_LOSS=True, ACC_A=False)), 90, warps)
+check(_contrastive_grad_kernel, "bf16", dict(grad, **flags(SIGLIP=True, HAS_GROUPS=True, WRITE_DS=False)), 80, warps)
+check(_contrastive_grad_kernel, "bf16", dict(grad, **flags(SIGLIP=True, WRITE_LOSS=True, WRITE_DS=False,
+                                                                ACC_A=False)), 90, warps)
 print("compiled")
 """
 

@@ -2,12 +2,12 @@ import triton
 import triton.language as tl
 
 
-# One [BLOCK_M, BLOCK_N] tile of s·A·Bᵀ: a K-loop over D in BLOCK_K chunks, fp32 accumulation whatever the input
-# dtype. PRECISION is "ieee" for fp32 inputs (no silent TF32) and ignored by the hardware for fp16/bf16. UPCAST is
-# set only under TRITON_INTERPRET for bf16: the interpreter multiplies bf16 bit patterns as integers (Triton 3.9);
-# exact fp32 products of the bf16 values are what the tensor cores compute.
+# One [BLOCK_M, BLOCK_N] tile of A·Bᵀ, unscaled (the scale gradient needs the raw dot products): a K-loop over D in
+# BLOCK_K chunks, fp32 accumulation whatever the input dtype. PRECISION is "ieee" for fp32 inputs (no silent TF32) and
+# ignored by the hardware for fp16/bf16. UPCAST is set only under TRITON_INTERPRET for bf16: the interpreter multiplies
+# bf16 bit patterns as integers (Triton 3.9); exact fp32 products of the bf16 values are what the tensor cores compute.
 @triton.jit
-def _scaled_logits_tile(
+def _dot_tile(
     a_ptr,
     b_ptr,
     offs_m,
@@ -19,7 +19,6 @@ def _scaled_logits_tile(
     stride_ad,
     stride_bn,
     stride_bd,
-    scale,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -44,7 +43,7 @@ def _scaled_logits_tile(
         if UPCAST:
             b_a, b_bt = b_a.to(tl.float32), b_bt.to(tl.float32)
         acc = tl.dot(b_a, b_bt, acc, input_precision=PRECISION)
-    return acc * scale
+    return acc
 
 
 # Stable softplus(t) = max(t, 0) + log1p(e) and sigmoid(t) from one e = exp(-|t|). log1p uses Goldberg's
@@ -96,10 +95,10 @@ def _lse_pair_fwd_kernel(
         for cb in range(0, n_cols, BLOCK_N):
             offs_n = cb + tl.arange(0, BLOCK_N).to(tl.int64)
             mask_n = offs_n < n_cols
-            s = _scaled_logits_tile(
+            s = _dot_tile(
                 a_ptr, b_ptr, offs_m, offs_n, mask_m, mask_n, n_dims, stride_am, stride_ad, stride_bn, stride_bd,
-                scale, BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST,
-            )  # fmt: skip
+                BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST,
+            ) * scale  # fmt: skip
             s = tl.where(mask_m[:, None] & mask_n[None, :], s, float("-inf"))
             # Padded rows/columns have max -inf; a finite stand-in keeps exp(-inf - (-inf)) from becoming NaN.
             m_new = tl.maximum(m_i, tl.max(s, axis=1))
@@ -123,7 +122,8 @@ def _lse_pair_fwd_kernel(
 # accumulates G·B into its own fp32 rows of acc_ptr (no other program touches them: deterministic). With ACC_B it also
 # adds Gᵀ·A into the fp32 rows of accb_ptr with atomics (every row block contributes to every B row: the one-sweep
 # backward, 3 GEMM units per sweep, summation order not fixed). Without ACC_B it is called a second time with A and B
-# swapped for B's gradient (G has the same form transposed): 2 + 2 units, deterministic.
+# swapped for B's gradient (G has the same form transposed): 2 + 2 units, deterministic. WRITE_DS stores the per-row
+# partials Σ_j G_ij⟨a_i, b_j⟩ of the scale gradient (fp32 G, not the rounded one), reduced afterwards in a fixed order.
 @triton.jit
 def _contrastive_grad_kernel(
     a_ptr,
@@ -140,6 +140,7 @@ def _contrastive_grad_kernel(
     grp_b_ptr,
     loss_ptr,
     gsum_ptr,
+    dsum_ptr,
     n_rows,
     n_cols,
     n_dims,
@@ -156,6 +157,7 @@ def _contrastive_grad_kernel(
     HAS_BIAS: tl.constexpr,
     HAS_GROUPS: tl.constexpr,
     WRITE_LOSS: tl.constexpr,
+    WRITE_DS: tl.constexpr,
     ACC_A: tl.constexpr,
     ACC_B: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -179,6 +181,7 @@ def _contrastive_grad_kernel(
     else:
         b_lse_a = tl.load(lse_a_ptr + offs_m, mask=mask_m, other=0.0)
         b_da = tl.load(d_a_ptr + offs_m, mask=mask_m, other=0.0)
+    ds_rows = tl.zeros([BLOCK_M], dtype=tl.float32)
     num_col_tiles = tl.cdiv(n_cols, BLOCK_N)
     # With atomics, program p starts at column tile p (mod the count) so concurrent programs add into different B rows.
     start = pid_m % num_col_tiles if ACC_B else 0
@@ -187,10 +190,11 @@ def _contrastive_grad_kernel(
         offs_n = cb + tl.arange(0, BLOCK_N).to(tl.int64)
         mask_n = offs_n < n_cols
         mask = mask_m[:, None] & mask_n[None, :]
-        s = _scaled_logits_tile(
+        raw = _dot_tile(
             a_ptr, b_ptr, offs_m, offs_n, mask_m, mask_n, n_dims, stride_am, stride_ad, stride_bn, stride_bd,
-            scale, BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST,
+            BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST,
         )  # fmt: skip
+        s = raw * scale
         if SIGLIP:
             if HAS_GROUPS:
                 b_gb = tl.load(grp_b_ptr + offs_n, mask=mask_n, other=-2)
@@ -210,6 +214,9 @@ def _contrastive_grad_kernel(
             b_db = tl.load(d_b_ptr + offs_n, mask=mask_n, other=0.0)
             g = b_da[:, None] * tl.exp(s - b_lse_a[:, None]) + b_db[None, :] * tl.exp(s - b_lse_b[None, :])
             g = tl.where(mask, g, 0.0)
+        if WRITE_DS:
+            # ∂L/∂s = Σ G_ij ⟨a_i, b_j⟩ from the fp32 G and dot products, before G is rounded for the GEMMs.
+            ds_rows += tl.sum(g * raw, axis=1)
         if ACC_A or ACC_B:
             g = g.to(b_ptr.dtype.element_ty)
             if UPCAST:
@@ -244,6 +251,8 @@ def _contrastive_grad_kernel(
                     tl.atomic_add(accb_ptrs, part, mask=mask_n[:, None] & mask_k[None, :], sem="relaxed")
             # The next column tile re-reads these accumulator rows, possibly in other threads of this program.
             tl.debug_barrier()
+    if WRITE_DS:
+        tl.store(dsum_ptr + offs_m, ds_rows, mask=mask_m)
     if SIGLIP:
         if WRITE_LOSS:
             tl.store(loss_ptr + offs_m, loss_rows, mask=mask_m)

@@ -133,72 +133,77 @@ def _grad_rows(
     inv_norm: float = 1.0,
     siglip: bool = False,
     write_loss: bool = False,
+    write_ds: bool = False,
     acc_a: bool = True,
     acc_b: bool = False,
-) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
-    """One sweep over the tiles of s·A·Bᵀ. Returns fp32 ``G·B`` (rows of A; with acc_a), fp32 ``Gᵀ·A`` (rows of B,
-    atomics; with acc_b), and with write_loss the per-row SigLIP loss and per-row Σ_j G (G = ∂L/∂logits)."""
+) -> dict[str, torch.Tensor]:
+    """One sweep over the tiles of s·A·Bᵀ (G = ∂L/∂logits). Returns fp32 tensors: ``ga = G·B`` (rows of A; with
+    acc_a), ``gb = Gᵀ·A`` (rows of B, atomics; with acc_b), with write_loss the per-row SigLIP ``loss`` and
+    ``gsum = Σ_j G``, with write_ds ``ds = Σ_j G_ij⟨a_i, b_j⟩`` per row."""
     from vlkernels.contrastive.kernels import _contrastive_grad_kernel
 
     n, d = a.shape
     m = b.shape[0]
-    ga = torch.zeros(n, d, dtype=torch.float32, device=a.device) if acc_a else None
-    # The atomic path's one extra buffer: B's gradient accumulated in fp32 (M×D×4 bytes), cast once at the end.
-    gb = torch.zeros(m, d, dtype=torch.float32, device=a.device) if acc_b else None
-    loss = torch.zeros(n, dtype=torch.float32, device=a.device) if write_loss else None
-    gsum = torch.zeros(n, dtype=torch.float32, device=a.device) if write_loss else None
+    f32 = {"dtype": torch.float32, "device": a.device}
+    out = {}
+    if acc_a:
+        out["ga"] = torch.zeros(n, d, **f32)
+    if acc_b:
+        # The atomic path's one extra buffer: B's gradient accumulated in fp32 (M×D×4 bytes), cast once at the end.
+        out["gb"] = torch.zeros(m, d, **f32)
+    if write_loss:
+        out["loss"], out["gsum"] = torch.zeros(n, **f32), torch.zeros(n, **f32)
+    if write_ds:
+        out["ds"] = torch.zeros(n, **f32)
     if n == 0 or m == 0:
-        return ga, gb, loss, gsum
+        return out
     block_m, block_n, block_k, warps = _blocks(a, "dual" if acc_b else "grad")
-    dummy = torch.empty(1, dtype=torch.float32, device=a.device)
+    dummy = torch.empty(1, **f32)
+    opt = {k: v if v is not None else dummy for k, v in dict(lse_a=lse_a, lse_b=lse_b, d_a=d_a, d_b=d_b, bias=bias,
+                                                              grp_a=grp_a, grp_b=grp_b).items()}  # fmt: skip
     _contrastive_grad_kernel[(triton_cdiv(n, block_m),)](
-        a, b, scale, ga if ga is not None else dummy, gb if gb is not None else dummy,
-        lse_a if lse_a is not None else dummy, lse_b if lse_b is not None else dummy,
-        d_a if d_a is not None else dummy, d_b if d_b is not None else dummy,
-        bias if bias is not None else dummy,
-        grp_a if grp_a is not None else dummy, grp_b if grp_b is not None else dummy,
-        loss if loss is not None else dummy, gsum if gsum is not None else dummy,
+        a, b, scale, out.get("ga", dummy), out.get("gb", dummy), opt["lse_a"], opt["lse_b"], opt["d_a"], opt["d_b"],
+        opt["bias"], opt["grp_a"], opt["grp_b"], out.get("loss", dummy), out.get("gsum", dummy), out.get("ds", dummy),
         n, m, d, a.stride(0), a.stride(1), b.stride(0), b.stride(1), d, d, offset_a, offset_b, inv_norm,
         SIGLIP=siglip, HAS_BIAS=bias is not None, HAS_GROUPS=grp_a is not None, WRITE_LOSS=write_loss,
-        ACC_A=acc_a, ACC_B=acc_b, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, PRECISION=_precision(a),
-        UPCAST=_upcast(a), num_warps=warps,
+        WRITE_DS=write_ds, ACC_A=acc_a, ACC_B=acc_b, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+        PRECISION=_precision(a), UPCAST=_upcast(a), num_warps=warps,
     )  # fmt: skip
-    return ga, gb, loss, gsum
+    return out
 
 
 def lse_pair_bwd(x, y, scale, row_lse, col_lse, d_row, d_col):
+    lse = dict(lse_a=row_lse, lse_b=col_lse, d_a=d_row, d_b=d_col)
     if deterministic():
         # Two sweeps, each program owning its rows: 2 + 2 GEMM units, bitwise reproducible.
-        gx, _, _, _ = _grad_rows(x, y, scale, lse_a=row_lse, lse_b=col_lse, d_a=d_row, d_b=d_col)
-        gy, _, _, _ = _grad_rows(y, x, scale, lse_a=col_lse, lse_b=row_lse, d_a=d_col, d_b=d_row)
+        first = _grad_rows(x, y, scale, write_ds=True, **lse)
+        gy = _grad_rows(y, x, scale, lse_a=col_lse, lse_b=row_lse, d_a=d_col, d_b=d_row)["ga"]
     else:
         # One sweep: 1 recompute + 2 GEMM units; dy's partials are added with fp32 atomics.
-        gx, gy, _, _ = _grad_rows(x, y, scale, lse_a=row_lse, lse_b=col_lse, d_a=d_row, d_b=d_col, acc_b=True)
-    # ds from the fp32 dx accumulator, whose rows are summed in a fixed order on both paths.
-    ds = torch.dot(gx.reshape(-1), x.float().reshape(-1))
+        first = _grad_rows(x, y, scale, write_ds=True, acc_b=True, **lse)
+        gy = first["gb"]
     s = scale.float()
-    return (gx * s).to(x.dtype), (gy * s).to(y.dtype), ds
+    # ds from per-row partials reduced in a fixed order: exact and reproducible on both paths.
+    return (first["ga"] * s).to(x.dtype), (gy * s).to(y.dtype), first["ds"].sum()
 
 
 def siglip_fwd(x, y, scale, bias, x_groups, y_groups, row_offset, col_offset, inv_norm, need_grad):
-    common = dict(bias=bias, offset_a=row_offset, offset_b=col_offset, inv_norm=inv_norm, siglip=True)
+    common = dict(bias=bias, inv_norm=inv_norm, siglip=True)
+    fwd = dict(grp_a=x_groups, grp_b=y_groups, offset_a=row_offset, offset_b=col_offset, write_loss=True, **common)
     if not need_grad:
         # The loss alone: 1 GEMM unit.
-        _, _, loss_rows, _ = _grad_rows(x, y, scale, grp_a=x_groups, grp_b=y_groups, write_loss=True, acc_a=False,
-                                        **common)  # fmt: skip
-        return (loss_rows.sum() * inv_norm,)
+        return (_grad_rows(x, y, scale, acc_a=False, **fwd)["loss"].sum() * inv_norm,)
     one_sweep = not deterministic()
-    gx, gy, loss_rows, gsum = _grad_rows(
-        x, y, scale, grp_a=x_groups, grp_b=y_groups, write_loss=True, acc_b=one_sweep, **common
-    )
-    if not one_sweep:
-        gy, _, _, _ = _grad_rows(y, x, scale, grp_a=y_groups, grp_b=x_groups, **{**common, "offset_a": col_offset,
-                                 "offset_b": row_offset})  # fmt: skip
-    loss = loss_rows.sum() * inv_norm
+    first = _grad_rows(x, y, scale, write_ds=True, acc_b=one_sweep, **fwd)
+    if one_sweep:
+        gy = first["gb"]
+    else:
+        swapped = dict(grp_a=y_groups, grp_b=x_groups, offset_a=col_offset, offset_b=row_offset, **common)
+        gy = _grad_rows(y, x, scale, **swapped)["ga"]
     s = scale.float()
-    # ds = Σ G⟨x, y⟩ from the fp32 dx accumulator and db = Σ G from per-row partials: fixed order on both paths.
-    ds = torch.dot(gx.reshape(-1), x.float().reshape(-1))
-    return loss, (gx * s).to(x.dtype), (gy * s).to(y.dtype), ds, gsum.sum()
+    # ds = Σ G⟨x, y⟩ and db = Σ G from per-row partials reduced in a fixed order on both paths.
+    loss, ds, db = first["loss"].sum() * inv_norm, first["ds"].sum(), first["gsum"].sum()
+    return loss, (first["ga"] * s).to(x.dtype), (gy * s).to(y.dtype), ds, db
 
 
 @torch.library.custom_op("vlkernels::lse_pair", mutates_args=())
