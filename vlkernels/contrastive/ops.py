@@ -4,6 +4,10 @@
   its backward recomputes the tiles. InfoNCE is these normalizers minus linear terms (see ``losses.py``).
 - ``siglip_fused(...)``: the SigLIP loss and, in the same pass, its gradients (saved for backward).
 
+Gradient paths (Triton; ``grad_path`` names the one in force, ``GEMM_UNITS`` their cost): by default one sweep over
+the tiles gives both operands' gradients, the second by fp32 atomics; under
+``torch.use_deterministic_algorithms(True)`` one sweep per operand, no atomics. See README.md.
+
 Triton runs on CUDA (and on CPU under ``TRITON_INTERPRET=1``); elsewhere the chunked torch path of ``cpu.py``.
 Both are registered with ``torch.library`` so ``torch.compile(fullgraph=True)`` treats them as opaque ops.
 """
@@ -159,11 +163,10 @@ def _grad_rows(
         return out
     block_m, block_n, block_k, warps = _blocks(a, "dual" if acc_b else "grad")
     dummy = torch.empty(1, **f32)
-    opt = {k: v if v is not None else dummy for k, v in dict(lse_a=lse_a, lse_b=lse_b, d_a=d_a, d_b=d_b, bias=bias,
-                                                              grp_a=grp_a, grp_b=grp_b).items()}  # fmt: skip
+    inputs = [t if t is not None else dummy for t in (lse_a, lse_b, d_a, d_b, bias, grp_a, grp_b)]
+    outputs = [out.get(k, dummy) for k in ("loss", "gsum", "ds")]
     _contrastive_grad_kernel[(triton_cdiv(n, block_m),)](
-        a, b, scale, out.get("ga", dummy), out.get("gb", dummy), opt["lse_a"], opt["lse_b"], opt["d_a"], opt["d_b"],
-        opt["bias"], opt["grp_a"], opt["grp_b"], out.get("loss", dummy), out.get("gsum", dummy), out.get("ds", dummy),
+        a, b, scale, out.get("ga", dummy), out.get("gb", dummy), *inputs, *outputs,
         n, m, d, a.stride(0), a.stride(1), b.stride(0), b.stride(1), d, d, offset_a, offset_b, inv_norm,
         SIGLIP=siglip, HAS_BIAS=bias is not None, HAS_GROUPS=grp_a is not None, WRITE_LOSS=write_loss,
         WRITE_DS=write_ds, ACC_A=acc_a, ACC_B=acc_b, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
