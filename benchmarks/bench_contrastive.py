@@ -1,9 +1,11 @@
 """Contrastive losses, forward + backward: vlkernels' streaming InfoNCE / SigLIP against open_clip's ClipLoss /
 SigLipLoss (which build the N×N logits), with peak memory side by side; on GPU also against one cuBLAS GEMM of the
-same shape (the physical floor: InfoNCE needs ~4-5 such GEMM units, SigLIP ~3-4)."""
+same shape (the physical floor). GEMM units of forward + backward: InfoNCE 4 on the default (atomic) Triton path and on
+CPU, 5 on the deterministic Triton path; SigLIP 3, 3 and 4. Each row's notes name the path that ran."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import sysconfig
 from pathlib import Path
@@ -11,6 +13,7 @@ from pathlib import Path
 import torch
 
 import vlkernels
+from vlkernels.contrastive.ops import GEMM_UNITS, grad_path
 
 from .harness import Bench, register
 
@@ -35,11 +38,30 @@ def _inputs(n: int, d: int, dtype: torch.dtype, device: str):
     return x, y, scale, bias
 
 
-def _fwd_bwd(loss_fn, x, y, scale, bias, with_bias: bool):
+@contextlib.contextmanager
+def _deterministic():
+    """torch.use_deterministic_algorithms(True) for one call (warn_only: only the losses' own path is of interest)."""
+    enabled, warn_only = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+    )
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
+
+
+def _fwd_bwd(loss_fn, x, y, scale, bias, with_bias: bool, path: str | None = None):
     def run():
-        leaves = [t.detach().requires_grad_() for t in (x, y, scale, bias)]
-        loss = loss_fn(*leaves) if with_bias else loss_fn(*leaves[:3])
-        loss.backward()
+        ctx = _deterministic() if path == "deterministic" else contextlib.nullcontext()
+        with ctx:
+            # The gradient path is chosen when the op runs: make sure the one the row's notes name is the one timed.
+            if path is not None and grad_path(x) != path:
+                raise AssertionError(f"expected the {path} gradient path, {grad_path(x)} would run")
+            leaves = [t.detach().requires_grad_() for t in (x, y, scale, bias)]
+            loss = loss_fn(*leaves) if with_bias else loss_fn(*leaves[:3])
+            loss.backward()
         return [loss.detach()] + [t.grad for t in leaves[: 4 if with_bias else 3]]
 
     return run
@@ -66,11 +88,17 @@ def _cases(n: int, d: int, dtype: torch.dtype, device: str, repeats: int | None)
     gemm_flops = 2.0 * n * n * d
     tol = (1e-4, 1e-6) if dtype == torch.float32 else (3e-2, 1e-3)
     benches = []
-    for name, ours, theirs, with_bias, units in (
-        ("clip", vlkernels.ClipLoss(), oc.ClipLoss() if oc else None, False, 4),
-        ("siglip", vlkernels.SigLipLoss(), oc.SigLipLoss() if oc else None, True, 3),
+    path = grad_path(x)
+    for name, key, ours, theirs, with_bias in (
+        ("clip", "info_nce", vlkernels.ClipLoss(), oc.ClipLoss() if oc else None, False),
+        ("siglip", "siglip", vlkernels.SigLipLoss(), oc.SigLipLoss() if oc else None, True),
     ):
-        providers = {"vlkernels": _fwd_bwd(ours, x, y, s, b, with_bias)}
+        units = GEMM_UNITS[(key, path)]
+        providers = {"vlkernels": _fwd_bwd(ours, x, y, s, b, with_bias, path)}
+        notes = f"{name} loss; vlkernels path={path} ({units} GEMM units)"
+        if path == "atomic":
+            providers["vlkernels_deterministic"] = _fwd_bwd(ours, x, y, s, b, with_bias, "deterministic")
+            notes += f"; vlkernels_deterministic path=deterministic ({GEMM_UNITS[(key, 'deterministic')]} units)"
         if theirs is not None:
             providers["open_clip"] = _fwd_bwd(theirs, x, y, s, b, with_bias)
         benches.append(
@@ -81,7 +109,7 @@ def _cases(n: int, d: int, dtype: torch.dtype, device: str, repeats: int | None)
                 mode="fwd+bwd",
                 flops=units * gemm_flops,
                 repeats=repeats,
-                notes=f"{name} loss; TFLOP/s counts {units} GEMM units of 2·N²·D",
+                notes=f"{notes}; TFLOP/s counts {units} GEMM units of 2·N²·D for every provider",
             )
         )
     return benches

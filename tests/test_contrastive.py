@@ -370,8 +370,11 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from vlkernels.contrastive.kernels import _contrastive_grad_kernel, _lse_pair_fwd_kernel
+from vlkernels.contrastive.ops import BLOCKS
 
-def compile_for(fn, dtype, consts, arch):
+def compile_for(fn, dtype, consts, arch, warps):
+    # A constexpr left out would silently compile as a runtime integer argument.
+    assert {n for n in fn.arg_names if n.isupper()} == set(consts), sorted(consts)
     sig = {}
     for name in fn.arg_names:
         if name in consts:
@@ -386,16 +389,38 @@ def compile_for(fn, dtype, consts, arch):
             sig[name] = "fp32"
         else:
             sig[name] = "i64" if name.startswith(("stride", "offset")) else "i32"
-    triton.compile(ASTSource(fn, sig, constexprs=consts), target=GPUTarget("cuda", arch, 32), options={"num_warps": 8})
+    return triton.compile(ASTSource(fn, sig, constexprs=consts), target=GPUTarget("cuda", arch, 32),
+                          options={"num_warps": warps})
 
-blocks = dict(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, UPCAST=False)
-compile_for(_lse_pair_fwd_kernel, "bf16", dict(blocks, BLOCK_M=128, PRECISION="tf32"), 90)
-flags = dict(SIGLIP=False, HAS_BIAS=False, HAS_GROUPS=False, WRITE_LOSS=False)
-compile_for(_contrastive_grad_kernel, "bf16", dict(blocks, PRECISION="tf32", **flags), 90)
-flags = dict(SIGLIP=True, HAS_BIAS=True, HAS_GROUPS=False, WRITE_LOSS=True)
-compile_for(_contrastive_grad_kernel, "fp16", dict(blocks, PRECISION="tf32", **flags), 80)
-flags = dict(SIGLIP=True, HAS_BIAS=False, HAS_GROUPS=True, WRITE_LOSS=False)
-compile_for(_contrastive_grad_kernel, "bf16", dict(blocks, PRECISION="tf32", **flags), 80)
+def check(fn, dtype, consts, arch, warps):
+    k = compile_for(fn, dtype, consts, arch, warps)
+    # Shared memory is checked only at launch; the opt-in limits per block are 163 KiB (sm_80) and 227 KiB (sm_90).
+    limit = {80: 163, 90: 227}[arch] * 1024
+    assert k.metadata.shared <= limit, (fn.__name__, consts, k.metadata.shared)
+
+def blocks(kind):
+    m, n, k, warps = BLOCKS["cuda_" + kind]
+    return dict(BLOCK_M=m, BLOCK_N=n, BLOCK_K=k, UPCAST=False, PRECISION="tf32"), warps
+
+fwd, warps = blocks("fwd")
+check(_lse_pair_fwd_kernel, "bf16", fwd, 90, warps)
+grad, warps = blocks("grad")
+def flags(**kw):
+    base = dict(SIGLIP=False, HAS_BIAS=False, HAS_GROUPS=False, WRITE_LOSS=False, WRITE_DS=True, ACC_A=True)
+    return {**base, "ACC_B": False, **kw}
+
+check(_contrastive_grad_kernel, "bf16", dict(grad, **flags()), 90, warps)
+check(_contrastive_grad_kernel, "fp16", dict(grad, **flags(SIGLIP=True, HAS_BIAS=True, WRITE_LOSS=True)), 80, warps)
+check(_contrastive_grad_kernel, "bf16", dict(grad, **flags(SIGLIP=True, HAS_GROUPS=True, WRITE_DS=False)), 80, warps)
+check(_contrastive_grad_kernel, "bf16", dict(grad, **flags(SIGLIP=True, WRITE_LOSS=True, WRITE_DS=False,
+                                                                ACC_A=False)), 90, warps)
+# The one-sweep (atomic) configs: sm_80 has the smaller shared memory, sm_90 the other MMA path.
+dual, dual_warps = blocks("dual")
+check(_contrastive_grad_kernel, "bf16", dict(dual, **flags(ACC_B=True)), 80, dual_warps)
+check(_contrastive_grad_kernel, "fp16", dict(dual, **flags(SIGLIP=True, HAS_BIAS=True, WRITE_LOSS=True, ACC_B=True)),
+      90, dual_warps)
+dual32, dual32_warps = blocks("dual_fp32")
+check(_contrastive_grad_kernel, "fp32", dict(dual32, **flags(ACC_B=True), PRECISION="ieee"), 80, dual32_warps)
 print("compiled")
 """
 

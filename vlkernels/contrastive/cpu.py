@@ -2,7 +2,8 @@
 
 Rows of A are processed ``chunk`` at a time, so the largest temporary is a ``chunk × M`` fp32 tile (about
 ``CHUNK_ELEMS`` elements) and the extra memory is O((N + M)·D), never N×M. On CPU one row chunk can update dx and dy
-together, so InfoNCE costs 4 GEMM units (forward, then one backward pass) and SigLIP 3.
+together (``addmm`` in a fixed order: deterministic), so InfoNCE costs 4 GEMM units (forward, then one backward
+pass) and SigLIP 3.
 """
 
 from __future__ import annotations

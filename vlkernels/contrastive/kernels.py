@@ -2,12 +2,12 @@ import triton
 import triton.language as tl
 
 
-# One [BLOCK_M, BLOCK_N] tile of s·A·Bᵀ: a K-loop over D in BLOCK_K chunks, fp32 accumulation whatever the input
-# dtype. PRECISION is "ieee" for fp32 inputs (no silent TF32) and ignored by the hardware for fp16/bf16. UPCAST is
-# set only under TRITON_INTERPRET for bf16: the interpreter multiplies bf16 bit patterns as integers (Triton 3.9);
-# exact fp32 products of the bf16 values are what the tensor cores compute.
+# One [BLOCK_M, BLOCK_N] tile of A·Bᵀ, unscaled (the scale gradient needs the raw dot products): a K-loop over D in
+# BLOCK_K chunks, fp32 accumulation whatever the input dtype. PRECISION is "ieee" for fp32 inputs (no silent TF32) and
+# ignored by the hardware for fp16/bf16. UPCAST is set only under TRITON_INTERPRET for bf16: the interpreter multiplies
+# bf16 bit patterns as integers (Triton 3.9); exact fp32 products of the bf16 values are what the tensor cores compute.
 @triton.jit
-def _scaled_logits_tile(
+def _dot_tile(
     a_ptr,
     b_ptr,
     offs_m,
@@ -19,7 +19,6 @@ def _scaled_logits_tile(
     stride_ad,
     stride_bn,
     stride_bd,
-    scale,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -44,7 +43,7 @@ def _scaled_logits_tile(
         if UPCAST:
             b_a, b_bt = b_a.to(tl.float32), b_bt.to(tl.float32)
         acc = tl.dot(b_a, b_bt, acc, input_precision=PRECISION)
-    return acc * scale
+    return acc
 
 
 # Stable softplus(t) = max(t, 0) + log1p(e) and sigmoid(t) from one e = exp(-|t|). log1p uses Goldberg's
@@ -96,10 +95,10 @@ def _lse_pair_fwd_kernel(
         for cb in range(0, n_cols, BLOCK_N):
             offs_n = cb + tl.arange(0, BLOCK_N).to(tl.int64)
             mask_n = offs_n < n_cols
-            s = _scaled_logits_tile(
+            s = _dot_tile(
                 a_ptr, b_ptr, offs_m, offs_n, mask_m, mask_n, n_dims, stride_am, stride_ad, stride_bn, stride_bd,
-                scale, BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST,
-            )  # fmt: skip
+                BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST,
+            ) * scale  # fmt: skip
             s = tl.where(mask_m[:, None] & mask_n[None, :], s, float("-inf"))
             # Padded rows/columns have max -inf; a finite stand-in keeps exp(-inf - (-inf)) from becoming NaN.
             m_new = tl.maximum(m_i, tl.max(s, axis=1))
@@ -118,15 +117,20 @@ def _lse_pair_fwd_kernel(
         tl.store(row_lse_ptr + offs_m, m_i + tl.log(l_i), mask=mask_m)
 
 
-# Grid: (cdiv(n_rows, BLOCK_M),). One program owns a block of A rows: it recomputes every tile of s·A·Bᵀ, turns it
-# into the loss gradient G (InfoNCE from the saved log-sum-exps, SigLIP from the sigmoid) and accumulates G·B into
-# its own fp32 rows of acc_ptr. Called once as (A, B) = (x, y) for dx and once swapped for dy; G is symmetric in form.
+# Grid: (cdiv(n_rows, BLOCK_M),). One program owns a block of A rows: it recomputes every tile of s·A·Bᵀ once, turns
+# it into the loss gradient G (InfoNCE from the saved log-sum-exps, SigLIP from the sigmoid) and, with ACC_A,
+# accumulates G·B into its own fp32 rows of acc_ptr (no other program touches them: deterministic). With ACC_B it also
+# adds Gᵀ·A into the fp32 rows of accb_ptr with atomics (every row block contributes to every B row: the one-sweep
+# backward, 3 GEMM units per sweep, summation order not fixed). Without ACC_B it is called a second time with A and B
+# swapped for B's gradient (G has the same form transposed): 2 + 2 units, deterministic. WRITE_DS stores the per-row
+# partials Σ_j G_ij⟨a_i, b_j⟩ of the scale gradient (fp32 G, not the rounded one), reduced afterwards in a fixed order.
 @triton.jit
 def _contrastive_grad_kernel(
     a_ptr,
     b_ptr,
     scale_ptr,
     acc_ptr,
+    accb_ptr,
     lse_a_ptr,
     lse_b_ptr,
     d_a_ptr,
@@ -136,6 +140,7 @@ def _contrastive_grad_kernel(
     grp_b_ptr,
     loss_ptr,
     gsum_ptr,
+    dsum_ptr,
     n_rows,
     n_cols,
     n_dims,
@@ -144,6 +149,7 @@ def _contrastive_grad_kernel(
     stride_bn,
     stride_bd,
     stride_acc,
+    stride_accb,
     offset_a,
     offset_b,
     inv_norm,
@@ -151,6 +157,9 @@ def _contrastive_grad_kernel(
     HAS_BIAS: tl.constexpr,
     HAS_GROUPS: tl.constexpr,
     WRITE_LOSS: tl.constexpr,
+    WRITE_DS: tl.constexpr,
+    ACC_A: tl.constexpr,
+    ACC_B: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -172,14 +181,20 @@ def _contrastive_grad_kernel(
     else:
         b_lse_a = tl.load(lse_a_ptr + offs_m, mask=mask_m, other=0.0)
         b_da = tl.load(d_a_ptr + offs_m, mask=mask_m, other=0.0)
-    for cb in range(0, n_cols, BLOCK_N):
+    ds_rows = tl.zeros([BLOCK_M], dtype=tl.float32)
+    num_col_tiles = tl.cdiv(n_cols, BLOCK_N)
+    # With atomics, program p starts at column tile p (mod the count) so concurrent programs add into different B rows.
+    start = pid_m % num_col_tiles if ACC_B else 0
+    for tile in range(0, num_col_tiles):
+        cb = ((start + tile) % num_col_tiles) * BLOCK_N
         offs_n = cb + tl.arange(0, BLOCK_N).to(tl.int64)
         mask_n = offs_n < n_cols
         mask = mask_m[:, None] & mask_n[None, :]
-        s = _scaled_logits_tile(
+        raw = _dot_tile(
             a_ptr, b_ptr, offs_m, offs_n, mask_m, mask_n, n_dims, stride_am, stride_ad, stride_bn, stride_bd,
-            scale, BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST,
+            BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST,
         )  # fmt: skip
+        s = raw * scale
         if SIGLIP:
             if HAS_GROUPS:
                 b_gb = tl.load(grp_b_ptr + offs_n, mask=mask_n, other=-2)
@@ -199,25 +214,45 @@ def _contrastive_grad_kernel(
             b_db = tl.load(d_b_ptr + offs_n, mask=mask_n, other=0.0)
             g = b_da[:, None] * tl.exp(s - b_lse_a[:, None]) + b_db[None, :] * tl.exp(s - b_lse_b[None, :])
             g = tl.where(mask, g, 0.0)
-        g = g.to(b_ptr.dtype.element_ty)
-        for k in range(0, n_dims, BLOCK_K):
-            offs_k = (k + tl.arange(0, BLOCK_K)).to(tl.int64)
-            mask_k = offs_k < n_dims
-            b_b = tl.load(
-                b_ptr + offs_n[:, None] * stride_bn + offs_k[None, :] * stride_bd,
-                mask=mask_n[:, None] & mask_k[None, :],
-                other=0.0,
-            )
-            acc_ptrs = acc_ptr + offs_m[:, None] * stride_acc + offs_k[None, :]
-            mask_acc = mask_m[:, None] & mask_k[None, :]
-            b_acc = tl.load(acc_ptrs, mask=mask_acc, other=0.0)
+        if WRITE_DS:
+            # ∂L/∂s = Σ G_ij ⟨a_i, b_j⟩ from the fp32 G and dot products, before G is rounded for the GEMMs.
+            ds_rows += tl.sum(g * raw, axis=1)
+        if ACC_A or ACC_B:
+            g = g.to(b_ptr.dtype.element_ty)
             if UPCAST:
-                b_acc = tl.dot(g.to(tl.float32), b_b.to(tl.float32), b_acc, input_precision=PRECISION)
-            else:
-                b_acc = tl.dot(g, b_b, b_acc, input_precision=PRECISION)
-            tl.store(acc_ptrs, b_acc, mask=mask_acc)
-        # The next column tile re-reads these accumulator rows, possibly in other threads of this program.
-        tl.debug_barrier()
+                g = g.to(tl.float32)
+            for k in range(0, n_dims, BLOCK_K):
+                offs_k = (k + tl.arange(0, BLOCK_K)).to(tl.int64)
+                mask_k = offs_k < n_dims
+                if ACC_A:
+                    b_b = tl.load(
+                        b_ptr + offs_n[:, None] * stride_bn + offs_k[None, :] * stride_bd,
+                        mask=mask_n[:, None] & mask_k[None, :],
+                        other=0.0,
+                    )
+                    if UPCAST:
+                        b_b = b_b.to(tl.float32)
+                    acc_ptrs = acc_ptr + offs_m[:, None] * stride_acc + offs_k[None, :]
+                    mask_acc = mask_m[:, None] & mask_k[None, :]
+                    b_acc = tl.load(acc_ptrs, mask=mask_acc, other=0.0)
+                    b_acc = tl.dot(g, b_b, b_acc, input_precision=PRECISION)
+                    tl.store(acc_ptrs, b_acc, mask=mask_acc)
+                if ACC_B:
+                    b_a = tl.load(
+                        a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ad,
+                        mask=mask_m[:, None] & mask_k[None, :],
+                        other=0.0,
+                    )
+                    if UPCAST:
+                        b_a = b_a.to(tl.float32)
+                    # [BLOCK_N, BLOCK_K] partial of B's gradient; padded rows of G are 0, so masked A rows add nothing.
+                    part = tl.dot(tl.trans(g), b_a, input_precision=PRECISION)
+                    accb_ptrs = accb_ptr + offs_n[:, None] * stride_accb + offs_k[None, :]
+                    tl.atomic_add(accb_ptrs, part, mask=mask_n[:, None] & mask_k[None, :], sem="relaxed")
+            # The next column tile re-reads these accumulator rows, possibly in other threads of this program.
+            tl.debug_barrier()
+    if WRITE_DS:
+        tl.store(dsum_ptr + offs_m, ds_rows, mask=mask_m)
     if SIGLIP:
         if WRITE_LOSS:
             tl.store(loss_ptr + offs_m, loss_rows, mask=mask_m)

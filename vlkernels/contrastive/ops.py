@@ -4,6 +4,10 @@
   its backward recomputes the tiles. InfoNCE is these normalizers minus linear terms (see ``losses.py``).
 - ``siglip_fused(...)``: the SigLIP loss and, in the same pass, its gradients (saved for backward).
 
+Gradient paths (Triton; ``grad_path`` names the one in force, ``GEMM_UNITS`` their cost): by default one sweep over
+the tiles gives both operands' gradients, the second by fp32 atomics; under
+``torch.use_deterministic_algorithms(True)`` one sweep per operand, no atomics. See README.md.
+
 Triton runs on CUDA (and on CPU under ``TRITON_INTERPRET=1``); elsewhere the chunked torch path of ``cpu.py``.
 Both are registered with ``torch.library`` so ``torch.compile(fullgraph=True)`` treats them as opaque ops.
 """
@@ -20,13 +24,20 @@ from vlkernels.contrastive.cpu import lse_pair_bwd_cpu, lse_pair_fwd_cpu, siglip
 BLOCKS = {
     "cuda_fwd": (128, 128, 64, 8),
     "cuda_grad": (64, 128, 64, 8),
+    # One-sweep backward: a taller row block halves the atomic traffic into dy per GEMM flop. Not tuned on a GPU yet.
+    "cuda_dual": (128, 128, 64, 8),
+    # fp32 operands use IEEE FMA dots and twice the bytes per stage: 128×128×64 would need 224 KiB of shared memory.
+    "cuda_dual_fp32": (64, 128, 32, 8),
     "interp_fwd": (64, 64, 64, 4),
     "interp_grad": (64, 64, 64, 4),
+    "interp_dual": (64, 64, 64, 4),
 }
 
 
 def _blocks(x: torch.Tensor, kind: str) -> tuple[int, int, int, int]:
     prefix = "interp" if (x.device.type != "cuda" or interpreting()) else "cuda"
+    if prefix == "cuda" and kind == "dual" and x.dtype == torch.float32:
+        kind = "dual_fp32"
     return BLOCKS[f"{prefix}_{kind}"]
 
 
@@ -84,6 +95,31 @@ def triton_cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def deterministic() -> bool:
+    """True when the Triton backward must take the deterministic two-sweep path (no atomics)."""
+    return torch.are_deterministic_algorithms_enabled()
+
+
+def grad_path(x: torch.Tensor) -> str:
+    """Which gradient path the losses take for features like ``x`` now: ``"atomic"`` (Triton, one sweep, the
+    default), ``"deterministic"`` (Triton, one sweep per operand, under ``torch.use_deterministic_algorithms``) or
+    ``"cpu"`` (the chunked torch path, deterministic)."""
+    if not use_triton(x):
+        return "cpu"
+    return "deterministic" if deterministic() else "atomic"
+
+
+# GEMM units (one unit: 2·N·M·D flops, the cost of s·x·yᵀ) of forward + backward per loss and path.
+GEMM_UNITS = {
+    ("info_nce", "atomic"): 4,
+    ("info_nce", "deterministic"): 5,
+    ("info_nce", "cpu"): 4,
+    ("siglip", "atomic"): 3,
+    ("siglip", "deterministic"): 4,
+    ("siglip", "cpu"): 3,
+}
+
+
 def _grad_rows(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -101,57 +137,76 @@ def _grad_rows(
     inv_norm: float = 1.0,
     siglip: bool = False,
     write_loss: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """fp32 G·B for the rows of A (G the loss gradient w.r.t. the logits); with write_loss also the per-row SigLIP
-    loss and per-row Σ_j G."""
+    write_ds: bool = False,
+    acc_a: bool = True,
+    acc_b: bool = False,
+) -> dict[str, torch.Tensor]:
+    """One sweep over the tiles of s·A·Bᵀ (G = ∂L/∂logits). Returns fp32 tensors: ``ga = G·B`` (rows of A; with
+    acc_a), ``gb = Gᵀ·A`` (rows of B, atomics; with acc_b), with write_loss the per-row SigLIP ``loss`` and
+    ``gsum = Σ_j G``, with write_ds ``ds = Σ_j G_ij⟨a_i, b_j⟩`` per row."""
     from vlkernels.contrastive.kernels import _contrastive_grad_kernel
 
     n, d = a.shape
     m = b.shape[0]
-    acc = torch.zeros(n, d, dtype=torch.float32, device=a.device)
-    loss = torch.empty(n, dtype=torch.float32, device=a.device) if write_loss else None
-    gsum = torch.empty(n, dtype=torch.float32, device=a.device) if write_loss else None
+    f32 = {"dtype": torch.float32, "device": a.device}
+    out = {}
+    if acc_a:
+        out["ga"] = torch.zeros(n, d, **f32)
+    if acc_b:
+        # The atomic path's one extra buffer: B's gradient accumulated in fp32 (M×D×4 bytes), cast once at the end.
+        out["gb"] = torch.zeros(m, d, **f32)
+    if write_loss:
+        out["loss"], out["gsum"] = torch.zeros(n, **f32), torch.zeros(n, **f32)
+    if write_ds:
+        out["ds"] = torch.zeros(n, **f32)
     if n == 0 or m == 0:
-        return acc, loss, gsum
-    block_m, block_n, block_k, warps = _blocks(a, "grad")
-    dummy = acc
+        return out
+    block_m, block_n, block_k, warps = _blocks(a, "dual" if acc_b else "grad")
+    dummy = torch.empty(1, **f32)
+    inputs = [t if t is not None else dummy for t in (lse_a, lse_b, d_a, d_b, bias, grp_a, grp_b)]
+    outputs = [out.get(k, dummy) for k in ("loss", "gsum", "ds")]
     _contrastive_grad_kernel[(triton_cdiv(n, block_m),)](
-        a, b, scale, acc,
-        lse_a if lse_a is not None else dummy, lse_b if lse_b is not None else dummy,
-        d_a if d_a is not None else dummy, d_b if d_b is not None else dummy,
-        bias if bias is not None else dummy,
-        grp_a if grp_a is not None else dummy, grp_b if grp_b is not None else dummy,
-        loss if loss is not None else dummy, gsum if gsum is not None else dummy,
-        n, m, d, a.stride(0), a.stride(1), b.stride(0), b.stride(1), acc.stride(0), offset_a, offset_b, inv_norm,
+        a, b, scale, out.get("ga", dummy), out.get("gb", dummy), *inputs, *outputs,
+        n, m, d, a.stride(0), a.stride(1), b.stride(0), b.stride(1), d, d, offset_a, offset_b, inv_norm,
         SIGLIP=siglip, HAS_BIAS=bias is not None, HAS_GROUPS=grp_a is not None, WRITE_LOSS=write_loss,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, PRECISION=_precision(a), UPCAST=_upcast(a), num_warps=warps,
+        WRITE_DS=write_ds, ACC_A=acc_a, ACC_B=acc_b, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+        PRECISION=_precision(a), UPCAST=_upcast(a), num_warps=warps,
     )  # fmt: skip
-    return acc, loss, gsum
+    return out
 
 
 def lse_pair_bwd(x, y, scale, row_lse, col_lse, d_row, d_col):
-    gx, _, _ = _grad_rows(x, y, scale, lse_a=row_lse, lse_b=col_lse, d_a=d_row, d_b=d_col)
-    gy, _, _ = _grad_rows(y, x, scale, lse_a=col_lse, lse_b=row_lse, d_a=d_col, d_b=d_row)
-    ds = torch.dot(gx.reshape(-1), x.float().reshape(-1))
+    lse = dict(lse_a=row_lse, lse_b=col_lse, d_a=d_row, d_b=d_col)
+    if deterministic():
+        # Two sweeps, each program owning its rows: 2 + 2 GEMM units, bitwise reproducible.
+        first = _grad_rows(x, y, scale, write_ds=True, **lse)
+        gy = _grad_rows(y, x, scale, lse_a=col_lse, lse_b=row_lse, d_a=d_col, d_b=d_row)["ga"]
+    else:
+        # One sweep: 1 recompute + 2 GEMM units; dy's partials are added with fp32 atomics.
+        first = _grad_rows(x, y, scale, write_ds=True, acc_b=True, **lse)
+        gy = first["gb"]
     s = scale.float()
-    return (gx * s).to(x.dtype), (gy * s).to(y.dtype), ds
+    # ds from per-row partials reduced in a fixed order: exact and reproducible on both paths.
+    return (first["ga"] * s).to(x.dtype), (gy * s).to(y.dtype), first["ds"].sum()
 
 
 def siglip_fwd(x, y, scale, bias, x_groups, y_groups, row_offset, col_offset, inv_norm, need_grad):
-    gx, loss_rows, gsum = _grad_rows(
-        x, y, scale, bias=bias, grp_a=x_groups, grp_b=y_groups, offset_a=row_offset, offset_b=col_offset,
-        inv_norm=inv_norm, siglip=True, write_loss=True,
-    )  # fmt: skip
-    loss = loss_rows.sum() * inv_norm
+    common = dict(bias=bias, inv_norm=inv_norm, siglip=True)
+    fwd = dict(grp_a=x_groups, grp_b=y_groups, offset_a=row_offset, offset_b=col_offset, write_loss=True, **common)
     if not need_grad:
-        return (loss,)
-    gy, _, _ = _grad_rows(
-        y, x, scale, bias=bias, grp_a=y_groups, grp_b=x_groups, offset_a=col_offset, offset_b=row_offset,
-        inv_norm=inv_norm, siglip=True,
-    )  # fmt: skip
+        # The loss alone: 1 GEMM unit.
+        return (_grad_rows(x, y, scale, acc_a=False, **fwd)["loss"].sum() * inv_norm,)
+    one_sweep = not deterministic()
+    first = _grad_rows(x, y, scale, write_ds=True, acc_b=one_sweep, **fwd)
+    if one_sweep:
+        gy = first["gb"]
+    else:
+        swapped = dict(grp_a=y_groups, grp_b=x_groups, offset_a=col_offset, offset_b=row_offset, **common)
+        gy = _grad_rows(y, x, scale, **swapped)["ga"]
     s = scale.float()
-    ds = torch.dot(gx.reshape(-1), x.float().reshape(-1))
-    return loss, (gx * s).to(x.dtype), (gy * s).to(y.dtype), ds, gsum.sum()
+    # ds = Σ G⟨x, y⟩ and db = Σ G from per-row partials reduced in a fixed order on both paths.
+    loss, ds, db = first["loss"].sum() * inv_norm, first["ds"].sum(), first["gsum"].sum()
+    return loss, (first["ga"] * s).to(x.dtype), (gy * s).to(y.dtype), ds, db
 
 
 @torch.library.custom_op("vlkernels::lse_pair", mutates_args=())
