@@ -102,7 +102,7 @@ def test_evaluate_triton_streams_memory_mapped_fp16(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("k", [7, 300])  # fused kernel; k past its register budget (device matmul tiles)
-def test_topk_triton_chunked_equals_reference(k, tmp_path):
+def test_topk_triton_chunked_equals_reference(k, tmp_path, capsys):
     # One block of queries: the interpreter's tl.sort is slow (each gallery tile of the fused kernel sorts twice).
     img, txt, _ = _data()
     txt = txt[:30]
@@ -111,16 +111,24 @@ def test_topk_triton_chunked_equals_reference(k, tmp_path):
     v, i = topk(txt, img, k, exclude=ex, backend="triton", device_chunk=32)  # gallery chunks of 32 and 13 rows
     assert torch.equal(i, ri) and torch.equal(v.double(), rv)
     np.save(tmp_path / "img.npy", img.half().numpy())
-    v, i = topk(txt.half(), tmp_path / "img.npy", k, backend="triton", device_chunk=32)
+    v, i = topk(txt.half(), tmp_path / "img.npy", k, backend="triton", device_chunk=32, progress=True)
     rv, ri = topk_ref(txt, img, k)
     assert torch.equal(i, ri) and torch.equal(v.double(), rv)
+    assert "top-k" in capsys.readouterr().err
 
 
-def test_device_chunk_rejected():
+def test_device_chunk_and_device_rejected(monkeypatch):
     img, txt, lab = _data()
-    for fn, args in ((evaluate, (img, txt, lab)), (topk, (txt, img, 3)), (rank_metrics, (txt, img, lab[:, None]))):
+    calls = ((evaluate, (img, txt, lab)), (topk, (txt, img, 3)), (rank_metrics, (txt, img, lab[:, None])))
+    for fn, args in calls:
         with pytest.raises(ValueError, match="device_chunk must be a positive integer"):
             fn(*args, backend="triton", device_chunk=0)
+    # Host inputs, no interpreter and no CUDA device: nowhere to run the kernels.
+    monkeypatch.setattr("vlkernels.retrieval.ops.interpreting", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for fn, args in calls:
+        with pytest.raises(ValueError, match="needs a CUDA device"):
+            fn(*args, backend="triton")
 
 
 def _worker(rank: int, world: int, port: int, out_dir: str, txt_bounds, img_bounds) -> None:

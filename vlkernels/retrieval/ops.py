@@ -168,7 +168,8 @@ def evaluate(
         ks: the K of R@K.
         t2i: general text-to-image positives (Positives, CSR ``(indptr, indices)``, ``(P, 2)`` pairs or lists).
         i2t: general image-to-text positives; when only one of t2i / i2t is given the other is its transpose.
-        backend: "auto" (Triton on CUDA, C++ on CPU), "cpu", or "triton" (CUDA, or CPU under TRITON_INTERPRET=1).
+        backend: "auto" (Triton when an input is on CUDA, else C++ on CPU), "cpu", or "triton" (on the CUDA
+            device of the inputs, host inputs streaming to the current CUDA device; CPU under TRITON_INTERPRET=1).
         chunk_rows, chunk_cols: tile of the streamed (texts x images) score matrix on CPU.
         cache_bytes: tiles kept between the two CPU passes (tiles holding ground-truth pairs).
         device_chunk: Triton path: rows of texts and of images held on the device at a time (rounded up to whole
@@ -184,7 +185,8 @@ def evaluate(
 
     Raises:
         ValueError: mismatched D, non-finite embeddings, ground truth out of range, a query without positives,
-            unreadable files (wrong dtype, shape or format), empty inputs, bad ks or backend.
+            unreadable files (wrong dtype, shape or format), empty inputs, bad ks, chunk sizes or backend; with a
+            group, any rank's input error (raised on every rank) or D / image count / dtypes differing by rank.
 
     Note:
         Ties: lower gallery index first, on every backend; equal to ranking with ``np.argsort(-s, kind="stable")``
