@@ -80,6 +80,8 @@ def test_evaluate_triton_chunked_equals_reference(dtype, monkeypatch):
             assert chunked[d][k] == seed[d][k], (d, k)
     for d in want:
         np.testing.assert_array_equal(chunked.ranks[d].ranks, whole.ranks[d].ranks)
+    if dtype != torch.float32:
+        return
     # General positives, more than MAX_SLOTS per query: every slot launch on every chunk pair.
     t2i, i2t = _general_positives(len(txt), len(img))
     got = evaluate(img, txt, t2i=t2i, i2t=i2t, backend="triton", device_chunk=32)
@@ -90,11 +92,16 @@ def test_evaluate_triton_chunked_equals_reference(dtype, monkeypatch):
         assert got[d] == metrics_from_ranks(ref)
 
 
-def test_evaluate_triton_streams_memory_mapped_fp16(tmp_path, capsys):
+def test_evaluate_triton_streams_memory_mapped_files(tmp_path, capsys):
+    from safetensors.torch import save_file
+
     img, txt, lab = _data(n_img=40, n_txt=101)
     np.save(tmp_path / "img.npy", img.half().numpy())
     np.save(tmp_path / "txt.npy", txt.half().numpy())
+    save_file({"t": txt.bfloat16()}, str(tmp_path / "txt.safetensors"))
     got = evaluate(tmp_path / "img.npy", tmp_path / "txt.npy", lab, backend="triton", device_chunk=32, progress=True)
+    assert got == evaluate_ref(img, txt, lab)
+    got = evaluate(img.bfloat16(), tmp_path / "txt.safetensors", lab, backend="triton", device_chunk=64)
     assert got == evaluate_ref(img, txt, lab)
     assert "retrieval" in capsys.readouterr().err  # tqdm bar over chunk pairs, as on the CPU path
     m, _ = rank_metrics(tmp_path / "txt.npy", img, [[int(j)] for j in lab], backend="triton", device_chunk=32)
@@ -119,7 +126,7 @@ def test_topk_triton_chunked_equals_reference(k, tmp_path, capsys):
 
 def test_device_chunk_and_device_rejected(monkeypatch):
     img, txt, lab = _data()
-    calls = ((evaluate, (img, txt, lab)), (topk, (txt, img, 3)), (rank_metrics, (txt, img, lab[:, None])))
+    calls = ((evaluate, (img, txt, lab)), (topk, (txt, img, 3)), (rank_metrics, (txt, img, [[int(j)] for j in lab])))
     for fn, args in calls:
         with pytest.raises(ValueError, match="device_chunk must be a positive integer"):
             fn(*args, backend="triton", device_chunk=0)
@@ -143,19 +150,26 @@ def _worker(rank: int, world: int, port: int, out_dir: str, txt_bounds, img_boun
         t2i, i2t = _general_positives(len(txt), len(img))
         lo, hi = txt_bounds[rank], txt_bounds[rank + 1]
         out = {}
-        for backend in ("triton", "cpu"):
+        # Three ranks (on two cores): the Triton run of the seed-style ground truth only.
+        light = world > 2
+        for backend in ("triton",) if light else ("triton", "cpu"):
             kw = dict(backend=backend, group=grp, chunk_rows=16, chunk_cols=8, device_chunk=32)
             res = evaluate(img, txt[lo:hi], lab, **kw)
+            if light:
+                out[backend] = (dict(res), res.ranks)
+                continue
             gen = evaluate(img, txt[lo:hi], t2i=t2i, i2t=i2t, **kw)
-            half = evaluate(img.half(), txt[lo:hi].half(), lab, **kw) if backend == "triton" else res
-            m, r = rank_metrics(txt[lo:hi], img, t2i, **kw)
-            out[backend] = (dict(res), res.ranks, dict(gen), gen.ranks, dict(half), m, r)
+            m, r = rank_metrics(txt[lo:hi], img, [[int(j)] for j in lab], **kw)
+            out[backend] = (dict(res), res.ranks, dict(gen), gen.ranks, m, r)
         g_lo, g_hi = img_bounds[rank], img_bounds[rank + 1]
         ex = [[int(j)] for j in lab]
         out["topk"] = [
             topk(txt[:30], img[g_lo:g_hi], k, exclude=ex[:30], group=grp, backend="triton", device_chunk=32)
-            for k in (9, 300)
+            for k in ((9,) if light else (9, 300))
         ]
+        if light:
+            torch.save(out, os.path.join(out_dir, f"rank{rank}.pt"))
+            return
         # Bad input on one rank only: every rank raises (none is left blocked in a collective).
         errors = []
         bad = (
@@ -213,18 +227,24 @@ def test_sharded_triton_equals_unsharded_gloo(tmp_path, txt_bounds, img_bounds):
     ex = Positives.from_lists([[int(j)] for j in lab[:30]], len(img), queries=[])
     for r in range(world):
         got = torch.load(tmp_path / f"rank{r}.pt", weights_only=False)
-        for backend in ("triton", "cpu"):
-            res, ranks, gen, gen_ranks, half, m, m_ranks = got[backend]
-            assert res == half == dict(cpu) == want
-            assert gen == dict(cpu_gen)
-            assert m == cpu_gen["text_to_image"]
-            for d in want:
-                np.testing.assert_array_equal(ranks[d].ranks, cpu.ranks[d].ranks)
-                np.testing.assert_array_equal(gen_ranks[d].ranks, ref_gen[d].ranks)
-            np.testing.assert_array_equal(m_ranks.ranks, ref_gen["text_to_image"].ranks)
         for (v, i), k in zip(got["topk"], (9, 300)):
             rv, ri = topk_ref(txt[:30], img, k, ex)
             assert torch.equal(i, ri) and torch.equal(v.double(), rv)
+        if world > 2:
+            res, ranks = got["triton"]
+            assert res == dict(cpu) == want
+            for d in want:
+                np.testing.assert_array_equal(ranks[d].ranks, cpu.ranks[d].ranks)
+            continue
+        for backend in ("triton", "cpu"):
+            res, ranks, gen, gen_ranks, m, m_ranks = got[backend]
+            assert res == dict(cpu) == want
+            assert gen == dict(cpu_gen)
+            assert m == want["text_to_image"]
+            for d in want:
+                np.testing.assert_array_equal(ranks[d].ranks, cpu.ranks[d].ranks)
+                np.testing.assert_array_equal(gen_ranks[d].ranks, ref_gen[d].ranks)
+            np.testing.assert_array_equal(m_ranks.ranks, cpu.ranks["text_to_image"].ranks)
         e_local, e_dim, e_nan, e_dtype, e_topk = got["errors"]
         assert "embedding dims differ" in e_local and ("rank 1" in e_local) == (r != 1)
         assert "D must be the same on every rank" in e_dim

@@ -113,9 +113,13 @@ def _device_chunk(device_chunk: int) -> int:
     return -(-int(device_chunk) // tile) * tile
 
 
-def _triton_dtype(a: Embeddings, b: Embeddings) -> torch.dtype:
+def _triton_dtype(a: Embeddings, b: Embeddings, device: torch.device) -> torch.dtype:
     """One operand dtype for tl.dot: fp16/bf16 stay as they are when both sides agree, anything else runs in fp32."""
     same_lowp = a.dtype == b.dtype and a.dtype in (torch.float16, torch.bfloat16)
+    # The interpreter (CPU tensors) multiplies bf16 bit patterns in tl.dot (triton-lang/triton#11584): widen there;
+    # exact, since bf16 products are exact in fp32 and tl.dot accumulates in fp32 either way.
+    if same_lowp and a.dtype == torch.bfloat16 and device.type == "cpu":
+        return torch.float32
     return a.dtype if same_lowp else torch.float32
 
 
@@ -250,7 +254,7 @@ def evaluate(
     else:
         from vlkernels.retrieval.triton_ops import count_stream
 
-        dt = _triton_dtype(images, texts)
+        dt = _triton_dtype(images, texts, device)
         chunk = _device_chunk(device_chunk)
         bar = engine._progress(2 * -(-len(texts) // chunk) * -(-n_img // chunk), progress, "retrieval")
         # Texts are sharded: text-to-image queries are local rows; image-to-text queries see a sharded gallery.
@@ -319,7 +323,7 @@ def rank_metrics(
 
         chunk = _device_chunk(device_chunk)
         bar = engine._progress(-(-len(q) // chunk) * -(-len(g) // chunk), progress, "retrieval")
-        above = count_stream(q, g, pos, offset, 0, _triton_dtype(q, g), device, chunk, None, bar)
+        above = count_stream(q, g, pos, offset, 0, _triton_dtype(q, g, device), device, chunk, None, bar)
         if bar is not None:
             bar.close()
         if group is not None:
@@ -392,7 +396,7 @@ def topk(
     else:
         from vlkernels.retrieval.triton_ops import topk_stream
 
-        dt = _triton_dtype(q, g)
+        dt = _triton_dtype(q, g, device)
         vals, idx = topk_stream(q, g, k, ex, offset, dt, device, _device_chunk(device_chunk), progress)
     if group is not None:
         v, i = all_gather_cat(vals, group), all_gather_cat(idx, group)
