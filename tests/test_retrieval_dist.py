@@ -1,6 +1,7 @@
 """The Triton retrieval path streamed in device chunks and sharded over real gloo groups (kernels interpreted on CPU
 under TRITON_INTERPRET=1), against the fp64 full-matrix reference, the seed task's code, and the unsharded CPU path."""
 
+import json
 import os
 import types
 
@@ -9,6 +10,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
+from vlkernels.cli import main as cli_main
 from vlkernels.retrieval import Positives, evaluate, rank_metrics, topk
 from vlkernels.retrieval.metrics import metrics_from_ranks
 from vlkernels.retrieval.reference import evaluate_ref, ranks_ref, topk_ref
@@ -104,6 +106,12 @@ def test_evaluate_triton_streams_memory_mapped_files(tmp_path, capsys):
     got = evaluate(img.bfloat16(), tmp_path / "txt.safetensors", lab, backend="triton", device_chunk=64)
     assert got == evaluate_ref(img, txt, lab)
     assert "retrieval" in capsys.readouterr().err  # tqdm bar over chunk pairs, as on the CPU path
+    out = tmp_path / "out.json"
+    (tmp_path / "gt.json").write_text(json.dumps({"text_to_image": lab.tolist()}))
+    argv = ["retrieval", "--images", str(tmp_path / "img.npy"), "--texts", str(tmp_path / "txt.npy")]
+    argv += ["--gt", str(tmp_path / "gt.json"), "--backend", "triton", "--device-chunk", "32", "--json", str(out)]
+    assert cli_main(argv) == 0
+    assert json.loads(out.read_text()) == evaluate_ref(img, txt, lab)
     m, _ = rank_metrics(tmp_path / "txt.npy", img, [[int(j)] for j in lab], backend="triton", device_chunk=32)
     assert m == evaluate_ref(img, txt, lab)["text_to_image"]
 
