@@ -61,7 +61,15 @@ def cmd_retrieval(args: argparse.Namespace) -> int:
         images = Embeddings(args.images, "images", args.images_key)
         texts = Embeddings(args.texts, "texts", args.texts_key)
         gt = read_gt(args.gt, len(images), len(texts))
-        res = evaluate(images, texts, ks=args.k, progress=args.progress, **gt)
+        res = evaluate(
+            images,
+            texts,
+            ks=args.k,
+            progress=args.progress,
+            backend=args.backend,
+            device_chunk=args.device_chunk,
+            **gt,
+        )
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -88,4 +96,13 @@ def register(subparsers) -> None:
     p.add_argument("--images-key", default=None, help="tensor name in a multi-tensor .safetensors file")
     p.add_argument("--texts-key", default=None, help="tensor name in a multi-tensor .safetensors file")
     p.add_argument("--progress", action="store_true", help="show a progress bar")
+    p.add_argument(
+        "--backend",
+        choices=("auto", "cpu", "triton"),
+        default="auto",
+        help="auto: C++ on CPU (files live on the host); triton: stream the files to the current CUDA device",
+    )
+    p.add_argument(
+        "--device-chunk", type=int, default=1 << 16, help="rows per chunk streamed to the device (triton backend)"
+    )
     p.set_defaults(func=cmd_retrieval)

@@ -9,6 +9,7 @@ import torch
 
 from vlkernels._triton import interpreting, triton_installed
 from vlkernels.retrieval import engine
+from vlkernels.retrieval.distributed import all_gather_cat, all_reduce, shard_layout
 from vlkernels.retrieval.io import Embeddings
 from vlkernels.retrieval.metrics import Ranks, metrics_from_ranks, ranks_from_counts
 from vlkernels.retrieval.positives import Positives
@@ -61,19 +62,65 @@ def as_positives(gt, num_queries: int, num_gallery: int, name: str, every_query:
     raise ValueError(f"{name} must be Positives, (indptr, indices), a (P, 2) pair array or a list of lists")
 
 
-def _backend(backend: str, device: torch.device) -> str:
+def _open(a, b, name_a: str, name_b: str, backend: str) -> tuple[Embeddings, Embeddings, str, torch.device]:
+    """Both embedding sources validated (dims, devices, finite values), the backend, and the compute device.
+
+    The Triton path computes on the CUDA device of either input; host sources (CPU tensors, arrays, memory-mapped
+    files) stream to it chunk by chunk, also when both are on the host and backend="triton" is asked for.
+    """
     if backend not in ("auto", "cpu", "triton"):
         raise ValueError(f"backend must be 'auto', 'cpu' or 'triton', got {backend!r}")
+    ea, eb = Embeddings(a, name_a), Embeddings(b, name_b)
+    if ea.shape[1] != eb.shape[1]:
+        raise ValueError(f"embedding dims differ: {name_a} has D={ea.shape[1]}, {name_b} has D={eb.shape[1]}")
+    cuda = {d for d in (ea.device, eb.device) if d.type == "cuda"}
+    if len(cuda) > 1 or (ea.device != eb.device and backend != "triton"):
+        raise ValueError(f"inputs must be on one device, got {name_a} on {ea.device}, {name_b} on {eb.device}")
+    device = next(iter(cuda)) if cuda else torch.device("cpu")
     if backend == "auto":
-        return "triton" if device.type == "cuda" else "cpu"
-    if backend == "triton":
+        backend = "triton" if cuda else "cpu"
+    elif backend == "triton":
         if not triton_installed():
             raise ValueError("backend='triton' needs triton installed")
-        if device.type != "cuda" and not interpreting():
-            raise ValueError("backend='triton' needs CUDA tensors (or TRITON_INTERPRET=1 for CPU tensors)")
-    if backend == "cpu" and device.type != "cpu":
-        raise ValueError(f"backend='cpu' needs CPU tensors, got {device}")
-    return backend
+        if not cuda and not interpreting():
+            if not torch.cuda.is_available():
+                raise ValueError("backend='triton' needs a CUDA device (or TRITON_INTERPRET=1 for CPU tensors)")
+            device = torch.device("cuda", torch.cuda.current_device())
+    elif cuda:
+        raise ValueError(f"backend='cpu' needs CPU tensors, got {next(iter(cuda))}")
+    ea.check_finite()
+    eb.check_finite()
+    return ea, eb, backend, device
+
+
+def _try_open(a, b, name_a: str, name_b: str, backend: str, group):
+    """``_open``; with a group, a ValueError of this rank is first announced to the others (``shard_layout``), so
+    every rank raises instead of some being left blocked in a later collective."""
+    try:
+        return _open(a, b, name_a, name_b, backend)
+    except ValueError as e:
+        if group is None:
+            raise
+        shard_layout(0, group, str(e))
+        raise  # not reached: shard_layout raises on every rank
+
+
+def _device_chunk(device_chunk: int) -> int:
+    """Rows per device chunk, rounded up to whole tiles so every tile sits where it sits unchunked."""
+    from vlkernels.retrieval.triton_ops import BLOCK_M, BLOCK_N
+
+    tile = max(BLOCK_M, BLOCK_N)
+    return -(-int(device_chunk) // tile) * tile
+
+
+def _triton_dtype(a: Embeddings, b: Embeddings, device: torch.device) -> torch.dtype:
+    """One operand dtype for tl.dot: fp16/bf16 stay as they are when both sides agree, anything else runs in fp32."""
+    same_lowp = a.dtype == b.dtype and a.dtype in (torch.float16, torch.bfloat16)
+    # The interpreter (CPU tensors) multiplies bf16 bit patterns in tl.dot (triton-lang/triton#11584): widen there;
+    # exact, since bf16 products are exact in fp32 and tl.dot accumulates in fp32 either way.
+    if same_lowp and a.dtype == torch.bfloat16 and device.type == "cpu":
+        return torch.float32
+    return a.dtype if same_lowp else torch.float32
 
 
 def _labels(x) -> np.ndarray:
@@ -88,17 +135,6 @@ def _check_chunks(**sizes: int) -> None:
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
 
 
-def _shard_offset(n_local: int, group) -> tuple[int, int]:
-    if group is None:
-        return 0, n_local
-    import torch.distributed as dist
-
-    sizes = [None] * dist.get_world_size(group)
-    dist.all_gather_object(sizes, n_local, group=group)
-    rank = dist.get_rank(group)
-    return int(sum(sizes[:rank])), int(sum(sizes))
-
-
 def evaluate(
     image_emb,
     text_emb,
@@ -111,6 +147,7 @@ def evaluate(
     chunk_rows: int = 1024,
     chunk_cols: int = 512,
     cache_bytes: int = 256 << 20,
+    device_chunk: int = 1 << 16,
     progress: bool = False,
     group=None,
 ) -> RetrievalResult:
@@ -135,11 +172,16 @@ def evaluate(
         ks: the K of R@K.
         t2i: general text-to-image positives (Positives, CSR ``(indptr, indices)``, ``(P, 2)`` pairs or lists).
         i2t: general image-to-text positives; when only one of t2i / i2t is given the other is its transpose.
-        backend: "auto" (Triton on CUDA, C++ on CPU), "cpu", or "triton" (CUDA, or CPU under TRITON_INTERPRET=1).
+        backend: "auto" (Triton when an input is on CUDA, else C++ on CPU), "cpu", or "triton" (on the CUDA
+            device of the inputs, host inputs streaming to the current CUDA device; CPU under TRITON_INTERPRET=1).
         chunk_rows, chunk_cols: tile of the streamed (texts x images) score matrix on CPU.
         cache_bytes: tiles kept between the two CPU passes (tiles holding ground-truth pairs).
-        progress: show a tqdm bar.
-        group: torch.distributed process group; texts are sharded over it, counts are summed by all_reduce.
+        device_chunk: Triton path: rows of texts and of images held on the device at a time (rounded up to whole
+            32-row tiles); both stream in such chunks from wherever they live (host, memory-mapped file, device).
+        progress: show a tqdm bar (tiles on CPU, chunk pairs on Triton).
+        group: torch.distributed process group (any backend: gloo, NCCL). ``text_emb`` is this rank's contiguous
+            shard of the texts, in rank order; ``image_emb`` and the ground truth are the full, identical sets on
+            every rank. Per-shard counts are summed by all_reduce; every rank returns the full result.
 
     Returns:
         RetrievalResult: ``{"text_to_image": {...}, "image_to_text": {...}}`` with ``R@K`` (percent), ``MeanR``,
@@ -147,7 +189,8 @@ def evaluate(
 
     Raises:
         ValueError: mismatched D, non-finite embeddings, ground truth out of range, a query without positives,
-            unreadable files (wrong dtype, shape or format), empty inputs, bad ks or backend.
+            unreadable files (wrong dtype, shape or format), empty inputs, bad ks, chunk sizes or backend; with a
+            group, any rank's input error (raised on every rank) or D / image count / dtypes differing by rank.
 
     Note:
         Ties: lower gallery index first, on every backend; equal to ranking with ``np.argsort(-s, kind="stable")``
@@ -155,8 +198,11 @@ def evaluate(
         Scores accumulate in fp32 (fp64 for fp64 input on CPU); fp16/bf16 are widened per chunk. Each ground-truth
         score is read from the same tile computation as the scores it is compared with. Extra memory:
         O(N_img·D + pairs + tiles), not N_img·N_txt: on CPU the images are held in memory and the texts stream in
-        ``chunk_rows`` chunks (memory-mapped files are read chunk by chunk); the Triton path holds both on the
-        device. Sharding (``group``) is implemented on the CPU path. Deterministic. Not differentiable.
+        ``chunk_rows`` chunks (memory-mapped files are read chunk by chunk); the Triton path streams both in
+        ``device_chunk`` chunks (device memory O(device_chunk·D + pairs of a chunk)); host or memory-mapped
+        inputs with backend="triton" stream to the current CUDA device. Sharded runs equal unsharded ones exactly
+        (ties use global text indices); a validation error on any rank raises on every rank, as do differing D,
+        image count or dtypes across ranks. Deterministic. Not differentiable.
 
     Example:
         >>> img = torch.eye(3); txt = torch.eye(3)[[0, 0, 1, 2]]
@@ -166,17 +212,13 @@ def evaluate(
     ks = tuple(int(k) for k in ks)
     if not ks or any(k < 1 for k in ks):
         raise ValueError(f"ks must be positive integers, got {ks}")
-    _check_chunks(chunk_rows=chunk_rows, chunk_cols=chunk_cols)
+    _check_chunks(chunk_rows=chunk_rows, chunk_cols=chunk_cols, device_chunk=device_chunk)
     if cache_bytes < 0:
         raise ValueError(f"cache_bytes must be >= 0, got {cache_bytes}")
-    images = Embeddings(image_emb, "image_emb")
-    texts = Embeddings(text_emb, "text_emb")
-    if images.shape[1] != texts.shape[1]:
-        raise ValueError(f"embedding dims differ: image_emb has D={images.shape[1]}, text_emb has D={texts.shape[1]}")
-    if images.device != texts.device:
-        raise ValueError(f"inputs must be on one device, got image_emb on {images.device}, text_emb on {texts.device}")
-    backend = _backend(backend, images.device)
-    row_offset, n_txt = _shard_offset(len(texts), group)
+    images, texts, backend, device = _try_open(image_emb, text_emb, "image_emb", "text_emb", backend, group)
+    row_offset, n_txt = shard_layout(
+        len(texts), group, D=images.shape[1], num_images=len(images), dtypes=(str(images.dtype), str(texts.dtype))
+    )
     n_img = len(images)
     if n_img == 0 or n_txt == 0:
         raise ValueError(f"empty input: {n_img} images and {n_txt} texts; both must be non-empty")
@@ -195,9 +237,6 @@ def evaluate(
         i2t_pos = as_positives(i2t, n_img, n_txt, "i2t") if i2t is not None else None
         t2i_pos = t2i_pos if t2i_pos is not None else i2t_pos.transpose()
         i2t_pos = i2t_pos if i2t_pos is not None else t2i_pos.transpose()
-    images.check_finite()
-    texts.check_finite()
-
     if backend == "cpu":
         cols = images.full()
         r_above, c_above = engine.count_both(
@@ -213,19 +252,19 @@ def evaluate(
             group,
         )
     else:
-        from vlkernels.retrieval.triton_ops import count_direction
+        from vlkernels.retrieval.triton_ops import count_stream
 
+        dt = _triton_dtype(images, texts, device)
+        chunk = _device_chunk(device_chunk)
+        bar = engine._progress(2 * -(-len(texts) // chunk) * -(-n_img // chunk), progress, "retrieval")
+        # Texts are sharded: text-to-image queries are local rows; image-to-text queries see a sharded gallery.
+        r_above = count_stream(texts, images, t2i_pos, row_offset, 0, dt, device, chunk, None, bar)
+        c_above = count_stream(images, texts, i2t_pos, 0, row_offset, dt, device, chunk, group, bar)
+        if bar is not None:
+            bar.close()
         if group is not None:
-            raise ValueError(
-                "group (sharding) is supported by the CPU backend here; shard the Triton path by calling "
-                "it per process and summing counts"
-            )
-        # One operand dtype for tl.dot: fp16/bf16 stay as they are when both sides agree, anything else runs in fp32.
-        same_lowp = images.dtype == texts.dtype and images.dtype in (torch.float16, torch.bfloat16)
-        dt = images.dtype if same_lowp else torch.float32
-        img_t, txt_t = images.full(dt), texts.full(dt)
-        r_above = count_direction(txt_t, img_t, t2i_pos)
-        c_above = count_direction(img_t, txt_t, i2t_pos)
+            both = all_reduce(torch.from_numpy(np.concatenate([r_above, c_above])), "sum", group).numpy()
+            r_above, c_above = both[: len(r_above)], both[len(r_above) :]
     ranks = {"text_to_image": ranks_from_counts(t2i_pos, r_above), "image_to_text": ranks_from_counts(i2t_pos, c_above)}
     return RetrievalResult({d: metrics_from_ranks(ranks[d], ks) for d in DIRECTIONS}, ranks)
 
@@ -236,17 +275,21 @@ def rank_metrics(
     positives,
     ks: Sequence[int] = (1, 5, 10),
     *,
+    backend: str = "auto",
     chunk_rows: int = 1024,
     chunk_cols: int = 512,
+    device_chunk: int = 1 << 16,
     progress: bool = False,
+    group=None,
 ) -> tuple[dict[str, float], Ranks]:
-    """One direction of :func:`evaluate` for any query/gallery pair and any positives (CPU streaming path).
+    """One direction of :func:`evaluate` for any query/gallery pair and any positives.
 
     Args:
-        queries: ``(Q, D)`` embeddings (tensor, array or file path).
-        gallery: ``(M, D)`` embeddings.
-        positives: Positives, CSR ``(indptr, indices)``, ``(P, 2)`` pairs or one list per query.
-        ks, chunk_rows, chunk_cols, progress: as in :func:`evaluate`.
+        queries: ``(Q, D)`` embeddings (tensor, array or file path); with ``group``, this rank's contiguous shard
+            of the queries, in rank order (as the texts of :func:`evaluate`).
+        gallery: ``(M, D)`` embeddings, the full gallery on every rank.
+        positives: Positives, CSR ``(indptr, indices)``, ``(P, 2)`` pairs or one list per query (global indices).
+        ks, backend, chunk_rows, chunk_cols, device_chunk, progress, group: as in :func:`evaluate`.
 
     Returns:
         ``(metrics, ranks)``: the metric dict of :func:`evaluate` and the per-query :class:`Ranks`.
@@ -255,7 +298,7 @@ def rank_metrics(
         ValueError: as :func:`evaluate`.
 
     Note:
-        Same tie policy (score descending, then gallery index ascending) and exactness as :func:`evaluate`.
+        Same tie policy (score descending, then gallery index ascending), exactness and sharding as :func:`evaluate`.
 
     Example:
         >>> m, r = rank_metrics(torch.tensor([[0.1, 0.8, 0.9, 0.7]]), torch.eye(4), [[1, 3]])
@@ -265,17 +308,26 @@ def rank_metrics(
     ks = tuple(int(k) for k in ks)
     if not ks or any(k < 1 for k in ks):
         raise ValueError(f"ks must be positive integers, got {ks}")
-    q = Embeddings(queries, "queries")
-    g = Embeddings(gallery, "gallery")
-    if q.shape[1] != g.shape[1]:
-        raise ValueError(f"embedding dims differ: queries have D={q.shape[1]}, gallery has D={g.shape[1]}")
-    if len(q) == 0 or len(g) == 0:
-        raise ValueError(f"empty input: {len(q)} queries and {len(g)} gallery items; both must be non-empty")
-    pos = as_positives(positives, len(q), len(g), "positives")
-    q.check_finite()
-    g.check_finite()
-    none = Positives.from_pairs([], [], len(g), len(q), queries=[])
-    above, _ = engine.count_both(q, g.full(), pos, none, 0, int(chunk_rows), int(chunk_cols), 0, progress)
+    _check_chunks(chunk_rows=chunk_rows, chunk_cols=chunk_cols, device_chunk=device_chunk)
+    q, g, backend, device = _try_open(queries, gallery, "queries", "gallery", backend, group)
+    offset, n_q = shard_layout(len(q), group, D=q.shape[1], num_gallery=len(g), dtypes=(str(q.dtype), str(g.dtype)))
+    if n_q == 0 or len(g) == 0:
+        raise ValueError(f"empty input: {n_q} queries and {len(g)} gallery items; both must be non-empty")
+    pos = as_positives(positives, n_q, len(g), "positives")
+    if backend == "cpu":
+        none = Positives.from_pairs([], [], len(g), n_q, queries=[])
+        args = (offset, int(chunk_rows), int(chunk_cols), 0, progress, group)
+        above, _ = engine.count_both(q, g.full(), pos, none, *args)
+    else:
+        from vlkernels.retrieval.triton_ops import count_stream
+
+        chunk = _device_chunk(device_chunk)
+        bar = engine._progress(-(-len(q) // chunk) * -(-len(g) // chunk), progress, "retrieval")
+        above = count_stream(q, g, pos, offset, 0, _triton_dtype(q, g, device), device, chunk, None, bar)
+        if bar is not None:
+            bar.close()
+        if group is not None:
+            above = all_reduce(torch.from_numpy(above), "sum", group).numpy()
     ranks = ranks_from_counts(pos, above)
     return metrics_from_ranks(ranks, ks), ranks
 
@@ -289,6 +341,7 @@ def topk(
     backend: str = "auto",
     chunk_queries: int = 1024,
     chunk_gallery: int = 4096,
+    device_chunk: int = 1 << 16,
     progress: bool = False,
     group=None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -298,26 +351,29 @@ def topk(
         \\downarrow, \\; g \\uparrow), \\; g \\notin \\mathrm{exclude}_q
 
     Args:
-        queries: ``(Q, D)`` tensor or array (fp16/bf16/fp32/fp64).
+        queries: ``(Q, D)`` tensor, array or .npy/.safetensors path (fp16/bf16/fp32/fp64); the same on every rank.
         gallery: ``(M, D)`` tensor, array or .npy/.safetensors path (memory-mapped and read in chunks); with
-            ``group``, this process's contiguous shard (indices are global).
+            ``group``, this process's contiguous shard, in rank order (indices are global).
         k: results per query, any size (no 2048 cap).
         exclude: positives to leave out (hard-negative mining): Positives, CSR, ``(P, 2)`` pairs or lists.
         backend: "auto", "cpu" or "triton" (as in :func:`evaluate`).
         chunk_queries, chunk_gallery: CPU tile.
-        progress: tqdm bar over gallery chunks.
+        device_chunk: Triton path: rows of queries and of the gallery held on the device at a time.
+        progress: tqdm bar over gallery chunks (CPU) or chunk pairs (Triton).
         group: torch.distributed group sharding the gallery; shard results are merged by all_gather.
 
     Returns:
-        ``(values, indices)``: ``(Q, k)`` scores (fp32, fp64 for fp64 input) and int64 gallery indices, best first;
-        when fewer than k candidates remain a row is padded with ``-inf`` / ``-1`` (faiss's convention).
+        ``(values, indices)``: ``(Q, k)`` scores (fp32, fp64 for fp64 input on CPU) and int64 gallery indices, best
+        first; when fewer than k candidates remain a row is padded with ``-inf`` / ``-1`` (faiss's convention).
 
     Raises:
-        ValueError: mismatched D, non-finite embeddings, k < 0, exclusions out of range, bad files or backend.
+        ValueError: mismatched D, non-finite embeddings, k < 0, exclusions out of range, bad files or backend; with
+            a group, any rank's input error (raised on every rank) or D / query count / dtypes differing by rank.
 
     Note:
-        Ties: lower gallery index first (deterministic, identical on CPU, Triton and sharded runs). Not
-        differentiable.
+        Ties: lower gallery index first (deterministic, identical on CPU, Triton and sharded runs, across chunk
+        and shard boundaries). Device memory on Triton: two ``device_chunk``-row chunks, the running best of a
+        query chunk, and (k > 256 - exclusions) matmul tiles of at most 2^25 scores. Not differentiable.
 
     Example:
         >>> topk(torch.eye(2), torch.eye(2), 1)
@@ -326,18 +382,10 @@ def topk(
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
         raise ValueError(f"k must be a non-negative integer, got {k!r}")
     k = int(k)
-    _check_chunks(chunk_queries=chunk_queries, chunk_gallery=chunk_gallery)
-    q = Embeddings(queries, "queries")
-    g = Embeddings(gallery, "gallery")
-    if q.shape[1] != g.shape[1]:
-        raise ValueError(f"embedding dims differ: queries have D={q.shape[1]}, gallery has D={g.shape[1]}")
-    if q.device != g.device:
-        raise ValueError(f"inputs must be on one device, got queries on {q.device}, gallery on {g.device}")
-    backend = _backend(backend, q.device)
-    offset, n_gal = _shard_offset(len(g), group)
+    _check_chunks(chunk_queries=chunk_queries, chunk_gallery=chunk_gallery, device_chunk=device_chunk)
+    q, g, backend, device = _try_open(queries, gallery, "queries", "gallery", backend, group)
+    offset, n_gal = shard_layout(len(g), group, D=q.shape[1], num_queries=len(q), dtypes=(str(q.dtype), str(g.dtype)))
     ex = as_positives(exclude, len(q), n_gal, "exclude", every_query=False) if exclude is not None else None
-    q.check_finite()
-    g.check_finite()
     if ex is not None and group is not None:
         # Each shard only masks its own gallery items, with local indices.
         keep = (ex.indices >= offset) & (ex.indices < offset + len(g))
@@ -346,19 +394,12 @@ def topk(
         qt = q.full()
         vals, idx = engine.topk_stream(qt, g, k, ex, offset, int(chunk_queries), int(chunk_gallery), progress)
     else:
-        from vlkernels.retrieval.triton_ops import topk_triton
+        from vlkernels.retrieval.triton_ops import topk_stream
 
-        same_lowp = q.dtype == g.dtype and q.dtype in (torch.float16, torch.bfloat16)
-        dt = q.dtype if same_lowp else torch.float32
-        vals, idx = topk_triton(q.full(dt), g, k, ex, offset, dt)
+        dt = _triton_dtype(q, g, device)
+        vals, idx = topk_stream(q, g, k, ex, offset, dt, device, _device_chunk(device_chunk), progress)
     if group is not None:
-        import torch.distributed as dist
-
-        world = dist.get_world_size(group)
-        gv = [torch.empty_like(vals) for _ in range(world)]
-        gi = [torch.empty_like(idx) for _ in range(world)]
-        dist.all_gather(gv, vals.contiguous(), group=group)
-        dist.all_gather(gi, idx.contiguous(), group=group)
-        vals, idx = engine.merge_topk(torch.cat(gv, 1).cpu(), torch.cat(gi, 1).cpu(), k)
-        vals, idx = vals.to(q.device), idx.to(q.device)
+        v, i = all_gather_cat(vals, group), all_gather_cat(idx, group)
+        vals, idx = engine.merge_topk(v.cpu(), i.cpu(), k)
+        vals, idx = vals.to(device), idx.to(device)
     return engine.sort_topk(vals, idx)
