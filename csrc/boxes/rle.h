@@ -23,13 +23,12 @@ std::vector<std::string> rle_to_strings(const int64_t* counts, const int64_t* of
 // masks: [n, hw] uint8, each mask column-major (Fortran order, as pycocotools); nonzero = foreground.
 std::vector<std::string> rle_encode_strings(const uint8_t* masks, int64_t n, int64_t hw);
 
-// out: [n, hw] uint8 column-major.
-void launch_rle_decode(const int64_t* counts, const int64_t* offsets, int64_t n, int64_t hw, uint8_t* out);
+// Decoding is launch_rle_decode_csum (rle_counts.h), shared with the counts path.
 
-// out[k] = sum of the foreground (odd-index) runs.
+// out[k] = sum of the foreground (odd-index) runs. CPU twin of launch_rle_area_cuda.
 void launch_rle_area(const int64_t* counts, const int64_t* offsets, int64_t n, int64_t* out);
 
-// out: [n, 4] xywh doubles exactly as pycocotools rleToBbox (h, w per RLE).
+// out: [n, 4] xywh doubles exactly as pycocotools rleToBbox (h, w per RLE). CPU twin of launch_rle_to_bbox_cuda.
 void launch_rle_to_bbox(const int64_t* counts, const int64_t* offsets, int64_t n, const int64_t* h, const int64_t* w,
                         double* out);
 
