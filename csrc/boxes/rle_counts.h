@@ -100,30 +100,33 @@ VLK_HD int64_t area_part(const int64_t* c, int64_t m, int64_t part, int64_t npar
   return a;
 }
 
-// pycocotools rleToBbox (xywh doubles), in its 32-bit unsigned arithmetic so even degenerate RLEs give the same
-// box, including its rule that a foreground run wrapping into a later column widens the box to the full height.
+// pycocotools rleToBbox (xywh doubles) as in current releases (2.0.11 tested): foreground runs only, zero-length
+// ones skipped; a run spanning columns widens the box to the full height. 32-bit unsigned arithmetic as there, so
+// a mask whose foreground runs are all empty gives the same wrapped box ([w, h, 1 - w, 1 - h] mod 2^32).
 VLK_HD void bbox_one(const int64_t* cnts, int64_t m_in, int64_t hh, int64_t ww, double* bb) {
   const uint32_t h = static_cast<uint32_t>(hh), w = static_cast<uint32_t>(ww);
   const int64_t m = (m_in / 2) * 2;
-  uint32_t xs = w, ys = h, xe = 0, ye = 0, cc = 0, xp = 0;
-  if (m == 0 || h == 0) {
+  uint32_t xs = w, ys = h, xe = 0, ye = 0, cc = 0;
+  if (m == 0) {
     bb[0] = bb[1] = bb[2] = bb[3] = 0;
     return;
   }
   for (int64_t j = 0; j < m; ++j) {
+    const uint32_t start = cc;
     cc += static_cast<uint32_t>(cnts[j]);
-    const uint32_t t = cc - static_cast<uint32_t>(j % 2);
-    const uint32_t y = t % h, x = (t - y) / h;
-    if (j % 2 == 0) {
-      xp = x;
-    } else if (xp < x) {
+    // h == 0 admits no nonzero run (runs sum to h*w); the test only keeps the divisions defined.
+    if (j % 2 == 0 || cnts[j] == 0 || h == 0) continue;
+    const uint32_t y0 = start % h, x0 = (start - y0) / h;
+    const uint32_t y1 = (cc - 1) % h, x1 = (cc - 1 - y1) / h;
+    xs = xs < x0 ? xs : x0;
+    xe = xe > x1 ? xe : x1;
+    if (x0 < x1) {
       ys = 0;
       ye = h - 1;
+    } else {
+      ys = ys < y0 ? ys : y0;
+      ye = ye > y1 ? ye : y1;
     }
-    xs = xs < x ? xs : x;
-    xe = xe > x ? xe : x;
-    ys = ys < y ? ys : y;
-    ye = ye > y ? ye : y;
   }
   bb[0] = xs;
   bb[2] = static_cast<double>(xe - xs + 1);
