@@ -295,8 +295,9 @@ def rle_iou(
         side is empty; here an empty ``(D, G)`` tensor).
 
     Raises:
-        ValueError: mixed RLE/RleCounts/box inputs, RleCounts on different devices, malformed RLEs, masks whose sizes differ (pycocotools writes -1 there),
-            ``iscrowd`` of the wrong length, non-finite or non-``(N, 4)`` boxes.
+        ValueError: mixed RLE/RleCounts/box inputs, RleCounts on different devices, malformed RLEs, masks whose
+            sizes differ (pycocotools writes -1 there), ``iscrowd`` of the wrong length, non-finite or non-``(N, 4)``
+            boxes.
 
     Note:
         Two empty masks give 0. RLE IoU uses pycocotools' bbox prefilter, then intersects the foreground
