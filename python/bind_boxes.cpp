@@ -1,6 +1,8 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <array>
+
 #include "boxes/box_iou.h"
 #include "boxes/mask_iou.h"
 #include "boxes/rle.h"
@@ -59,11 +61,15 @@ py::list rle_to_strings(std::uintptr_t counts, std::uintptr_t offsets, int64_t n
   return to_bytes_list(s);
 }
 
-py::list rle_encode(std::uintptr_t masks, int64_t n, int64_t hw) {
+// (h, w, sn, sy, sx) from Python: the mask geometry in bytes.
+using Geometry = std::array<int64_t, 5>;
+vlk::MaskStrides strides_of(const Geometry& g) { return vlk::MaskStrides{g[0], g[1], g[2], g[3], g[4]}; }
+
+py::list rle_encode(std::uintptr_t masks, int64_t n, const Geometry& geo) {
   std::vector<std::string> s;
   {
     py::gil_scoped_release release;
-    s = vlk::rle_encode_strings(ptr<const uint8_t>(masks), n, hw);
+    s = vlk::rle_encode_strings(ptr<const uint8_t>(masks), n, strides_of(geo));
   }
   return to_bytes_list(s);
 }
@@ -100,14 +106,14 @@ VLK_BIND(boxes) {
   m.def("rle_to_strings", &rle_to_strings);
   m.def("rle_encode", &rle_encode);
   m.attr("rle_chunk") = vlk::rle::kChunk;
-  m.def("rle_count_chunks", [](std::uintptr_t masks, int64_t n, int64_t hw, std::uintptr_t chunk_cnt) {
+  m.def("rle_count_chunks", [](std::uintptr_t masks, int64_t n, const Geometry& geo, std::uintptr_t chunk_cnt) {
     py::gil_scoped_release release;
-    vlk::launch_rle_count_chunks(ptr<const uint8_t>(masks), n, hw, ptr<int64_t>(chunk_cnt));
+    vlk::launch_rle_count_chunks(ptr<const uint8_t>(masks), n, strides_of(geo), ptr<int64_t>(chunk_cnt));
   });
-  m.def("rle_write_ends", [](std::uintptr_t masks, int64_t n, int64_t hw, std::uintptr_t chunk_base,
+  m.def("rle_write_ends", [](std::uintptr_t masks, int64_t n, const Geometry& geo, std::uintptr_t chunk_base,
                              std::uintptr_t offsets, std::uintptr_t ends) {
     py::gil_scoped_release release;
-    vlk::launch_rle_write_ends(ptr<const uint8_t>(masks), n, hw, ptr<const int64_t>(chunk_base),
+    vlk::launch_rle_write_ends(ptr<const uint8_t>(masks), n, strides_of(geo), ptr<const int64_t>(chunk_base),
                                ptr<const int64_t>(offsets), ptr<int64_t>(ends));
   });
   m.def("rle_runs_from_ends", [](std::uintptr_t ends, std::uintptr_t offsets, int64_t n, int64_t hw,
@@ -180,15 +186,16 @@ VLK_BIND(boxes) {
                               ptr<const int64_t>(area_b), batch, n, mm, nw, aligned, ptr<double>(out),
                               ptr<int64_t>(inter), reinterpret_cast<void*>(stream));
   });
-  m.def("rle_count_chunks_cuda", [](std::uintptr_t masks, int64_t n, int64_t hw, std::uintptr_t chunk_cnt,
+  m.def("rle_count_chunks_cuda", [](std::uintptr_t masks, int64_t n, const Geometry& geo, std::uintptr_t chunk_cnt,
                                     std::uintptr_t stream) {
     py::gil_scoped_release release;
-    vlk::launch_rle_count_chunks_cuda(ptr<const uint8_t>(masks), n, hw, ptr<int64_t>(chunk_cnt), stream_of(stream));
+    vlk::launch_rle_count_chunks_cuda(ptr<const uint8_t>(masks), n, strides_of(geo), ptr<int64_t>(chunk_cnt),
+                                      stream_of(stream));
   });
-  m.def("rle_write_ends_cuda", [](std::uintptr_t masks, int64_t n, int64_t hw, std::uintptr_t chunk_base,
+  m.def("rle_write_ends_cuda", [](std::uintptr_t masks, int64_t n, const Geometry& geo, std::uintptr_t chunk_base,
                                   std::uintptr_t offsets, std::uintptr_t ends, std::uintptr_t stream) {
     py::gil_scoped_release release;
-    vlk::launch_rle_write_ends_cuda(ptr<const uint8_t>(masks), n, hw, ptr<const int64_t>(chunk_base),
+    vlk::launch_rle_write_ends_cuda(ptr<const uint8_t>(masks), n, strides_of(geo), ptr<const int64_t>(chunk_base),
                                     ptr<const int64_t>(offsets), ptr<int64_t>(ends), stream_of(stream));
   });
   m.def("rle_runs_from_ends_cuda", [](std::uintptr_t ends, std::uintptr_t offsets, int64_t n, int64_t hw,

@@ -268,13 +268,14 @@ std::vector<std::string> rle_to_strings(const int64_t* counts, const int64_t* of
   return out;
 }
 
-std::vector<std::string> rle_encode_strings(const uint8_t* masks, int64_t n, int64_t hw) {
+std::vector<std::string> rle_encode_strings(const uint8_t* masks, int64_t n, const MaskStrides& ms) {
+  const int64_t hw = ms.h * ms.w;
   std::vector<std::string> out(static_cast<size_t>(n));
   parallel_for(n, 1, [&](int64_t begin, int64_t end) {
     // A mask has at most hw boundaries, hence at most hw + 1 runs.
     std::vector<int64_t> ends(static_cast<size_t>(hw) + 1), cnts(static_cast<size_t>(hw) + 1);
     for (int64_t k = begin; k < end; ++k) {
-      const int64_t m = rle::write_transitions(masks + k * hw, 0, hw, ends.data()) + 1;
+      const int64_t m = rle::write_transitions(masks + k * ms.sn, ms.h, ms.sy, ms.sx, 0, hw, ends.data()) + 1;
       for (int64_t i = 0; i < m; ++i) cnts[i] = rle::run_from_ends(ends.data(), m, i, hw);
       append_string(cnts.data(), m, out[k]);
     }

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "boxes/rle_counts.h"
+
 namespace vlk {
 
 // Decodes compressed strings. Returns "" on success, else a message naming the string index and the defect (bad
@@ -20,8 +22,9 @@ std::string rle_parse_strings(const std::vector<std::string>& strings, const int
 // Runs -> compressed strings (pycocotools rleToString).
 std::vector<std::string> rle_to_strings(const int64_t* counts, const int64_t* offsets, int64_t n);
 
-// masks: [n, hw] uint8, each mask column-major (Fortran order, as pycocotools); nonzero = foreground.
-std::vector<std::string> rle_encode_strings(const uint8_t* masks, int64_t n, int64_t hw);
+// n masks, pixel (y, x) of mask k at masks[k * sn + y * sy + x * sx] (MaskStrides, rle_counts.h), runs over the
+// column-major order (as pycocotools); nonzero = foreground.
+std::vector<std::string> rle_encode_strings(const uint8_t* masks, int64_t n, const MaskStrides& ms);
 
 // Decoding is launch_rle_decode_csum (rle_counts.h), shared with the counts path.
 

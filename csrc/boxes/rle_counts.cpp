@@ -8,37 +8,39 @@
 
 namespace vlk {
 
-void launch_rle_count_chunks(const uint8_t* masks, int64_t n, int64_t hw, int64_t* chunk_cnt) {
+void launch_rle_count_chunks(const uint8_t* masks, int64_t n, MaskStrides ms, int64_t* chunk_cnt) {
+  const int64_t hw = ms.h * ms.w;
   const int64_t nchunks = (hw + rle::kChunk - 1) / rle::kChunk;
   parallel_for(n * nchunks, 16, [&](int64_t begin, int64_t end) {
     for (int64_t blk = begin; blk < end; ++blk) {
       const int64_t k = blk / nchunks, c = blk % nchunks;
-      const uint8_t* t = masks + k * hw;
+      const uint8_t* t = masks + k * ms.sn;
       int64_t total = 0;
       for (int th = 0; th < rle::kThreads; ++th) {
         int64_t b, e;
         rle::encode_range(c, th, hw, &b, &e);
-        total += rle::count_transitions(t, b, e);
+        total += rle::count_transitions(t, ms.h, ms.sy, ms.sx, b, e);
       }
       chunk_cnt[blk] = total;
     }
   });
 }
 
-void launch_rle_write_ends(const uint8_t* masks, int64_t n, int64_t hw, const int64_t* chunk_base,
+void launch_rle_write_ends(const uint8_t* masks, int64_t n, MaskStrides ms, const int64_t* chunk_base,
                            const int64_t* offsets, int64_t* ends) {
+  const int64_t hw = ms.h * ms.w;
   const int64_t nchunks = (hw + rle::kChunk - 1) / rle::kChunk;
   parallel_for(n * nchunks, 16, [&](int64_t begin, int64_t end) {
     for (int64_t blk = begin; blk < end; ++blk) {
       const int64_t k = blk / nchunks, c = blk % nchunks;
-      const uint8_t* t = masks + k * hw;
+      const uint8_t* t = masks + k * ms.sn;
       int64_t* out = ends + offsets[k] + chunk_base[blk];
       // Thread th writes at the exclusive prefix of the threads before it: here, what they wrote so far.
       int64_t prefix = 0;
       for (int th = 0; th < rle::kThreads; ++th) {
         int64_t b, e;
         rle::encode_range(c, th, hw, &b, &e);
-        prefix += rle::write_transitions(t, b, e, out + prefix);
+        prefix += rle::write_transitions(t, ms.h, ms.sy, ms.sx, b, e, out + prefix);
       }
     }
   });

@@ -27,7 +27,7 @@ unsigned grid_for(int64_t work, int per_block) {
 }
 
 __global__ void __launch_bounds__(rle::kThreads) rle_count_kernel(const uint8_t* __restrict__ masks, int64_t n,
-                                                                  int64_t hw, int64_t nchunks,
+                                                                  MaskStrides ms, int64_t nchunks,
                                                                   int64_t* __restrict__ chunk_cnt) {
   using Reduce = cub::BlockReduce<int, rle::kThreads>;
   __shared__ typename Reduce::TempStorage tmp;
@@ -35,8 +35,8 @@ __global__ void __launch_bounds__(rle::kThreads) rle_count_kernel(const uint8_t*
   for (int64_t blk = blockIdx.x; blk < n * nchunks; blk += gridDim.x) {
     const int64_t k = blk / nchunks, c = blk % nchunks;
     int64_t b, e;
-    rle::encode_range(c, threadIdx.x, hw, &b, &e);
-    const int cnt = static_cast<int>(rle::count_transitions(masks + k * hw, b, e));
+    rle::encode_range(c, threadIdx.x, ms.h * ms.w, &b, &e);
+    const int cnt = static_cast<int>(rle::count_transitions(masks + k * ms.sn, ms.h, ms.sy, ms.sx, b, e));
     const int total = Reduce(tmp).Sum(cnt);
     if (threadIdx.x == 0) chunk_cnt[blk] = total;
     __syncthreads();
@@ -44,7 +44,7 @@ __global__ void __launch_bounds__(rle::kThreads) rle_count_kernel(const uint8_t*
 }
 
 __global__ void __launch_bounds__(rle::kThreads) rle_write_kernel(const uint8_t* __restrict__ masks, int64_t n,
-                                                                  int64_t hw, int64_t nchunks,
+                                                                  MaskStrides ms, int64_t nchunks,
                                                                   const int64_t* __restrict__ chunk_base,
                                                                   const int64_t* __restrict__ offsets,
                                                                   int64_t* __restrict__ ends) {
@@ -52,13 +52,13 @@ __global__ void __launch_bounds__(rle::kThreads) rle_write_kernel(const uint8_t*
   __shared__ typename Scan::TempStorage tmp;
   for (int64_t blk = blockIdx.x; blk < n * nchunks; blk += gridDim.x) {
     const int64_t k = blk / nchunks, c = blk % nchunks;
-    const uint8_t* t = masks + k * hw;
+    const uint8_t* t = masks + k * ms.sn;
     int64_t b, e;
-    rle::encode_range(c, threadIdx.x, hw, &b, &e);
-    const int cnt = static_cast<int>(rle::count_transitions(t, b, e));
+    rle::encode_range(c, threadIdx.x, ms.h * ms.w, &b, &e);
+    const int cnt = static_cast<int>(rle::count_transitions(t, ms.h, ms.sy, ms.sx, b, e));
     int prefix;
     Scan(tmp).ExclusiveSum(cnt, prefix);
-    if (cnt > 0) rle::write_transitions(t, b, e, ends + offsets[k] + chunk_base[blk] + prefix);
+    if (cnt > 0) rle::write_transitions(t, ms.h, ms.sy, ms.sx, b, e, ends + offsets[k] + chunk_base[blk] + prefix);
     __syncthreads();
   }
 }
@@ -132,20 +132,21 @@ void check_launch(const char* what) {
 
 }  // namespace
 
-void launch_rle_count_chunks_cuda(const uint8_t* masks, int64_t n, int64_t hw, int64_t* chunk_cnt, void* stream) {
-  const int64_t blocks = n * ((hw + rle::kChunk - 1) / rle::kChunk);
+void launch_rle_count_chunks_cuda(const uint8_t* masks, int64_t n, MaskStrides ms, int64_t* chunk_cnt,
+                                  void* stream) {
+  const int64_t blocks = n * ((ms.h * ms.w + rle::kChunk - 1) / rle::kChunk);
   if (blocks == 0) return;
   rle_count_kernel<<<grid_for(blocks, 1), rle::kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      masks, n, hw, blocks / n, chunk_cnt);
+      masks, n, ms, blocks / n, chunk_cnt);
   check_launch("rle_count_kernel");
 }
 
-void launch_rle_write_ends_cuda(const uint8_t* masks, int64_t n, int64_t hw, const int64_t* chunk_base,
+void launch_rle_write_ends_cuda(const uint8_t* masks, int64_t n, MaskStrides ms, const int64_t* chunk_base,
                                 const int64_t* offsets, int64_t* ends, void* stream) {
-  const int64_t blocks = n * ((hw + rle::kChunk - 1) / rle::kChunk);
+  const int64_t blocks = n * ((ms.h * ms.w + rle::kChunk - 1) / rle::kChunk);
   if (blocks == 0) return;
   rle_write_kernel<<<grid_for(blocks, 1), rle::kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      masks, n, hw, blocks / n, chunk_base, offsets, ends);
+      masks, n, ms, blocks / n, chunk_base, offsets, ends);
   check_launch("rle_write_kernel");
 }
 

@@ -39,30 +39,46 @@ VLK_HD void encode_range(int64_t c, int t, int64_t hw, int64_t* begin, int64_t* 
   *end = min64(chunk_end, *begin + kItems);
 }
 
-// Number of run boundaries in [b, e): pixels whose foreground bit differs from the previous pixel's (the pixel
-// before the first counts as background, so a mask starting with foreground opens with a zero background run).
-// Nonzero bytes are foreground. Additive over adjacent ranges.
-VLK_HD int64_t count_transitions(const uint8_t* t, int64_t b, int64_t e) {
-  int64_t n = 0;
-  bool prev = b > 0 && t[b - 1] != 0;
+// Calls emit(i, p) for the i-th run boundary in column-major pixels [b, e) of one mask and returns how many: a
+// boundary is a pixel whose foreground bit differs from the previous pixel's (the pixel before the first counts as
+// background, so a mask starting with foreground opens with a zero background run). Nonzero bytes are foreground.
+// Pixel p = (y = p % h, x = p / h) is read at t[y * sy + x * sx] (any strides: row-major tensors need no
+// transpose). Additive over adjacent ranges.
+template <typename Emit>
+VLK_HD int64_t scan_transitions(const uint8_t* t, int64_t h, int64_t sy, int64_t sx, int64_t b, int64_t e,
+                                Emit emit) {
+  if (b >= e) return 0;
+  int64_t y = b % h, col = (b / h) * sx, n = 0;
+  bool prev = false;
+  if (b > 0) prev = (y > 0 ? t[col + (y - 1) * sy] : t[col - sx + (h - 1) * sy]) != 0;
   for (int64_t p = b; p < e; ++p) {
-    const bool v = t[p] != 0;
-    n += v != prev;
+    const bool v = t[col + y * sy] != 0;
+    if (v != prev) emit(n++, p);
     prev = v;
+    if (++y == h) {
+      y = 0;
+      col += sx;
+    }
   }
   return n;
 }
 
-// Writes the positions of the boundaries in [b, e) to out[0..); returns how many (= count_transitions).
-VLK_HD int64_t write_transitions(const uint8_t* t, int64_t b, int64_t e, int64_t* out) {
-  int64_t n = 0;
-  bool prev = b > 0 && t[b - 1] != 0;
-  for (int64_t p = b; p < e; ++p) {
-    const bool v = t[p] != 0;
-    if (v != prev) out[n++] = p;
-    prev = v;
-  }
-  return n;
+struct CountOnly {
+  VLK_HD void operator()(int64_t, int64_t) const {}
+};
+struct WriteTo {
+  int64_t* out;
+  VLK_HD void operator()(int64_t i, int64_t p) const { out[i] = p; }
+};
+
+VLK_HD int64_t count_transitions(const uint8_t* t, int64_t h, int64_t sy, int64_t sx, int64_t b, int64_t e) {
+  return scan_transitions(t, h, sy, sx, b, e, CountOnly{});
+}
+
+// Writes the boundary positions in [b, e) to out[0..); returns how many (= count_transitions).
+VLK_HD int64_t write_transitions(const uint8_t* t, int64_t h, int64_t sy, int64_t sx, int64_t b, int64_t e,
+                                 int64_t* out) {
+  return scan_transitions(t, h, sy, sx, b, e, WriteTo{out});
 }
 
 // Run i of a mask with m runs from its boundary positions ends[0 .. m - 1) (run i ends where boundary i is; the
@@ -206,12 +222,16 @@ VLK_HD double iou_value(int64_t inter, int64_t area_d, int64_t area_g, bool crow
 
 }  // namespace rle
 
-// CPU twins (rle_counts.cpp; area and bbox are launch_rle_area / launch_rle_to_bbox in rle.h). masks: [n, hw]
-// uint8 column-major, contiguous. chunk_cnt / chunk_base: [n, nchunks] with nchunks = ceil(hw / rle::kChunk).
-void launch_rle_count_chunks(const uint8_t* masks, int64_t n, int64_t hw, int64_t* chunk_cnt);
+// CPU twins (rle_counts.cpp; area and bbox are launch_rle_area / launch_rle_to_bbox in rle.h). masks: n masks of
+// h x w bytes, mask k's pixel (y, x) at masks[k * sn + y * sy + x * sx] (strides in bytes, non-negative).
+// chunk_cnt / chunk_base: [n, nchunks] with nchunks = ceil(h * w / rle::kChunk).
+struct MaskStrides {
+  int64_t h, w, sn, sy, sx;
+};
+void launch_rle_count_chunks(const uint8_t* masks, int64_t n, MaskStrides ms, int64_t* chunk_cnt);
 // ends: [offsets[n]]; slot offsets[k] + r receives mask k's r-th boundary position (the last slot of each mask is
 // left for rle_runs_from_ends, which never reads it). chunk_base[k, c]: boundaries in chunks before c of mask k.
-void launch_rle_write_ends(const uint8_t* masks, int64_t n, int64_t hw, const int64_t* chunk_base,
+void launch_rle_write_ends(const uint8_t* masks, int64_t n, MaskStrides ms, const int64_t* chunk_base,
                            const int64_t* offsets, int64_t* ends);
 void launch_rle_runs_from_ends(const int64_t* ends, const int64_t* offsets, int64_t n, int64_t hw, int64_t* counts);
 // out: [n, hw] uint8 column-major.
@@ -224,8 +244,9 @@ void launch_rle_iou_csum(const int64_t* dt_csum, const int64_t* dt_offsets, cons
                          double* out);
 
 #ifdef VLK_WITH_CUDA
-void launch_rle_count_chunks_cuda(const uint8_t* masks, int64_t n, int64_t hw, int64_t* chunk_cnt, void* stream);
-void launch_rle_write_ends_cuda(const uint8_t* masks, int64_t n, int64_t hw, const int64_t* chunk_base,
+void launch_rle_count_chunks_cuda(const uint8_t* masks, int64_t n, MaskStrides ms, int64_t* chunk_cnt,
+                                  void* stream);
+void launch_rle_write_ends_cuda(const uint8_t* masks, int64_t n, MaskStrides ms, const int64_t* chunk_base,
                                 const int64_t* offsets, int64_t* ends, void* stream);
 void launch_rle_runs_from_ends_cuda(const int64_t* ends, const int64_t* offsets, int64_t n, int64_t hw,
                                     int64_t* counts, void* stream);

@@ -149,9 +149,8 @@ def rle_encode(masks: torch.Tensor, compress: bool = True) -> RLE | list[RLE] | 
             return rc
         out = rc.to_coco()
     else:
-        # Column-major pixel order: transpose to (N, W, H) and make it contiguous.
-        colmajor = m.detach().transpose(1, 2).contiguous().view(torch.uint8)
-        strings = _ext.load().rle_encode(colmajor.data_ptr(), n, h * w)
+        t, geo = _rc.mask_geometry(m)
+        strings = _ext.load().rle_encode(t.data_ptr(), n, geo)
         out = [{"size": [h, w], "counts": s} for s in strings]
     return out[0] if single else out
 

@@ -163,19 +163,30 @@ def _on_kernel_device(rc: RleCounts) -> RleCounts:
     return rc.to("cpu") if rc.device.type == "cuda" and not _ext.load().has_cuda else rc
 
 
+def mask_geometry(masks: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int, int, int]]:
+    """[N, H, W] bool/uint8 -> (the byte tensor the kernels read, (h, w, sn, sy, sx) in bytes). CPU reads any
+    strides in place; CUDA reads a column-major copy (consecutive threads then read consecutive bytes)."""
+    n, h, w = masks.shape
+    if masks.is_cuda:
+        t = masks.detach().transpose(1, 2).contiguous().view(torch.uint8)
+        return t, (h, w, h * w, 1, h)
+    # bool and uint8 share a byte layout (nonzero = foreground); torch strides are non-negative.
+    t = masks.detach().view(torch.uint8)
+    return t, (h, w, *t.stride())
+
+
 def encode_counts(masks: torch.Tensor) -> RleCounts:
     """[N, H, W] bool/uint8 (validated) -> RleCounts on the masks' device; two passes, one host sync (the size)."""
     n, h, w = masks.shape
     hw = h * w
     device = masks.device
     on = torch.device("cpu") if device.type == "cuda" and not _ext.load().has_cuda else device
-    # Column-major pixels: (N, W, H) contiguous; bool and uint8 share a byte layout (nonzero = foreground).
-    colmajor = masks.detach().to(on).transpose(1, 2).contiguous().view(torch.uint8)
+    t, geo = mask_geometry(masks.to(on))
     chunk = int(_ext.load().rle_chunk)
     nchunks = (hw + chunk - 1) // chunk
     chunk_cnt = torch.zeros(n, nchunks, dtype=torch.int64, device=on)
     if chunk_cnt.numel():
-        _run("rle_count_chunks", on, colmajor.data_ptr(), n, hw, chunk_cnt.data_ptr())
+        _run("rle_count_chunks", on, t.data_ptr(), n, geo, chunk_cnt.data_ptr())
     offsets = torch.zeros(n + 1, dtype=torch.int64, device=on)
     # m_k = boundaries + 1 runs (the last run closes at h*w).
     offsets[1:] = torch.cumsum(chunk_cnt.sum(1) + 1, 0)
@@ -185,8 +196,7 @@ def encode_counts(masks: torch.Tensor) -> RleCounts:
     counts = torch.empty(total, dtype=torch.int64, device=on)
     if n:
         if chunk_cnt.numel():
-            args = (colmajor.data_ptr(), n, hw, chunk_base.data_ptr(), offsets.data_ptr(), ends.data_ptr())
-            _run("rle_write_ends", on, *args)
+            _run("rle_write_ends", on, t.data_ptr(), n, geo, chunk_base.data_ptr(), offsets.data_ptr(), ends.data_ptr())
         _run("rle_runs_from_ends", on, ends.data_ptr(), offsets.data_ptr(), n, hw, counts.data_ptr())
     return RleCounts._trusted(counts, offsets, (h, w)).to(device)
 
