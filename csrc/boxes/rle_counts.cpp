@@ -1,6 +1,8 @@
-// CPU twins of rle_counts.cu: the same per-thread / per-mask / per-pair functions of rle_counts.h, with the
-// thread decomposition of each CUDA kernel replayed in order (a block's exclusive scan becomes a running sum, a
-// warp's lanes become one part) and multithreading over chunks, masks or detection rows.
+// CPU twins of rle_counts.cu: the same per-range / per-mask / per-pair functions of rle_counts.h. Where a CUDA
+// block or warp splits one range among its threads (a chunk's pixels, a mask's runs, a pair's intervals), the twin
+// makes one call over the whole range, which the split reproduces by construction (counts are additive, a block's
+// exclusive scan concatenates the threads' writes in order, lanes' partial sums add up); decode keeps the GPU's
+// 16-pixel steps. Multithreaded over chunks, masks or detection rows.
 #include <algorithm>
 
 #include "boxes/rle_counts.h"
@@ -15,13 +17,10 @@ void launch_rle_count_chunks(const uint8_t* masks, int64_t n, MaskStrides ms, in
     for (int64_t blk = begin; blk < end; ++blk) {
       const int64_t k = blk / nchunks, c = blk % nchunks;
       const uint8_t* t = masks + k * ms.sn;
-      int64_t total = 0;
-      for (int th = 0; th < rle::kThreads; ++th) {
-        int64_t b, e;
-        rle::encode_range(c, th, hw, &b, &e);
-        total += rle::count_transitions(t, ms.h, ms.sy, ms.sx, b, e);
-      }
-      chunk_cnt[blk] = total;
+      // The block's threads cover the chunk in consecutive ranges and the count is additive: one call.
+      int64_t b, e;
+      rle::chunk_range(c, hw, &b, &e);
+      chunk_cnt[blk] = rle::count_transitions(t, ms.h, ms.sy, ms.sx, b, e);
     }
   });
 }
@@ -35,13 +34,11 @@ void launch_rle_write_ends(const uint8_t* masks, int64_t n, MaskStrides ms, cons
       const int64_t k = blk / nchunks, c = blk % nchunks;
       const uint8_t* t = masks + k * ms.sn;
       int64_t* out = ends + offsets[k] + chunk_base[blk];
-      // Thread th writes at the exclusive prefix of the threads before it: here, what they wrote so far.
-      int64_t prefix = 0;
-      for (int th = 0; th < rle::kThreads; ++th) {
-        int64_t b, e;
-        rle::encode_range(c, th, hw, &b, &e);
-        prefix += rle::write_transitions(t, ms.h, ms.sy, ms.sx, b, e, out + prefix);
-      }
+      // Thread th writes at the exclusive prefix of the threads before it, i.e. right after what the earlier
+      // (consecutive) ranges wrote: exactly what one sequential call over the whole chunk writes.
+      int64_t b, e;
+      rle::chunk_range(c, hw, &b, &e);
+      rle::write_transitions(t, ms.h, ms.sy, ms.sx, b, e, out);
     }
   });
 }

@@ -32,7 +32,13 @@ constexpr int64_t kDecodeItems = 16;
 VLK_HD int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 VLK_HD int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
-// Pixel range [begin, end) of thread t in chunk c of a mask of hw pixels (empty when past the end).
+// Pixel range [begin, end) of chunk c of a mask of hw pixels.
+VLK_HD void chunk_range(int64_t c, int64_t hw, int64_t* begin, int64_t* end) {
+  *begin = min64(hw, c * kChunk);
+  *end = min64(hw, *begin + kChunk);
+}
+
+// Pixel range [begin, end) of thread t in chunk c (the threads' ranges are consecutive and cover the chunk) of a mask of hw pixels (empty when past the end).
 VLK_HD void encode_range(int64_t c, int t, int64_t hw, int64_t* begin, int64_t* end) {
   const int64_t chunk_end = min64(hw, (c + 1) * kChunk);
   *begin = min64(chunk_end, c * kChunk + static_cast<int64_t>(t) * kItems);

@@ -304,7 +304,9 @@ def rle_iou(
         float64 division, so every value equals pycocotools bit for bit. Multithreaded over detections.
         RleCounts: one CUDA warp per pair (the lanes split dt's foreground intervals inside the common extent, each
         slice binary-searches gt's intervals once, then merges), or the C++ twin of that per-pair code on CPU;
-        no host synchronization. Deterministic; not differentiable.
+        no host synchronization. Zero-length runs after the first (never produced by pycocotools) give the exact
+        IoU, where pycocotools' merge can stop early (``vlkernels/boxes/README.md``). Deterministic; not
+        differentiable.
 
     Example:
         >>> a = rle_encode(torch.tensor([[1, 1], [0, 0]], dtype=torch.uint8))

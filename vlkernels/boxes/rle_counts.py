@@ -166,7 +166,7 @@ def _on_kernel_device(rc: RleCounts) -> RleCounts:
 def mask_geometry(masks: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int, int, int]]:
     """[N, H, W] bool/uint8 -> (the byte tensor the kernels read, (h, w, sn, sy, sx) in bytes). CPU reads any
     strides in place; CUDA reads a column-major copy (consecutive threads then read consecutive bytes)."""
-    n, h, w = masks.shape
+    _n, h, w = masks.shape
     if masks.is_cuda:
         t = masks.detach().transpose(1, 2).contiguous().view(torch.uint8)
         return t, (h, w, h * w, 1, h)
