@@ -97,6 +97,9 @@ def test_rle_counts_encode_inputs():
     assert rle_encode(t * 7, compress=False).to_coco() == ref  # any nonzero byte is foreground
     view = torch.from_numpy(np.ascontiguousarray(masks.transpose(0, 2, 1))).transpose(1, 2)  # not contiguous
     assert rle_encode(view, compress=False).to_coco() == ref
+    sliced = torch.from_numpy(masks_zoo(18, 13, 34, seed=1))[::2, :, ::2]  # strided batch and columns
+    assert rle_encode(sliced, compress=False).to_coco() == coco_encode(np.ascontiguousarray(sliced.numpy()))
+    assert rle_encode(sliced) == coco_encode(np.ascontiguousarray(sliced.numpy()))
     one = rle_encode(t[4], compress=False)
     assert len(one) == 1 and one.to_coco() == [ref[4]]
     # The string path and the counts path agree.
