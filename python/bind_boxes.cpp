@@ -106,15 +106,16 @@ VLK_BIND(boxes) {
   m.def("rle_to_strings", &rle_to_strings);
   m.def("rle_encode", &rle_encode);
   m.attr("rle_chunk") = vlk::rle::kChunk;
-  m.def("rle_count_chunks", [](std::uintptr_t masks, int64_t n, const Geometry& geo, std::uintptr_t chunk_cnt) {
+  m.def("rle_count_chunks", [](std::uintptr_t masks, int64_t n, const Geometry& geo, std::uintptr_t chunk_cnt,
+                               bool replay) {
     py::gil_scoped_release release;
-    vlk::launch_rle_count_chunks(ptr<const uint8_t>(masks), n, strides_of(geo), ptr<int64_t>(chunk_cnt));
+    vlk::launch_rle_count_chunks(ptr<const uint8_t>(masks), n, strides_of(geo), ptr<int64_t>(chunk_cnt), replay);
   });
   m.def("rle_write_ends", [](std::uintptr_t masks, int64_t n, const Geometry& geo, std::uintptr_t chunk_base,
-                             std::uintptr_t offsets, std::uintptr_t ends) {
+                             std::uintptr_t offsets, std::uintptr_t ends, bool replay) {
     py::gil_scoped_release release;
     vlk::launch_rle_write_ends(ptr<const uint8_t>(masks), n, strides_of(geo), ptr<const int64_t>(chunk_base),
-                               ptr<const int64_t>(offsets), ptr<int64_t>(ends));
+                               ptr<const int64_t>(offsets), ptr<int64_t>(ends), replay);
   });
   m.def("rle_runs_from_ends", [](std::uintptr_t ends, std::uintptr_t offsets, int64_t n, int64_t hw,
                                  std::uintptr_t counts) {
@@ -127,16 +128,17 @@ VLK_BIND(boxes) {
   });
   m.def("rle_iou_csum", [](std::uintptr_t dc, std::uintptr_t doff, std::uintptr_t darea, std::uintptr_t dbox,
                            int64_t nd, std::uintptr_t gc, std::uintptr_t goff, std::uintptr_t garea,
-                           std::uintptr_t gbox, int64_t ng, std::uintptr_t iscrowd, std::uintptr_t out) {
+                           std::uintptr_t gbox, int64_t ng, std::uintptr_t iscrowd, std::uintptr_t out,
+                           int64_t parts) {
     py::gil_scoped_release release;
     vlk::launch_rle_iou_csum(ptr<const int64_t>(dc), ptr<const int64_t>(doff), ptr<const int64_t>(darea),
                              ptr<const double>(dbox), nd, ptr<const int64_t>(gc), ptr<const int64_t>(goff),
                              ptr<const int64_t>(garea), ptr<const double>(gbox), ng, ptr<const uint8_t>(iscrowd),
-                             ptr<double>(out));
+                             ptr<double>(out), parts);
   });
-  m.def("rle_area", [](std::uintptr_t counts, std::uintptr_t offsets, int64_t n, std::uintptr_t out) {
+  m.def("rle_area", [](std::uintptr_t counts, std::uintptr_t offsets, int64_t n, std::uintptr_t out, int64_t parts) {
     py::gil_scoped_release release;
-    vlk::launch_rle_area(ptr<const int64_t>(counts), ptr<const int64_t>(offsets), n, ptr<int64_t>(out));
+    vlk::launch_rle_area(ptr<const int64_t>(counts), ptr<const int64_t>(offsets), n, ptr<int64_t>(out), parts);
   });
   m.def("rle_to_bbox", [](std::uintptr_t counts, std::uintptr_t offsets, int64_t n, std::uintptr_t h, std::uintptr_t w,
                           std::uintptr_t out) {

@@ -8,9 +8,18 @@ import pytest
 import torch
 from pycocotools import mask as coco_mask
 
+from vlkernels.boxes import rle_counts
 from vlkernels.ops import RleCounts, rle_area, rle_decode, rle_encode, rle_iou, rle_to_bbox
 
 CHUNK = 4096  # pixels per encode block (csrc/boxes/rle_counts.h kChunk)
+
+
+@pytest.fixture(params=[False, True], ids=["range-per-call", "gpu-split"])
+def split(request, monkeypatch):
+    """Run the CPU twins both ways: one call per range, and replaying the CUDA split (thread ranges of a block with
+    their exclusive scan, 32 warp-lane slices) — the latter is exactly what each CUDA thread computes."""
+    monkeypatch.setattr(rle_counts, "_REPLAY_GPU_SPLIT", request.param)
+    return request.param
 
 
 def coco_encode(masks: np.ndarray) -> list:
@@ -58,7 +67,7 @@ SIZES = [(1, 1), (1, 37), (37, 1), (23, 41), (64, 48), (67, 131)]  # 67 x 131 sp
 
 
 @pytest.mark.parametrize("hw", SIZES)
-def test_rle_counts_encode_equals_pycocotools(hw):
+def test_rle_counts_encode_equals_pycocotools(hw, split):
     masks = masks_zoo(19, *hw, seed=hw[0] * 7 + hw[1])
     rc = rle_encode(torch.from_numpy(masks), compress=False)
     assert isinstance(rc, RleCounts) and len(rc) == 19 and rc.size == hw
@@ -72,7 +81,7 @@ def test_rle_counts_encode_equals_pycocotools(hw):
     assert torch.equal(back.counts, rc.counts) and torch.equal(back.offsets, rc.offsets)
 
 
-def test_rle_counts_encode_chunk_and_thread_boundaries():
+def test_rle_counts_encode_chunk_and_thread_boundaries(split):
     # Boundaries exactly on 16-pixel thread and 4096-pixel chunk edges, and a pixel-by-pixel alternation (the most
     # boundaries a chunk can hold): the block-scan decomposition replayed by the CPU twin must place each one.
     h, w = 64, 3 * CHUNK // 64 + 5
@@ -106,7 +115,7 @@ def test_rle_counts_encode_inputs():
     assert rle_encode(t) == ref
 
 
-def test_rle_counts_decode_area_bbox_equal_pycocotools():
+def test_rle_counts_decode_area_bbox_equal_pycocotools(split):
     for hw in SIZES:
         masks = masks_zoo(12, *hw, seed=hw[1])
         ref = coco_encode(masks)
@@ -120,7 +129,7 @@ def test_rle_counts_decode_area_bbox_equal_pycocotools():
         np.testing.assert_array_equal(rle_to_bbox(rc).numpy(), coco_mask.toBbox(ref))
 
 
-def test_rle_counts_noncanonical_runs_match_pycocotools():
+def test_rle_counts_noncanonical_runs_match_pycocotools(split):
     # Zero-length runs in user-supplied counts (pycocotools accepts them; its bbox even wraps in 32 bits).
     lists = [[1, 0, 2, 0, 3], [0, 6], [6], [2, 2, 0, 0, 2], [0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1], [3, 3, 0]]
     rles = [{"size": [2, 3], "counts": c} for c in lists]
@@ -149,7 +158,7 @@ def test_rle_counts_noncanonical_runs_match_pycocotools():
 
 @pytest.mark.parametrize("crowd_every", [0, 1, 3])
 @pytest.mark.parametrize("hw", [(1, 1), (9, 1), (23, 41), (67, 131)])
-def test_rle_counts_iou_bit_identical_to_pycocotools(hw, crowd_every):
+def test_rle_counts_iou_bit_identical_to_pycocotools(hw, crowd_every, split):
     dt_masks, gt_masks = masks_zoo(29, *hw, seed=3), masks_zoo(18, *hw, seed=4)
     dt, gt = coco_encode(dt_masks), coco_encode(gt_masks)
     iscrowd = [int(crowd_every > 0 and k % crowd_every == 0) for k in range(len(gt))]
@@ -163,7 +172,7 @@ def test_rle_counts_iou_bit_identical_to_pycocotools(hw, crowd_every):
     np.testing.assert_array_equal(rle_iou(dt, gt, crowd_t).numpy(), ref)
 
 
-def test_rle_counts_iou_many_intervals():
+def test_rle_counts_iou_many_intervals(split):
     # Many foreground intervals per mask (stripes, checkerboard, noise): long merges, several B intervals per A.
     h, w = 50, 70
     yy, xx = np.mgrid[0:h, 0:w]

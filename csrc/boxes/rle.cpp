@@ -283,10 +283,12 @@ std::vector<std::string> rle_encode_strings(const uint8_t* masks, int64_t n, con
   return out;
 }
 
-void launch_rle_area(const int64_t* counts, const int64_t* offsets, int64_t n, int64_t* out) {
+void launch_rle_area(const int64_t* counts, const int64_t* offsets, int64_t n, int64_t* out, int64_t parts) {
   parallel_for(n, 256, [&](int64_t begin, int64_t end) {
     for (int64_t k = begin; k < end; ++k) {
-      out[k] = rle::area_part(counts + offsets[k], offsets[k + 1] - offsets[k], 0, 1);
+      int64_t a = 0;
+      for (int64_t p = 0; p < parts; ++p) a += rle::area_part(counts + offsets[k], offsets[k + 1] - offsets[k], p, parts);
+      out[k] = a;
     }
   });
 }

@@ -29,7 +29,8 @@ std::vector<std::string> rle_encode_strings(const uint8_t* masks, int64_t n, con
 // Decoding is launch_rle_decode_csum (rle_counts.h), shared with the counts path.
 
 // out[k] = sum of the foreground (odd-index) runs. CPU twin of launch_rle_area_cuda.
-void launch_rle_area(const int64_t* counts, const int64_t* offsets, int64_t n, int64_t* out);
+// parts > 1 sums area_part over that many parts, as the CUDA warp's lanes do (tests replay the GPU split with 32).
+void launch_rle_area(const int64_t* counts, const int64_t* offsets, int64_t n, int64_t* out, int64_t parts = 1);
 
 // out: [n, 4] xywh doubles exactly as pycocotools rleToBbox (h, w per RLE). CPU twin of launch_rle_to_bbox_cuda.
 void launch_rle_to_bbox(const int64_t* counts, const int64_t* offsets, int64_t n, const int64_t* h, const int64_t* w,

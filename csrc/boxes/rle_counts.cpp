@@ -2,7 +2,8 @@
 // block or warp splits one range among its threads (a chunk's pixels, a mask's runs, a pair's intervals), the twin
 // makes one call over the whole range, which the split reproduces by construction (counts are additive, a block's
 // exclusive scan concatenates the threads' writes in order, lanes' partial sums add up); decode keeps the GPU's
-// 16-pixel steps. Multithreaded over chunks, masks or detection rows.
+// 16-pixel steps. The tests also replay the GPU split itself (replay_threads, parts = 32) and compare both with
+// pycocotools. Multithreaded over chunks, masks or detection rows.
 #include <algorithm>
 
 #include "boxes/rle_counts.h"
@@ -10,7 +11,8 @@
 
 namespace vlk {
 
-void launch_rle_count_chunks(const uint8_t* masks, int64_t n, MaskStrides ms, int64_t* chunk_cnt) {
+void launch_rle_count_chunks(const uint8_t* masks, int64_t n, MaskStrides ms, int64_t* chunk_cnt,
+                             bool replay_threads) {
   const int64_t hw = ms.h * ms.w;
   const int64_t nchunks = (hw + rle::kChunk - 1) / rle::kChunk;
   parallel_for(n * nchunks, 16, [&](int64_t begin, int64_t end) {
@@ -18,15 +20,23 @@ void launch_rle_count_chunks(const uint8_t* masks, int64_t n, MaskStrides ms, in
       const int64_t k = blk / nchunks, c = blk % nchunks;
       const uint8_t* t = masks + k * ms.sn;
       // The block's threads cover the chunk in consecutive ranges and the count is additive: one call.
-      int64_t b, e;
-      rle::chunk_range(c, hw, &b, &e);
-      chunk_cnt[blk] = rle::count_transitions(t, ms.h, ms.sy, ms.sx, b, e);
+      int64_t b, e, total = 0;
+      if (replay_threads) {
+        for (int th = 0; th < rle::kThreads; ++th) {
+          rle::encode_range(c, th, hw, &b, &e);
+          total += rle::count_transitions(t, ms.h, ms.sy, ms.sx, b, e);
+        }
+      } else {
+        rle::chunk_range(c, hw, &b, &e);
+        total = rle::count_transitions(t, ms.h, ms.sy, ms.sx, b, e);
+      }
+      chunk_cnt[blk] = total;
     }
   });
 }
 
 void launch_rle_write_ends(const uint8_t* masks, int64_t n, MaskStrides ms, const int64_t* chunk_base,
-                           const int64_t* offsets, int64_t* ends) {
+                           const int64_t* offsets, int64_t* ends, bool replay_threads) {
   const int64_t hw = ms.h * ms.w;
   const int64_t nchunks = (hw + rle::kChunk - 1) / rle::kChunk;
   parallel_for(n * nchunks, 16, [&](int64_t begin, int64_t end) {
@@ -37,8 +47,19 @@ void launch_rle_write_ends(const uint8_t* masks, int64_t n, MaskStrides ms, cons
       // Thread th writes at the exclusive prefix of the threads before it, i.e. right after what the earlier
       // (consecutive) ranges wrote: exactly what one sequential call over the whole chunk writes.
       int64_t b, e;
-      rle::chunk_range(c, hw, &b, &e);
-      rle::write_transitions(t, ms.h, ms.sy, ms.sx, b, e, out);
+      if (replay_threads) {
+        // Thread th writes at the exclusive scan of the counts of threads 0..th-1: a running sum here.
+        int64_t prefix = 0;
+        for (int th = 0; th < rle::kThreads; ++th) {
+          rle::encode_range(c, th, hw, &b, &e);
+          const int64_t cnt = rle::count_transitions(t, ms.h, ms.sy, ms.sx, b, e);
+          if (cnt > 0) rle::write_transitions(t, ms.h, ms.sy, ms.sx, b, e, out + prefix);
+          prefix += cnt;
+        }
+      } else {
+        rle::chunk_range(c, hw, &b, &e);
+        rle::write_transitions(t, ms.h, ms.sy, ms.sx, b, e, out);
+      }
     }
   });
 }
@@ -68,14 +89,16 @@ void launch_rle_decode_csum(const int64_t* csum, const int64_t* offsets, int64_t
 void launch_rle_iou_csum(const int64_t* dt_csum, const int64_t* dt_offsets, const int64_t* dt_area,
                          const double* dt_bbox, int64_t nd, const int64_t* gt_csum, const int64_t* gt_offsets,
                          const int64_t* gt_area, const double* gt_bbox, int64_t ng, const uint8_t* iscrowd,
-                         double* out) {
+                         double* out, int64_t parts) {
   parallel_for(nd, 1, [&](int64_t begin, int64_t end) {
     for (int64_t d = begin; d < end; ++d) {
       const rle::Intervals A = rle::intervals_of(dt_csum, dt_offsets, d);
       for (int64_t g = 0; g < ng; ++g) {
         double o = 0.0;
         if (rle::bbox_overlap(dt_bbox + 4 * d, gt_bbox + 4 * g)) {
-          const int64_t inter = rle::inter_part(A, rle::intervals_of(gt_csum, gt_offsets, g), 0, 1);
+          const rle::Intervals B = rle::intervals_of(gt_csum, gt_offsets, g);
+          int64_t inter = 0;
+          for (int64_t p = 0; p < parts; ++p) inter += rle::inter_part(A, B, p, parts);
           o = rle::iou_value(inter, dt_area[d], gt_area[g], iscrowd != nullptr && iscrowd[g]);
         }
         out[d * ng + g] = o;

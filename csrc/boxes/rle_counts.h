@@ -230,24 +230,26 @@ VLK_HD double iou_value(int64_t inter, int64_t area_d, int64_t area_g, bool crow
 
 // CPU twins (rle_counts.cpp; area and bbox are launch_rle_area / launch_rle_to_bbox in rle.h). masks: n masks of
 // h x w bytes, mask k's pixel (y, x) at masks[k * sn + y * sy + x * sx] (strides in bytes, non-negative).
-// chunk_cnt / chunk_base: [n, nchunks] with nchunks = ceil(h * w / rle::kChunk).
+// chunk_cnt / chunk_base: [n, nchunks] with nchunks = ceil(h * w / rle::kChunk). replay_threads: call the per-range
+// functions once per CUDA thread range of the chunk, in thread order (tests), instead of once per chunk.
 struct MaskStrides {
   int64_t h, w, sn, sy, sx;
 };
-void launch_rle_count_chunks(const uint8_t* masks, int64_t n, MaskStrides ms, int64_t* chunk_cnt);
+void launch_rle_count_chunks(const uint8_t* masks, int64_t n, MaskStrides ms, int64_t* chunk_cnt,
+                             bool replay_threads = false);
 // ends: [offsets[n]]; slot offsets[k] + r receives mask k's r-th boundary position (the last slot of each mask is
 // left for rle_runs_from_ends, which never reads it). chunk_base[k, c]: boundaries in chunks before c of mask k.
 void launch_rle_write_ends(const uint8_t* masks, int64_t n, MaskStrides ms, const int64_t* chunk_base,
-                           const int64_t* offsets, int64_t* ends);
+                           const int64_t* offsets, int64_t* ends, bool replay_threads = false);
 void launch_rle_runs_from_ends(const int64_t* ends, const int64_t* offsets, int64_t n, int64_t hw, int64_t* counts);
 // out: [n, hw] uint8 column-major.
 void launch_rle_decode_csum(const int64_t* csum, const int64_t* offsets, int64_t n, int64_t hw, uint8_t* out);
 // out: [nd, ng] float64. area: [n] int64, bbox: [n, 4] float64 (launch_rle_area / launch_rle_to_bbox). iscrowd
-// may be null.
+// may be null. parts: inter_part slices summed per pair (CUDA: 32 lanes; tests replay that split).
 void launch_rle_iou_csum(const int64_t* dt_csum, const int64_t* dt_offsets, const int64_t* dt_area,
                          const double* dt_bbox, int64_t nd, const int64_t* gt_csum, const int64_t* gt_offsets,
                          const int64_t* gt_area, const double* gt_bbox, int64_t ng, const uint8_t* iscrowd,
-                         double* out);
+                         double* out, int64_t parts = 1);
 
 #ifdef VLK_WITH_CUDA
 void launch_rle_count_chunks_cuda(const uint8_t* masks, int64_t n, MaskStrides ms, int64_t* chunk_cnt,

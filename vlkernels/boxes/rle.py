@@ -218,7 +218,7 @@ def rle_area(rles: RLE | Sequence[RLE] | RleCounts) -> torch.Tensor:
     s = _parse(items, "rles")
     out = torch.zeros(len(s), dtype=torch.int64)
     if len(s):
-        _ext.load().rle_area(s.counts.data_ptr(), s.offsets.data_ptr(), len(s), out.data_ptr())
+        _ext.load().rle_area(s.counts.data_ptr(), s.offsets.data_ptr(), len(s), out.data_ptr(), 1)
     return out[0] if single else out
 
 

@@ -15,6 +15,10 @@ from vlkernels import _ext
 from vlkernels._validate import check_same_device, check_tensor
 
 _MAX_PIXELS = 2**32 - 1  # pycocotools keeps sizes and runs in 32-bit unsigned integers
+# Tests set this: the CPU twins then replay the CUDA kernels' split of each range among threads / warp lanes (encode
+# per thread range with a running exclusive scan, area and IoU in 32 lane slices) instead of one call per range.
+_REPLAY_GPU_SPLIT = False
+_WARP = 32
 
 
 class RleCounts:
@@ -149,13 +153,17 @@ def _validate(counts: object, offsets: object, size: object) -> tuple[torch.Tens
     return counts, offsets, (h, w)
 
 
-def _run(name: str, device: torch.device, *args: object) -> None:
-    """Launch the CUDA kernel on the current stream, or its C++ CPU twin."""
+def _run(name: str, device: torch.device, *args: object, cpu: tuple = ()) -> None:
+    """Launch the CUDA kernel on the current stream, or its C++ CPU twin (with the extra CPU arguments ``cpu``)."""
     C = _ext.load()
     if device.type == "cuda":
         getattr(C, name + "_cuda")(*args, torch.cuda.current_stream(device).cuda_stream)
     else:
-        getattr(C, name)(*args)
+        getattr(C, name)(*args, *cpu)
+
+
+def _parts() -> int:
+    return _WARP if _REPLAY_GPU_SPLIT else 1
 
 
 def _on_kernel_device(rc: RleCounts) -> RleCounts:
@@ -186,7 +194,7 @@ def encode_counts(masks: torch.Tensor) -> RleCounts:
     nchunks = (hw + chunk - 1) // chunk
     chunk_cnt = torch.zeros(n, nchunks, dtype=torch.int64, device=on)
     if chunk_cnt.numel():
-        _run("rle_count_chunks", on, t.data_ptr(), n, geo, chunk_cnt.data_ptr())
+        _run("rle_count_chunks", on, t.data_ptr(), n, geo, chunk_cnt.data_ptr(), cpu=(_REPLAY_GPU_SPLIT,))
     offsets = torch.zeros(n + 1, dtype=torch.int64, device=on)
     # m_k = boundaries + 1 runs (the last run closes at h*w).
     offsets[1:] = torch.cumsum(chunk_cnt.sum(1) + 1, 0)
@@ -196,7 +204,8 @@ def encode_counts(masks: torch.Tensor) -> RleCounts:
     counts = torch.empty(total, dtype=torch.int64, device=on)
     if n:
         if chunk_cnt.numel():
-            _run("rle_write_ends", on, t.data_ptr(), n, geo, chunk_base.data_ptr(), offsets.data_ptr(), ends.data_ptr())
+            args = (t.data_ptr(), n, geo, chunk_base.data_ptr(), offsets.data_ptr(), ends.data_ptr())
+            _run("rle_write_ends", on, *args, cpu=(_REPLAY_GPU_SPLIT,))
         _run("rle_runs_from_ends", on, ends.data_ptr(), offsets.data_ptr(), n, hw, counts.data_ptr())
     return RleCounts._trusted(counts, offsets, (h, w)).to(device)
 
@@ -217,7 +226,8 @@ def area_counts(rc: RleCounts) -> torch.Tensor:
     device, rc = rc.device, _on_kernel_device(rc)
     out = torch.zeros(len(rc), dtype=torch.int64, device=rc.device)
     if len(rc):
-        _run("rle_area", rc.device, rc.counts.data_ptr(), rc.offsets.data_ptr(), len(rc), out.data_ptr())
+        args = (rc.counts.data_ptr(), rc.offsets.data_ptr(), len(rc), out.data_ptr())
+        _run("rle_area", rc.device, *args, cpu=(_parts(),))
     return out.to(device)
 
 
@@ -259,5 +269,5 @@ def iou_counts(dt: RleCounts, gt: RleCounts, crowd: torch.Tensor) -> torch.Tenso
         crowd.data_ptr(),
         out.data_ptr(),
     )
-    _run("rle_iou_csum", dt.device, *args)
+    _run("rle_iou_csum", dt.device, *args, cpu=(_parts(),))
     return out.to(device)
