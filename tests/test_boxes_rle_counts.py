@@ -275,3 +275,10 @@ def test_rle_counts_cuda_equals_pycocotools():
         ours = rle_iou(dt, gt, crowd)
         assert ours.device.type == "cuda"
         np.testing.assert_array_equal(ours.cpu().numpy(), coco_mask.iou(dt_ref, gt_ref, crowd.cpu().numpy()))
+    # Strided CUDA input, empty sets and zero-pixel masks on the device.
+    view = torch.from_numpy(masks_zoo(12, 40, 30, seed=11)).cuda().transpose(1, 2)
+    assert rle_encode(view, compress=False).to_coco() == coco_encode(np.ascontiguousarray(view.cpu().numpy()))
+    none = rle_encode(torch.zeros(0, 5, 4, dtype=torch.bool, device="cuda"), compress=False)
+    assert len(none) == 0 and rle_decode(none).shape == (0, 5, 4) and rle_iou(none, none).shape == (0, 0)
+    flat = rle_encode(torch.zeros(3, 0, 5, dtype=torch.uint8, device="cuda"), compress=False)
+    assert flat.counts.tolist() == [0, 0, 0] and rle_area(flat).tolist() == [0, 0, 0]
