@@ -203,7 +203,7 @@ def test_rle_counts_tensor_api():
     masks = torch.from_numpy(masks_zoo(6, 11, 7, seed=7))
     rc = rle_encode(masks, compress=False)
     assert len(rc.to("cpu")) == 6 and rc.device == torch.device("cpu") and "n=6" in repr(rc)
-    as_int32 = RleCounts(rc.counts.to(torch.int32), rc.offsets, [11, 7])
+    as_int32 = RleCounts(rc.counts.to(torch.int32), rc.offsets, [np.int64(11), 7])
     assert as_int32.counts.dtype == torch.int64 and torch.equal(rle_decode(as_int32), masks)
     with pytest.raises(AttributeError, match="immutable"):
         rc.counts = rc.counts
@@ -222,6 +222,7 @@ def _good():
         (lambda c, o, s: (c, o.to("meta"), s), "one device"),
         (lambda c, o, s: (c, o, (2.0, 2)), "integers"),
         (lambda c, o, s: (c, o, (2, 2, 1)), "integers"),
+        (lambda c, o, s: (c, o, (True, 4)), "integers"),
         (lambda c, o, s: (c, o, (-1, 2)), "non-negative"),
         (lambda c, o, s: (c, o, (2**16, 2**16)), "2\\*\\*32"),
         (lambda c, o, s: (c, o[:0], s), "N \\+ 1"),

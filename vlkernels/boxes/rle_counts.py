@@ -7,6 +7,7 @@ CUDA kernels, or as their C++ CPU twins (the same per-element code, ``csrc/boxes
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 
 import torch
@@ -122,9 +123,13 @@ def _validate(counts: object, offsets: object, size: object) -> tuple[torch.Tens
     check_tensor(counts, "counts", dtypes=(torch.int64, torch.int32), ndim=1)
     check_tensor(offsets, "offsets", dtypes=(torch.int64,), ndim=1)
     check_same_device(counts=counts, offsets=offsets)
-    if not isinstance(size, Sequence) or len(size) != 2 or not all(isinstance(v, int) for v in size):
-        raise ValueError(f"size must be (height, width) integers, got {size!r}")
-    h, w = int(size[0]), int(size[1])
+    try:
+        # operator.index: Python, numpy and 0-d torch integers pass; floats and bools do not.
+        if not isinstance(size, Sequence) or len(size) != 2 or any(isinstance(v, bool) for v in size):
+            raise TypeError
+        h, w = operator.index(size[0]), operator.index(size[1])
+    except TypeError:
+        raise ValueError(f"size must be (height, width) integers, got {size!r}") from None
     if h < 0 or w < 0 or h * w > _MAX_PIXELS:
         raise ValueError(f"size {size!r} must be non-negative with h*w < 2**32")
     if offsets.numel() == 0:
