@@ -209,6 +209,17 @@ def test_rle_counts_tensor_api():
         rc.counts = rc.counts
 
 
+def test_rle_counts_custom_op_registration():
+    rc = rle_encode(torch.from_numpy(masks_zoo(5, 9, 7, seed=12)), compress=False)
+    gt = rle_encode(torch.from_numpy(masks_zoo(3, 9, 7, seed=13)), compress=False)
+    crowd = torch.tensor([0, 1, 0], dtype=torch.uint8)
+    ops = torch.ops.vlkernels
+    torch.library.opcheck(ops.rle_counts_decode.default, (rc.counts, rc.offsets, 9, 7))
+    torch.library.opcheck(ops.rle_counts_area.default, (rc.counts, rc.offsets))
+    torch.library.opcheck(ops.rle_counts_bbox.default, (rc.counts, rc.offsets, 9, 7))
+    torch.library.opcheck(ops.rle_counts_iou.default, (rc.counts, rc.offsets, gt.counts, gt.offsets, 9, 7, crowd))
+
+
 def _good():
     return torch.tensor([1, 3, 4]), torch.tensor([0, 2, 3]), (2, 2)
 

@@ -181,7 +181,7 @@ def rle_decode(rles: RLE | Sequence[RLE] | RleCounts) -> torch.Tensor:
                 [1, 1]], dtype=torch.uint8)
     """
     if isinstance(rles, RleCounts):
-        return _rc.decode_counts(rles)
+        return _rc.decode_op(rles.counts, rles.offsets, *rles.size)
     items, single = _as_list(rles)
     s = _parse(items, "rles")
     n = len(s)
@@ -213,7 +213,7 @@ def rle_area(rles: RLE | Sequence[RLE] | RleCounts) -> torch.Tensor:
         tensor(3)
     """
     if isinstance(rles, RleCounts):
-        return _rc.area_counts(rles)
+        return _rc.area_op(rles.counts, rles.offsets)
     items, single = _as_list(rles)
     s = _parse(items, "rles")
     out = torch.zeros(len(s), dtype=torch.int64)
@@ -245,7 +245,7 @@ def rle_to_bbox(rles: RLE | Sequence[RLE] | RleCounts) -> torch.Tensor:
         tensor([0., 0., 2., 2.], dtype=torch.float64)
     """
     if isinstance(rles, RleCounts):
-        return _rc.bbox_counts(rles)
+        return _rc.bbox_op(rles.counts, rles.offsets, *rles.size)
     items, single = _as_list(rles)
     s = _parse(items, "rles")
     out = torch.zeros(len(s), 4, dtype=torch.float64)
@@ -331,7 +331,8 @@ def rle_iou(
         check_same_device(dt=dt.counts, gt=gt.counts)
         if dt.size != gt.size:
             raise ValueError(f"dt has mask size {list(dt.size)} but gt has {list(gt.size)}; masks must match")
-        return _rc.iou_counts(dt, gt, crowd)
+        crowd = crowd.to(device=dt.device, dtype=torch.uint8).contiguous()
+        return _rc.iou_op(dt.counts, dt.offsets, gt.counts, gt.offsets, *dt.size, crowd)
     crowd = crowd.cpu()
     C = _ext.load()
     if dt_boxes or gt_boxes:

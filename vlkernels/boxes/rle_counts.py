@@ -276,3 +276,55 @@ def iou_counts(dt: RleCounts, gt: RleCounts, crowd: torch.Tensor) -> torch.Tenso
     )
     _run("rle_iou_csum", dt.device, *args, cpu=(_parts(),))
     return out.to(device)
+
+
+# torch.library registrations (define + impl + fake), so torch.compile traces through the counts-path ops; the
+# shapes follow from the offsets' length and the mask size. Encode is not registered: its output size depends on
+# the data (it synchronizes once to learn it).
+@torch.library.custom_op("vlkernels::rle_counts_decode", mutates_args=())
+def decode_op(counts: torch.Tensor, offsets: torch.Tensor, h: int, w: int) -> torch.Tensor:
+    return decode_counts(RleCounts._trusted(counts, offsets, (h, w)))
+
+
+@decode_op.register_fake
+def _(counts, offsets, h, w):
+    return counts.new_empty((offsets.shape[0] - 1, h, w), dtype=torch.uint8)
+
+
+@torch.library.custom_op("vlkernels::rle_counts_area", mutates_args=())
+def area_op(counts: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    return area_counts(RleCounts._trusted(counts, offsets, (0, 0)))
+
+
+@area_op.register_fake
+def _(counts, offsets):
+    return counts.new_empty((offsets.shape[0] - 1,), dtype=torch.int64)
+
+
+@torch.library.custom_op("vlkernels::rle_counts_bbox", mutates_args=())
+def bbox_op(counts: torch.Tensor, offsets: torch.Tensor, h: int, w: int) -> torch.Tensor:
+    return bbox_counts(RleCounts._trusted(counts, offsets, (h, w)))
+
+
+@bbox_op.register_fake
+def _(counts, offsets, h, w):
+    return counts.new_empty((offsets.shape[0] - 1, 4), dtype=torch.float64)
+
+
+@torch.library.custom_op("vlkernels::rle_counts_iou", mutates_args=())
+def iou_op(
+    dt_counts: torch.Tensor,
+    dt_offsets: torch.Tensor,
+    gt_counts: torch.Tensor,
+    gt_offsets: torch.Tensor,
+    h: int,
+    w: int,
+    crowd: torch.Tensor,
+) -> torch.Tensor:
+    dt = RleCounts._trusted(dt_counts, dt_offsets, (h, w))
+    return iou_counts(dt, RleCounts._trusted(gt_counts, gt_offsets, (h, w)), crowd)
+
+
+@iou_op.register_fake
+def _(dt_counts, dt_offsets, gt_counts, gt_offsets, h, w, crowd):
+    return dt_counts.new_empty((dt_offsets.shape[0] - 1, gt_offsets.shape[0] - 1), dtype=torch.float64)
