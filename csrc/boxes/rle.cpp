@@ -272,10 +272,19 @@ std::vector<std::string> rle_encode_strings(const uint8_t* masks, int64_t n, con
   const int64_t hw = ms.h * ms.w;
   std::vector<std::string> out(static_cast<size_t>(n));
   parallel_for(n, 1, [&](int64_t begin, int64_t end) {
-    // A mask has at most hw boundaries, hence at most hw + 1 runs.
-    std::vector<int64_t> ends(static_cast<size_t>(hw) + 1), cnts(static_cast<size_t>(hw) + 1);
+    // One pass per mask, chunk by chunk (a chunk holds at most kChunk boundaries), so the scratch grows with the
+    // runs, not with the pixels.
+    std::vector<int64_t> buf(static_cast<size_t>(rle::kChunk)), ends, cnts;
     for (int64_t k = begin; k < end; ++k) {
-      const int64_t m = rle::write_transitions(masks + k * ms.sn, ms.h, ms.sy, ms.sx, 0, hw, ends.data()) + 1;
+      ends.clear();
+      for (int64_t c = 0; c * rle::kChunk < hw; ++c) {
+        int64_t b, e;
+        rle::chunk_range(c, hw, &b, &e);
+        const int64_t got = rle::write_transitions(masks + k * ms.sn, ms.h, ms.sy, ms.sx, b, e, buf.data());
+        ends.insert(ends.end(), buf.begin(), buf.begin() + got);
+      }
+      const int64_t m = static_cast<int64_t>(ends.size()) + 1;
+      cnts.resize(static_cast<size_t>(m));
       for (int64_t i = 0; i < m; ++i) cnts[i] = rle::run_from_ends(ends.data(), m, i, hw);
       append_string(cnts.data(), m, out[k]);
     }
