@@ -106,16 +106,23 @@ VLK_BIND(boxes) {
   m.def("rle_to_strings", &rle_to_strings);
   m.def("rle_encode", &rle_encode);
   m.attr("rle_chunk") = vlk::rle::kChunk;
-  m.def("rle_count_chunks", [](std::uintptr_t masks, int64_t n, const Geometry& geo, std::uintptr_t chunk_cnt,
-                               bool replay) {
+  m.def("rle_encode_runs", [](std::uintptr_t masks, int64_t n, const Geometry& geo) {
+    std::vector<int64_t> counts, offsets;
+    {
+      py::gil_scoped_release release;
+      vlk::rle_encode_runs(ptr<const uint8_t>(masks), n, strides_of(geo), counts, offsets);
+    }
+    return py::make_tuple(to_array(std::move(counts)), to_array(std::move(offsets)));
+  });
+  m.def("rle_count_chunks", [](std::uintptr_t masks, int64_t n, const Geometry& geo, std::uintptr_t chunk_cnt) {
     py::gil_scoped_release release;
-    vlk::launch_rle_count_chunks(ptr<const uint8_t>(masks), n, strides_of(geo), ptr<int64_t>(chunk_cnt), replay);
+    vlk::launch_rle_count_chunks(ptr<const uint8_t>(masks), n, strides_of(geo), ptr<int64_t>(chunk_cnt));
   });
   m.def("rle_write_ends", [](std::uintptr_t masks, int64_t n, const Geometry& geo, std::uintptr_t chunk_base,
-                             std::uintptr_t offsets, std::uintptr_t ends, bool replay) {
+                             std::uintptr_t offsets, std::uintptr_t ends) {
     py::gil_scoped_release release;
     vlk::launch_rle_write_ends(ptr<const uint8_t>(masks), n, strides_of(geo), ptr<const int64_t>(chunk_base),
-                               ptr<const int64_t>(offsets), ptr<int64_t>(ends), replay);
+                               ptr<const int64_t>(offsets), ptr<int64_t>(ends));
   });
   m.def("rle_runs_from_ends", [](std::uintptr_t ends, std::uintptr_t offsets, int64_t n, int64_t hw,
                                  std::uintptr_t counts) {

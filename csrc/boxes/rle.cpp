@@ -268,13 +268,14 @@ std::vector<std::string> rle_to_strings(const int64_t* counts, const int64_t* of
   return out;
 }
 
-std::vector<std::string> rle_encode_strings(const uint8_t* masks, int64_t n, const MaskStrides& ms) {
+void rle_encode_runs(const uint8_t* masks, int64_t n, const MaskStrides& ms, std::vector<int64_t>& counts,
+                     std::vector<int64_t>& offsets) {
   const int64_t hw = ms.h * ms.w;
-  std::vector<std::string> out(static_cast<size_t>(n));
+  std::vector<std::vector<int64_t>> per(static_cast<size_t>(n));
   parallel_for(n, 1, [&](int64_t begin, int64_t end) {
     // One pass per mask, chunk by chunk (a chunk holds at most kChunk boundaries), so the scratch grows with the
     // runs, not with the pixels.
-    std::vector<int64_t> buf(static_cast<size_t>(rle::kChunk)), ends, cnts;
+    std::vector<int64_t> buf(static_cast<size_t>(rle::kChunk)), ends;
     for (int64_t k = begin; k < end; ++k) {
       ends.clear();
       for (int64_t c = 0; c * rle::kChunk < hw; ++c) {
@@ -284,12 +285,20 @@ std::vector<std::string> rle_encode_strings(const uint8_t* masks, int64_t n, con
         ends.insert(ends.end(), buf.begin(), buf.begin() + got);
       }
       const int64_t m = static_cast<int64_t>(ends.size()) + 1;
-      cnts.resize(static_cast<size_t>(m));
-      for (int64_t i = 0; i < m; ++i) cnts[i] = rle::run_from_ends(ends.data(), m, i, hw);
-      append_string(cnts.data(), m, out[k]);
+      per[k].resize(static_cast<size_t>(m));
+      for (int64_t i = 0; i < m; ++i) per[k][i] = rle::run_from_ends(ends.data(), m, i, hw);
     }
   });
-  return out;
+  offsets.assign(static_cast<size_t>(n) + 1, 0);
+  for (int64_t k = 0; k < n; ++k) offsets[k + 1] = offsets[k] + static_cast<int64_t>(per[k].size());
+  counts.resize(static_cast<size_t>(offsets[n]));
+  for (int64_t k = 0; k < n; ++k) std::copy(per[k].begin(), per[k].end(), counts.begin() + offsets[k]);
+}
+
+std::vector<std::string> rle_encode_strings(const uint8_t* masks, int64_t n, const MaskStrides& ms) {
+  std::vector<int64_t> counts, offsets;
+  rle_encode_runs(masks, n, ms, counts, offsets);
+  return rle_to_strings(counts.data(), offsets.data(), n);
 }
 
 void launch_rle_area(const int64_t* counts, const int64_t* offsets, int64_t n, int64_t* out, int64_t parts) {

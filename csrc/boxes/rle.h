@@ -26,6 +26,11 @@ std::vector<std::string> rle_to_strings(const int64_t* counts, const int64_t* of
 // column-major order (as pycocotools); nonzero = foreground.
 std::vector<std::string> rle_encode_strings(const uint8_t* masks, int64_t n, const MaskStrides& ms);
 
+// The same masks -> runs in CSR (the CPU encoder: one pass per mask with write_transitions, chunk by chunk; the
+// two-pass CUDA encoder's twin is launch_rle_count_chunks / launch_rle_write_ends).
+void rle_encode_runs(const uint8_t* masks, int64_t n, const MaskStrides& ms, std::vector<int64_t>& counts,
+                     std::vector<int64_t>& offsets);
+
 // Decoding is launch_rle_decode_csum (rle_counts.h), shared with the counts path.
 
 // out[k] = sum of the foreground (odd-index) runs. CPU twin of launch_rle_area_cuda.

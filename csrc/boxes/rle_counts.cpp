@@ -1,9 +1,7 @@
-// CPU twins of rle_counts.cu: the same per-range / per-mask / per-pair functions of rle_counts.h. Where a CUDA
-// block or warp splits one range among its threads (a chunk's pixels, a mask's runs, a pair's intervals), the twin
-// makes one call over the whole range, which the split reproduces by construction (counts are additive, a block's
-// exclusive scan concatenates the threads' writes in order, lanes' partial sums add up); decode keeps the GPU's
-// 16-pixel steps. The tests also replay the GPU split itself (replay_threads, parts = 32) and compare both with
-// pycocotools. Multithreaded over chunks, masks or detection rows.
+// CPU twins of rle_counts.cu: the same per-range / per-mask / per-pair functions of rle_counts.h. The encode twins
+// replay the CUDA block exactly (thread ranges in order, the block scan as a running sum); decode uses the GPU's
+// 16-pixel steps; area and IoU take `parts` (1 for speed; the tests also run 32, the warp's lanes), which the lane
+// split reproduces by construction (the slices' partial sums add up). Multithreaded over chunks, masks or rows.
 #include <algorithm>
 
 #include "boxes/rle_counts.h"
@@ -11,24 +9,18 @@
 
 namespace vlk {
 
-void launch_rle_count_chunks(const uint8_t* masks, int64_t n, MaskStrides ms, int64_t* chunk_cnt,
-                             bool replay_threads) {
+void launch_rle_count_chunks(const uint8_t* masks, int64_t n, MaskStrides ms, int64_t* chunk_cnt) {
   const int64_t hw = ms.h * ms.w;
   const int64_t nchunks = (hw + rle::kChunk - 1) / rle::kChunk;
   parallel_for(n * nchunks, 16, [&](int64_t begin, int64_t end) {
     for (int64_t blk = begin; blk < end; ++blk) {
       const int64_t k = blk / nchunks, c = blk % nchunks;
       const uint8_t* t = masks + k * ms.sn;
-      // The block's threads cover the chunk in consecutive ranges and the count is additive: one call.
+      // Each thread's range, then the block reduction.
       int64_t b, e, total = 0;
-      if (replay_threads) {
-        for (int th = 0; th < rle::kThreads; ++th) {
-          rle::encode_range(c, th, hw, &b, &e);
-          total += rle::count_transitions(t, ms.h, ms.sy, ms.sx, b, e);
-        }
-      } else {
-        rle::chunk_range(c, hw, &b, &e);
-        total = rle::count_transitions(t, ms.h, ms.sy, ms.sx, b, e);
+      for (int th = 0; th < rle::kThreads; ++th) {
+        rle::encode_range(c, th, hw, &b, &e);
+        total += rle::count_transitions(t, ms.h, ms.sy, ms.sx, b, e);
       }
       chunk_cnt[blk] = total;
     }
@@ -36,7 +28,7 @@ void launch_rle_count_chunks(const uint8_t* masks, int64_t n, MaskStrides ms, in
 }
 
 void launch_rle_write_ends(const uint8_t* masks, int64_t n, MaskStrides ms, const int64_t* chunk_base,
-                           const int64_t* offsets, int64_t* ends, bool replay_threads) {
+                           const int64_t* offsets, int64_t* ends) {
   const int64_t hw = ms.h * ms.w;
   const int64_t nchunks = (hw + rle::kChunk - 1) / rle::kChunk;
   parallel_for(n * nchunks, 16, [&](int64_t begin, int64_t end) {
@@ -46,19 +38,13 @@ void launch_rle_write_ends(const uint8_t* masks, int64_t n, MaskStrides ms, cons
       int64_t* out = ends + offsets[k] + chunk_base[blk];
       // Thread th writes at the exclusive prefix of the threads before it, i.e. right after what the earlier
       // (consecutive) ranges wrote: exactly what one sequential call over the whole chunk writes.
-      int64_t b, e;
-      if (replay_threads) {
-        // Thread th writes at the exclusive scan of the counts of threads 0..th-1: a running sum here.
-        int64_t prefix = 0;
-        for (int th = 0; th < rle::kThreads; ++th) {
-          rle::encode_range(c, th, hw, &b, &e);
-          const int64_t cnt = rle::count_transitions(t, ms.h, ms.sy, ms.sx, b, e);
-          if (cnt > 0) rle::write_transitions(t, ms.h, ms.sy, ms.sx, b, e, out + prefix);
-          prefix += cnt;
-        }
-      } else {
-        rle::chunk_range(c, hw, &b, &e);
-        rle::write_transitions(t, ms.h, ms.sy, ms.sx, b, e, out);
+      // Thread th writes at the exclusive scan of the counts of threads 0..th-1: a running sum here.
+      int64_t b, e, prefix = 0;
+      for (int th = 0; th < rle::kThreads; ++th) {
+        rle::encode_range(c, th, hw, &b, &e);
+        const int64_t cnt = rle::count_transitions(t, ms.h, ms.sy, ms.sx, b, e);
+        if (cnt > 0) rle::write_transitions(t, ms.h, ms.sy, ms.sx, b, e, out + prefix);
+        prefix += cnt;
       }
     }
   });

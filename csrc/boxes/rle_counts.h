@@ -230,17 +230,17 @@ VLK_HD double iou_value(int64_t inter, int64_t area_d, int64_t area_g, bool crow
 
 // CPU twins (rle_counts.cpp; area and bbox are launch_rle_area / launch_rle_to_bbox in rle.h). masks: n masks of
 // h x w bytes, mask k's pixel (y, x) at masks[k * sn + y * sy + x * sx] (strides in bytes, non-negative).
-// chunk_cnt / chunk_base: [n, nchunks] with nchunks = ceil(h * w / rle::kChunk). replay_threads: call the per-range
-// functions once per CUDA thread range of the chunk, in thread order (tests), instead of once per chunk.
+// chunk_cnt / chunk_base: [n, nchunks] with nchunks = ceil(h * w / rle::kChunk). Both replay the CUDA block exactly:
+// one call per thread range, in thread order, the block's exclusive scan as a running sum. (The CPU encoder of the
+// public API is rle_encode_runs, one pass; these twins serve the tests.)
 struct MaskStrides {
   int64_t h, w, sn, sy, sx;
 };
-void launch_rle_count_chunks(const uint8_t* masks, int64_t n, MaskStrides ms, int64_t* chunk_cnt,
-                             bool replay_threads = false);
+void launch_rle_count_chunks(const uint8_t* masks, int64_t n, MaskStrides ms, int64_t* chunk_cnt);
 // ends: [offsets[n]]; slot offsets[k] + r receives mask k's r-th boundary position (the last slot of each mask is
 // left for rle_runs_from_ends, which never reads it). chunk_base[k, c]: boundaries in chunks before c of mask k.
 void launch_rle_write_ends(const uint8_t* masks, int64_t n, MaskStrides ms, const int64_t* chunk_base,
-                           const int64_t* offsets, int64_t* ends, bool replay_threads = false);
+                           const int64_t* offsets, int64_t* ends);
 void launch_rle_runs_from_ends(const int64_t* ends, const int64_t* offsets, int64_t n, int64_t hw, int64_t* counts);
 // out: [n, hw] uint8 column-major.
 void launch_rle_decode_csum(const int64_t* csum, const int64_t* offsets, int64_t n, int64_t hw, uint8_t* out);

@@ -126,10 +126,10 @@ def rle_encode(masks: torch.Tensor, compress: bool = True) -> RLE | list[RLE] | 
 
     Note:
         pycocotools compares raw bytes, so a uint8 value other than 0/1 starts new runs there; here every nonzero
-        value is foreground. CPU strings: one multithreaded C++ pass. CUDA (and ``compress=False`` on CPU, through
-        the C++ twin of the same kernels): count run boundaries per 4096-pixel chunk, scan, write them, take
-        differences; one host synchronization for the output size. CUDA with ``compress=True`` copies only the
-        runs to the host, not the masks. Deterministic; not differentiable.
+        value is foreground. CPU: one multithreaded C++ pass per mask, reading any strides in place. CUDA: count
+        run boundaries per 4096-pixel chunk, scan, write them, take differences (one host synchronization for the
+        output size); with ``compress=True`` only the runs are copied to the host, not the masks. Deterministic;
+        not differentiable.
 
     Example:
         >>> rle_encode(torch.tensor([[0, 1], [1, 1]], dtype=torch.uint8))

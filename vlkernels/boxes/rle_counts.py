@@ -16,8 +16,9 @@ from vlkernels import _ext
 from vlkernels._validate import check_same_device, check_tensor
 
 _MAX_PIXELS = 2**32 - 1  # pycocotools keeps sizes and runs in 32-bit unsigned integers
-# Tests set this: the CPU twins then replay the CUDA kernels' split of each range among threads / warp lanes (encode
-# per thread range with a running exclusive scan, area and IoU in 32 lane slices) instead of one call per range.
+# Tests set this: CPU then runs the exact twins of the CUDA kernels' split of the work (the two-pass encoder, one
+# call per thread range with a running exclusive scan; area and IoU in 32 lane slices) instead of the fast CPU
+# layout (one-pass encoder, one slice per pair).
 _REPLAY_GPU_SPLIT = False
 _WARP = 32
 
@@ -189,17 +190,22 @@ def mask_geometry(masks: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, in
 
 
 def encode_counts(masks: torch.Tensor) -> RleCounts:
-    """[N, H, W] bool/uint8 (validated) -> RleCounts on the masks' device; two passes, one host sync (the size)."""
+    """[N, H, W] bool/uint8 (validated) -> RleCounts on the masks' device. CUDA (and the CPU twin under test): two
+    passes, one host sync for the size; CPU: one pass in C++."""
     n, h, w = masks.shape
     hw = h * w
     device = masks.device
     on = torch.device("cpu") if device.type == "cuda" and not _ext.load().has_cuda else device
     t, geo = mask_geometry(masks.to(on))
+    if on.type == "cpu" and not _REPLAY_GPU_SPLIT:
+        counts, offsets = _ext.load().rle_encode_runs(t.data_ptr(), n, geo)
+        rc = RleCounts._trusted(torch.from_numpy(counts), torch.from_numpy(offsets), (h, w))
+        return rc.to(device)
     chunk = int(_ext.load().rle_chunk)
     nchunks = (hw + chunk - 1) // chunk
     chunk_cnt = torch.zeros(n, nchunks, dtype=torch.int64, device=on)
     if chunk_cnt.numel():
-        _run("rle_count_chunks", on, t.data_ptr(), n, geo, chunk_cnt.data_ptr(), cpu=(_REPLAY_GPU_SPLIT,))
+        _run("rle_count_chunks", on, t.data_ptr(), n, geo, chunk_cnt.data_ptr())
     offsets = torch.zeros(n + 1, dtype=torch.int64, device=on)
     # m_k = boundaries + 1 runs (the last run closes at h*w).
     offsets[1:] = torch.cumsum(chunk_cnt.sum(1) + 1, 0)
@@ -210,7 +216,7 @@ def encode_counts(masks: torch.Tensor) -> RleCounts:
     if n:
         if chunk_cnt.numel():
             args = (t.data_ptr(), n, geo, chunk_base.data_ptr(), offsets.data_ptr(), ends.data_ptr())
-            _run("rle_write_ends", on, *args, cpu=(_REPLAY_GPU_SPLIT,))
+            _run("rle_write_ends", on, *args)
         _run("rle_runs_from_ends", on, ends.data_ptr(), offsets.data_ptr(), n, hw, counts.data_ptr())
     return RleCounts._trusted(counts, offsets, (h, w)).to(device)
 
