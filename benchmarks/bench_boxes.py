@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from vlkernels.boxes.reference import mask_iou_ref
-from vlkernels.ops import box_iou, mask_iou, rle_iou
+from vlkernels.ops import RleCounts, box_iou, mask_iou, rle_encode, rle_iou
 
 from .harness import Bench, register
 
@@ -76,17 +76,81 @@ def _rle_iou(n: int, m: int, h: int, w: int, device: str) -> Bench:
 
     dt, gt = _coco_rles(n, h, w, 1), _coco_rles(m, h, w, 2)
     crowd = [0] * m
-
-    def check(out):
-        ours, ref = out["vlkernels"].numpy(), out["pycocotools"]
-        if not np.array_equal(ours, ref):
-            raise AssertionError(f"RLE IoU differs from pycocotools in {int((ours != ref).sum())} entries")
+    dc, gc = RleCounts.from_coco(dt), RleCounts.from_coco(gt)
 
     return Bench(
-        providers={"vlkernels": lambda: rle_iou(dt, gt, crowd), "pycocotools": lambda: coco_mask.iou(dt, gt, crowd)},
+        providers={
+            "vlkernels": lambda: rle_iou(dt, gt, crowd),
+            "vlkernels-counts": lambda: rle_iou(dc, gc, crowd),
+            "pycocotools": lambda: coco_mask.iou(dt, gt, crowd),
+        },
+        baseline="pycocotools",
+        check=_check_bit_identical,
+        notes="vlkernels: compressed-string RLEs in (string decoding included), column-plane C++ kernel; "
+        "vlkernels-counts: RleCounts in, C++ twin of the CUDA per-pair kernel; float64 IoU out; check: bit-identical",
+    )
+
+
+def _check_bit_identical(out):
+    ref = out["pycocotools"]
+    for name, value in out.items():
+        if name != "pycocotools" and not np.array_equal(value.cpu().numpy(), ref):
+            raise AssertionError(
+                f"{name} RLE IoU differs from pycocotools in {int((value.cpu().numpy() != ref).sum())}"
+            )
+
+
+@register(
+    "boxes",
+    "rle_iou_counts",
+    quick={"n": 300, "m": 300, "h": 480, "w": 640},
+    full={"n": 1000, "m": 1000, "h": 480, "w": 640},
+    devices=("cuda",),
+)
+def _rle_iou_counts(n: int, m: int, h: int, w: int, device: str) -> Bench:
+    from pycocotools import mask as coco_mask
+
+    dt, gt = _coco_rles(n, h, w, 1), _coco_rles(m, h, w, 2)
+    crowd = [0] * m
+    dc, gc = RleCounts.from_coco(dt, device=device), RleCounts.from_coco(gt, device=device)
+    return Bench(
+        providers={
+            "vlkernels-counts": lambda: rle_iou(dc, gc, crowd),
+            "pycocotools": lambda: coco_mask.iou(dt, gt, crowd),
+        },
+        baseline="pycocotools",
+        check=_check_bit_identical,
+        notes="RleCounts on the GPU (warp per pair) vs pycocotools on the host CPU; check: bit-identical",
+    )
+
+
+@register(
+    "boxes",
+    "rle_encode",
+    quick={"n": 32, "h": 480, "w": 640},
+    full={"n": 100, "h": 480, "w": 640},
+)
+def _rle_encode(n: int, h: int, w: int, device: str) -> Bench:
+    from pycocotools import mask as coco_mask
+
+    host = coco_mask.decode(_coco_rles(n, h, w, 5))  # (H, W, N) Fortran order: what pycocotools wants
+    masks = torch.from_numpy(np.ascontiguousarray(host.transpose(2, 0, 1))).bool().to(device)
+
+    def check(out):
+        if out["vlkernels"] != out["pycocotools"] or out["vlkernels-counts"].to_coco() != out["pycocotools"]:
+            raise AssertionError("RLE encoding differs from pycocotools")
+
+    return Bench(
+        providers={
+            "vlkernels": lambda: rle_encode(masks),
+            "vlkernels-counts": lambda: rle_encode(masks, compress=False),
+            "pycocotools": lambda: coco_mask.encode(host),
+        },
         baseline="pycocotools",
         check=check,
-        notes="compressed-string RLEs in, float64 IoU out (string decoding included); check: bit-identical",
+        bytes=n * h * w,
+        notes="(N, H, W) bool masks on the device -> compressed strings (vlkernels) or RleCounts on the device "
+        "(vlkernels-counts); pycocotools gets the host Fortran-order array it needs, prepared outside the timing",
     )
 
 

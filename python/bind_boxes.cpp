@@ -1,9 +1,12 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <array>
+
 #include "boxes/box_iou.h"
 #include "boxes/mask_iou.h"
 #include "boxes/rle.h"
+#include "boxes/rle_counts.h"
 #include "registry.h"
 
 namespace py = pybind11;
@@ -58,16 +61,22 @@ py::list rle_to_strings(std::uintptr_t counts, std::uintptr_t offsets, int64_t n
   return to_bytes_list(s);
 }
 
-py::list rle_encode(std::uintptr_t masks, int64_t n, int64_t hw) {
+// (h, w, sn, sy, sx) from Python: the mask geometry in bytes.
+using Geometry = std::array<int64_t, 5>;
+vlk::MaskStrides strides_of(const Geometry& g) { return vlk::MaskStrides{g[0], g[1], g[2], g[3], g[4]}; }
+
+py::list rle_encode(std::uintptr_t masks, int64_t n, const Geometry& geo) {
   std::vector<std::string> s;
   {
     py::gil_scoped_release release;
-    s = vlk::rle_encode_strings(ptr<const uint8_t>(masks), n, hw);
+    s = vlk::rle_encode_strings(ptr<const uint8_t>(masks), n, strides_of(geo));
   }
   return to_bytes_list(s);
 }
 
 #ifdef VLK_WITH_CUDA
+void* stream_of(std::uintptr_t s) { return reinterpret_cast<void*>(s); }
+
 template <typename T>
 void box_iou_cuda(std::uintptr_t b1, std::uintptr_t b2, std::uintptr_t out, int64_t batch, int64_t n, int64_t m,
                   int fmt, int kind, bool aligned, double eps, std::uintptr_t valid1, std::uintptr_t valid2,
@@ -96,13 +105,47 @@ VLK_BIND(boxes) {
   m.def("rle_parse", &rle_parse);
   m.def("rle_to_strings", &rle_to_strings);
   m.def("rle_encode", &rle_encode);
-  m.def("rle_decode", [](std::uintptr_t counts, std::uintptr_t offsets, int64_t n, int64_t hw, std::uintptr_t out) {
-    py::gil_scoped_release release;
-    vlk::launch_rle_decode(ptr<const int64_t>(counts), ptr<const int64_t>(offsets), n, hw, ptr<uint8_t>(out));
+  m.attr("rle_chunk") = vlk::rle::kChunk;
+  m.def("rle_encode_runs", [](std::uintptr_t masks, int64_t n, const Geometry& geo) {
+    std::vector<int64_t> counts, offsets;
+    {
+      py::gil_scoped_release release;
+      vlk::rle_encode_runs(ptr<const uint8_t>(masks), n, strides_of(geo), counts, offsets);
+    }
+    return py::make_tuple(to_array(std::move(counts)), to_array(std::move(offsets)));
   });
-  m.def("rle_area", [](std::uintptr_t counts, std::uintptr_t offsets, int64_t n, std::uintptr_t out) {
+  m.def("rle_count_chunks", [](std::uintptr_t masks, int64_t n, const Geometry& geo, std::uintptr_t chunk_cnt) {
     py::gil_scoped_release release;
-    vlk::launch_rle_area(ptr<const int64_t>(counts), ptr<const int64_t>(offsets), n, ptr<int64_t>(out));
+    vlk::launch_rle_count_chunks(ptr<const uint8_t>(masks), n, strides_of(geo), ptr<int64_t>(chunk_cnt));
+  });
+  m.def("rle_write_ends", [](std::uintptr_t masks, int64_t n, const Geometry& geo, std::uintptr_t chunk_base,
+                             std::uintptr_t offsets, std::uintptr_t ends) {
+    py::gil_scoped_release release;
+    vlk::launch_rle_write_ends(ptr<const uint8_t>(masks), n, strides_of(geo), ptr<const int64_t>(chunk_base),
+                               ptr<const int64_t>(offsets), ptr<int64_t>(ends));
+  });
+  m.def("rle_runs_from_ends", [](std::uintptr_t ends, std::uintptr_t offsets, int64_t n, int64_t hw,
+                                 std::uintptr_t counts) {
+    py::gil_scoped_release release;
+    vlk::launch_rle_runs_from_ends(ptr<const int64_t>(ends), ptr<const int64_t>(offsets), n, hw, ptr<int64_t>(counts));
+  });
+  m.def("rle_decode_csum", [](std::uintptr_t csum, std::uintptr_t offsets, int64_t n, int64_t hw, std::uintptr_t out) {
+    py::gil_scoped_release release;
+    vlk::launch_rle_decode_csum(ptr<const int64_t>(csum), ptr<const int64_t>(offsets), n, hw, ptr<uint8_t>(out));
+  });
+  m.def("rle_iou_csum", [](std::uintptr_t dc, std::uintptr_t doff, std::uintptr_t darea, std::uintptr_t dbox,
+                           int64_t nd, std::uintptr_t gc, std::uintptr_t goff, std::uintptr_t garea,
+                           std::uintptr_t gbox, int64_t ng, std::uintptr_t iscrowd, std::uintptr_t out,
+                           int64_t parts) {
+    py::gil_scoped_release release;
+    vlk::launch_rle_iou_csum(ptr<const int64_t>(dc), ptr<const int64_t>(doff), ptr<const int64_t>(darea),
+                             ptr<const double>(dbox), nd, ptr<const int64_t>(gc), ptr<const int64_t>(goff),
+                             ptr<const int64_t>(garea), ptr<const double>(gbox), ng, ptr<const uint8_t>(iscrowd),
+                             ptr<double>(out), parts);
+  });
+  m.def("rle_area", [](std::uintptr_t counts, std::uintptr_t offsets, int64_t n, std::uintptr_t out, int64_t parts) {
+    py::gil_scoped_release release;
+    vlk::launch_rle_area(ptr<const int64_t>(counts), ptr<const int64_t>(offsets), n, ptr<int64_t>(out), parts);
   });
   m.def("rle_to_bbox", [](std::uintptr_t counts, std::uintptr_t offsets, int64_t n, std::uintptr_t h, std::uintptr_t w,
                           std::uintptr_t out) {
@@ -151,6 +194,52 @@ VLK_BIND(boxes) {
     vlk::launch_mask_iou_cuda(ptr<const uint64_t>(a), ptr<const int64_t>(area_a), ptr<const uint64_t>(b),
                               ptr<const int64_t>(area_b), batch, n, mm, nw, aligned, ptr<double>(out),
                               ptr<int64_t>(inter), reinterpret_cast<void*>(stream));
+  });
+  m.def("rle_count_chunks_cuda", [](std::uintptr_t masks, int64_t n, const Geometry& geo, std::uintptr_t chunk_cnt,
+                                    std::uintptr_t stream) {
+    py::gil_scoped_release release;
+    vlk::launch_rle_count_chunks_cuda(ptr<const uint8_t>(masks), n, strides_of(geo), ptr<int64_t>(chunk_cnt),
+                                      stream_of(stream));
+  });
+  m.def("rle_write_ends_cuda", [](std::uintptr_t masks, int64_t n, const Geometry& geo, std::uintptr_t chunk_base,
+                                  std::uintptr_t offsets, std::uintptr_t ends, std::uintptr_t stream) {
+    py::gil_scoped_release release;
+    vlk::launch_rle_write_ends_cuda(ptr<const uint8_t>(masks), n, strides_of(geo), ptr<const int64_t>(chunk_base),
+                                    ptr<const int64_t>(offsets), ptr<int64_t>(ends), stream_of(stream));
+  });
+  m.def("rle_runs_from_ends_cuda", [](std::uintptr_t ends, std::uintptr_t offsets, int64_t n, int64_t hw,
+                                      std::uintptr_t counts, std::uintptr_t stream) {
+    py::gil_scoped_release release;
+    vlk::launch_rle_runs_from_ends_cuda(ptr<const int64_t>(ends), ptr<const int64_t>(offsets), n, hw,
+                                        ptr<int64_t>(counts), stream_of(stream));
+  });
+  m.def("rle_decode_csum_cuda", [](std::uintptr_t csum, std::uintptr_t offsets, int64_t n, int64_t hw,
+                                   std::uintptr_t out, std::uintptr_t stream) {
+    py::gil_scoped_release release;
+    vlk::launch_rle_decode_csum_cuda(ptr<const int64_t>(csum), ptr<const int64_t>(offsets), n, hw, ptr<uint8_t>(out),
+                                     stream_of(stream));
+  });
+  m.def("rle_area_cuda", [](std::uintptr_t counts, std::uintptr_t offsets, int64_t n, std::uintptr_t out,
+                            std::uintptr_t stream) {
+    py::gil_scoped_release release;
+    vlk::launch_rle_area_cuda(ptr<const int64_t>(counts), ptr<const int64_t>(offsets), n, ptr<int64_t>(out),
+                              stream_of(stream));
+  });
+  m.def("rle_to_bbox_cuda", [](std::uintptr_t counts, std::uintptr_t offsets, int64_t n, std::uintptr_t h,
+                               std::uintptr_t w, std::uintptr_t out, std::uintptr_t stream) {
+    py::gil_scoped_release release;
+    vlk::launch_rle_to_bbox_cuda(ptr<const int64_t>(counts), ptr<const int64_t>(offsets), n, ptr<const int64_t>(h),
+                                 ptr<const int64_t>(w), ptr<double>(out), stream_of(stream));
+  });
+  m.def("rle_iou_csum_cuda", [](std::uintptr_t dc, std::uintptr_t doff, std::uintptr_t darea, std::uintptr_t dbox,
+                                int64_t nd, std::uintptr_t gc, std::uintptr_t goff, std::uintptr_t garea,
+                                std::uintptr_t gbox, int64_t ng, std::uintptr_t iscrowd, std::uintptr_t out,
+                                std::uintptr_t stream) {
+    py::gil_scoped_release release;
+    vlk::launch_rle_iou_csum_cuda(ptr<const int64_t>(dc), ptr<const int64_t>(doff), ptr<const int64_t>(darea),
+                                  ptr<const double>(dbox), nd, ptr<const int64_t>(gc), ptr<const int64_t>(goff),
+                                  ptr<const int64_t>(garea), ptr<const double>(gbox), ng, ptr<const uint8_t>(iscrowd),
+                                  ptr<double>(out), stream_of(stream));
   });
 #endif
 }

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "boxes/cpu_features.h"
+#include "boxes/rle_counts.h"
 #include "core/parallel.h"
 
 namespace vlk {
@@ -62,8 +63,6 @@ struct RleIndex {
   std::vector<int64_t> iv_offsets;  // interval k of RLE r: iv[2 * (iv_offsets[r] + k)]
   std::vector<int64_t> area;
   std::vector<double> bbox;
-  // The bbox as integer half-open extents x0, x1, y0, y1 (x1 = x + w): bbIou's overlap test on these is exact.
-  std::vector<int64_t> ext;
   // Column form of masks with at most kMaxPlanes foreground pieces per column (object masks nearly always):
   // planes[r] arrays over the columns [col_x0, col_x0 + col_n), plane q holding each column's q-th piece [cs, ce)
   // in rows (absent: 0, 0). Pieces of one mask are disjoint, so |a & b| = sum over plane pairs and columns of
@@ -74,36 +73,6 @@ struct RleIndex {
 };
 
 constexpr int kMaxPlanes = 4;
-
-void bbox_one(const int64_t* cnts, int64_t m_in, int64_t hh, int64_t ww, double* bb) {
-  // Mirrors rleToBbox's 32-bit unsigned arithmetic so even degenerate RLEs give the same box.
-  const uint32_t h = static_cast<uint32_t>(hh), w = static_cast<uint32_t>(ww);
-  const int64_t m = (m_in / 2) * 2;
-  uint32_t xs = w, ys = h, xe = 0, ye = 0, cc = 0, xp = 0;
-  if (m == 0 || h == 0) {
-    bb[0] = bb[1] = bb[2] = bb[3] = 0;
-    return;
-  }
-  for (int64_t j = 0; j < m; ++j) {
-    cc += static_cast<uint32_t>(cnts[j]);
-    const uint32_t t = cc - static_cast<uint32_t>(j % 2);
-    const uint32_t y = t % h, x = (t - y) / h;
-    if (j % 2 == 0) {
-      xp = x;
-    } else if (xp < x) {
-      ys = 0;
-      ye = h - 1;
-    }
-    xs = std::min(xs, x);
-    xe = std::max(xe, x);
-    ys = std::min(ys, y);
-    ye = std::max(ye, y);
-  }
-  bb[0] = xs;
-  bb[2] = static_cast<double>(xe - xs + 1);
-  bb[1] = ys;
-  bb[3] = static_cast<double>(ye - ys + 1);
-}
 
 // Calls fn(column, row_begin, row_end) for every per-column piece of RLE r's foreground intervals (a run that
 // wraps from the bottom of one column into the next is split at the boundary).
@@ -171,7 +140,6 @@ RleIndex build_index(const int64_t* counts, const int64_t* offsets, int64_t n, i
   idx.iv_offsets.assign(static_cast<size_t>(n) + 1, 0);
   idx.area.assign(static_cast<size_t>(n), 0);
   idx.bbox.assign(static_cast<size_t>(4 * n), 0.0);
-  idx.ext.assign(static_cast<size_t>(4 * n), 0);
   for (int64_t r = 0; r < n; ++r) {
     int64_t k = 0;
     for (int64_t j = offsets[r] + 1; j < offsets[r + 1]; j += 2) k += counts[j] > 0;
@@ -194,12 +162,7 @@ RleIndex build_index(const int64_t* counts, const int64_t* offsets, int64_t n, i
       }
       idx.area[r] = area;
       double* bb = idx.bbox.data() + 4 * r;
-      bbox_one(c, m, h, w, bb);
-      int64_t* e = idx.ext.data() + 4 * r;
-      e[0] = static_cast<int64_t>(bb[0]);
-      e[1] = static_cast<int64_t>(bb[0] + bb[2]);
-      e[2] = static_cast<int64_t>(bb[1]);
-      e[3] = static_cast<int64_t>(bb[1] + bb[3]);
+      rle::bbox_one(c, m, h, w, bb);
     }
   });
   build_columns(idx, n, h);
@@ -271,12 +234,6 @@ int64_t pair_inter(const RleIndex& D, int64_t d, const RleIndex& G, int64_t g, b
                    G.iv.data() + 2 * G.iv_offsets[g], G.iv_offsets[g + 1] - G.iv_offsets[g]);
 }
 
-// bbIou's overlap test (positive width and height of the xywh box intersection) on the integer extents: the
-// boxes are whole pixels, so fmin(x + w) - fmax(x) > 0 in doubles is exactly this integer comparison.
-inline bool boxes_overlap(const int64_t* D, const int64_t* G) {
-  return std::min(D[1], G[1]) > std::max(D[0], G[0]) && std::min(D[3], G[3]) > std::max(D[2], G[2]);
-}
-
 }  // namespace
 
 std::string rle_parse_strings(const std::vector<std::string>& strings, const int64_t* hw,
@@ -311,54 +268,44 @@ std::vector<std::string> rle_to_strings(const int64_t* counts, const int64_t* of
   return out;
 }
 
-std::vector<std::string> rle_encode_strings(const uint8_t* masks, int64_t n, int64_t hw) {
-  std::vector<std::string> out(static_cast<size_t>(n));
+void rle_encode_runs(const uint8_t* masks, int64_t n, const MaskStrides& ms, std::vector<int64_t>& counts,
+                     std::vector<int64_t>& offsets) {
+  const int64_t hw = ms.h * ms.w;
+  std::vector<std::vector<int64_t>> per(static_cast<size_t>(n));
   parallel_for(n, 1, [&](int64_t begin, int64_t end) {
-    std::vector<int64_t> cnts;
+    // One pass per mask, chunk by chunk (a chunk holds at most kChunk boundaries), so the scratch grows with the
+    // runs, not with the pixels.
+    std::vector<int64_t> buf(static_cast<size_t>(rle::kChunk)), ends;
     for (int64_t k = begin; k < end; ++k) {
-      const uint8_t* t = masks + k * hw;
-      cnts.clear();
-      uint8_t p = 0;
-      int64_t c = 0;
-      for (int64_t j = 0; j < hw; ++j) {
-        const uint8_t v = t[j] != 0;
-        if (v != p) {
-          cnts.push_back(c);
-          c = 0;
-          p = v;
-        }
-        ++c;
+      ends.clear();
+      for (int64_t c = 0; c * rle::kChunk < hw; ++c) {
+        int64_t b, e;
+        rle::chunk_range(c, hw, &b, &e);
+        const int64_t got = rle::write_transitions(masks + k * ms.sn, ms.h, ms.sy, ms.sx, b, e, buf.data());
+        ends.insert(ends.end(), buf.begin(), buf.begin() + got);
       }
-      cnts.push_back(c);
-      append_string(cnts.data(), static_cast<int64_t>(cnts.size()), out[k]);
+      const int64_t m = static_cast<int64_t>(ends.size()) + 1;
+      per[k].resize(static_cast<size_t>(m));
+      for (int64_t i = 0; i < m; ++i) per[k][i] = rle::run_from_ends(ends.data(), m, i, hw);
     }
   });
-  return out;
+  offsets.assign(static_cast<size_t>(n) + 1, 0);
+  for (int64_t k = 0; k < n; ++k) offsets[k + 1] = offsets[k] + static_cast<int64_t>(per[k].size());
+  counts.resize(static_cast<size_t>(offsets[n]));
+  for (int64_t k = 0; k < n; ++k) std::copy(per[k].begin(), per[k].end(), counts.begin() + offsets[k]);
 }
 
-void launch_rle_decode(const int64_t* counts, const int64_t* offsets, int64_t n, int64_t hw, uint8_t* out) {
-  parallel_for(n, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t k = begin; k < end; ++k) {
-      uint8_t* o = out + k * hw;
-      int64_t pos = 0;
-      uint8_t v = 0;
-      for (int64_t j = offsets[k]; j < offsets[k + 1]; ++j) {
-        // Runs were validated to sum to hw; the clamp keeps a caller bug from writing past the mask.
-        const int64_t e = std::min(hw, pos + counts[j]);
-        std::fill(o + pos, o + e, v);
-        pos = e;
-        v = !v;
-      }
-      std::fill(o + pos, o + hw, uint8_t{0});
-    }
-  });
+std::vector<std::string> rle_encode_strings(const uint8_t* masks, int64_t n, const MaskStrides& ms) {
+  std::vector<int64_t> counts, offsets;
+  rle_encode_runs(masks, n, ms, counts, offsets);
+  return rle_to_strings(counts.data(), offsets.data(), n);
 }
 
-void launch_rle_area(const int64_t* counts, const int64_t* offsets, int64_t n, int64_t* out) {
+void launch_rle_area(const int64_t* counts, const int64_t* offsets, int64_t n, int64_t* out, int64_t parts) {
   parallel_for(n, 256, [&](int64_t begin, int64_t end) {
     for (int64_t k = begin; k < end; ++k) {
       int64_t a = 0;
-      for (int64_t j = offsets[k] + 1; j < offsets[k + 1]; j += 2) a += counts[j];
+      for (int64_t p = 0; p < parts; ++p) a += rle::area_part(counts + offsets[k], offsets[k + 1] - offsets[k], p, parts);
       out[k] = a;
     }
   });
@@ -368,7 +315,7 @@ void launch_rle_to_bbox(const int64_t* counts, const int64_t* offsets, int64_t n
                         double* out) {
   parallel_for(n, 256, [&](int64_t begin, int64_t end) {
     for (int64_t k = begin; k < end; ++k)
-      bbox_one(counts + offsets[k], offsets[k + 1] - offsets[k], h[k], w[k], out + 4 * k);
+      rle::bbox_one(counts + offsets[k], offsets[k + 1] - offsets[k], h[k], w[k], out + 4 * k);
   });
 }
 
@@ -382,12 +329,9 @@ void launch_rle_iou(const int64_t* dt_counts, const int64_t* dt_offsets, int64_t
     for (int64_t d = begin; d < end; ++d) {
       for (int64_t g = 0; g < ng; ++g) {
         double o = 0.0;
-        if (boxes_overlap(D.ext.data() + 4 * d, G.ext.data() + 4 * g)) {
+        if (rle::bbox_overlap(D.bbox.data() + 4 * d, G.bbox.data() + 4 * g)) {
           const int64_t inter = pair_inter(D, d, G, g, avx2);
-          if (inter > 0) {
-            const int64_t u = (iscrowd != nullptr && iscrowd[g]) ? D.area[d] : D.area[d] + G.area[g] - inter;
-            o = static_cast<double>(inter) / static_cast<double>(u);
-          }
+          o = rle::iou_value(inter, D.area[d], G.area[g], iscrowd != nullptr && iscrowd[g]);
         }
         out[d * ng + g] = o;
       }

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "boxes/rle_counts.h"
+
 namespace vlk {
 
 // Decodes compressed strings. Returns "" on success, else a message naming the string index and the defect (bad
@@ -20,16 +22,22 @@ std::string rle_parse_strings(const std::vector<std::string>& strings, const int
 // Runs -> compressed strings (pycocotools rleToString).
 std::vector<std::string> rle_to_strings(const int64_t* counts, const int64_t* offsets, int64_t n);
 
-// masks: [n, hw] uint8, each mask column-major (Fortran order, as pycocotools); nonzero = foreground.
-std::vector<std::string> rle_encode_strings(const uint8_t* masks, int64_t n, int64_t hw);
+// n masks, pixel (y, x) of mask k at masks[k * sn + y * sy + x * sx] (MaskStrides, rle_counts.h), runs over the
+// column-major order (as pycocotools); nonzero = foreground.
+std::vector<std::string> rle_encode_strings(const uint8_t* masks, int64_t n, const MaskStrides& ms);
 
-// out: [n, hw] uint8 column-major.
-void launch_rle_decode(const int64_t* counts, const int64_t* offsets, int64_t n, int64_t hw, uint8_t* out);
+// The same masks -> runs in CSR (the CPU encoder: one pass per mask with write_transitions, chunk by chunk; the
+// two-pass CUDA encoder's twin is launch_rle_count_chunks / launch_rle_write_ends).
+void rle_encode_runs(const uint8_t* masks, int64_t n, const MaskStrides& ms, std::vector<int64_t>& counts,
+                     std::vector<int64_t>& offsets);
 
-// out[k] = sum of the foreground (odd-index) runs.
-void launch_rle_area(const int64_t* counts, const int64_t* offsets, int64_t n, int64_t* out);
+// Decoding is launch_rle_decode_csum (rle_counts.h), shared with the counts path.
 
-// out: [n, 4] xywh doubles exactly as pycocotools rleToBbox (h, w per RLE).
+// out[k] = sum of the foreground (odd-index) runs. CPU twin of launch_rle_area_cuda.
+// parts > 1 sums area_part over that many parts, as the CUDA warp's lanes do (tests replay the GPU split with 32).
+void launch_rle_area(const int64_t* counts, const int64_t* offsets, int64_t n, int64_t* out, int64_t parts = 1);
+
+// out: [n, 4] xywh doubles exactly as pycocotools rleToBbox (h, w per RLE). CPU twin of launch_rle_to_bbox_cuda.
 void launch_rle_to_bbox(const int64_t* counts, const int64_t* offsets, int64_t n, const int64_t* h, const int64_t* w,
                         double* out);
 

@@ -7,9 +7,10 @@ Conventions: ``vlkernels/boxes/README.md``.
 from vlkernels.boxes.grounding import moment_retrieval_metrics, rec_accuracy, ris_metrics
 from vlkernels.boxes.iou import box_iou, segment_iou
 from vlkernels.boxes.masks import mask_iou
-from vlkernels.boxes.rle import rle_area, rle_decode, rle_encode, rle_iou, rle_to_bbox
+from vlkernels.boxes.rle import RleCounts, rle_area, rle_decode, rle_encode, rle_iou, rle_to_bbox
 
 __all__ = [
+    "RleCounts",
     "box_iou",
     "mask_iou",
     "moment_retrieval_metrics",

@@ -1,4 +1,7 @@
-"""COCO run-length encoding, bit-identical to pycocotools.mask: encode, decode, area, bbox and IoU (C++)."""
+"""COCO run-length encoding, bit-identical to pycocotools.mask: encode, decode, area, bbox and IoU (C++ and CUDA).
+
+Every op takes COCO RLE dicts (compressed strings or run lists; C++ on CPU) or an :class:`RleCounts` (run counts as
+tensors on CPU or CUDA; ``rle_counts.py``)."""
 
 from __future__ import annotations
 
@@ -9,7 +12,9 @@ import numpy as np
 import torch
 
 from vlkernels import _ext
-from vlkernels._validate import check_finite, check_tensor
+from vlkernels._validate import check_finite, check_same_device, check_tensor
+from vlkernels.boxes import rle_counts as _rc
+from vlkernels.boxes.rle_counts import RleCounts
 
 _MAX_PIXELS = 2**32 - 1  # pycocotools keeps sizes and runs in 32-bit unsigned integers
 RLE = dict  # {"size": [h, w], "counts": bytes | str | list[int]}
@@ -100,30 +105,37 @@ def _as_list(rles: RLE | Sequence[RLE]) -> tuple[list, bool]:
     return rles, False
 
 
-def rle_encode(masks: torch.Tensor) -> RLE | list[RLE]:
-    """Encode binary masks as COCO compressed RLE (``pycocotools.mask.encode``).
+def rle_encode(masks: torch.Tensor, compress: bool = True) -> RLE | list[RLE] | RleCounts:
+    """Encode binary masks as COCO RLE (``pycocotools.mask.encode``), compressed strings or run counts on device.
 
-    Runs alternate background/foreground over the column-major (Fortran-order) pixels, starting with background;
-    the run list is written in pycocotools' compressed-string format.
+    Runs alternate background/foreground over the column-major (Fortran-order) pixels, starting with background
+    (a mask whose first pixel is foreground opens with a zero run).
 
     Args:
-        masks: ``(H, W)`` or ``(N, H, W)`` bool or uint8 (nonzero = foreground), any strides, CPU or CUDA (copied
-            to CPU).
+        masks: ``(H, W)`` or ``(N, H, W)`` bool or uint8 (nonzero = foreground), any strides, CPU or CUDA.
+        compress: ``True``: pycocotools' compressed-string dicts. ``False``: an :class:`RleCounts` on the masks'
+            device (``(H, W)`` input gives N = 1), the input of the device-side ``rle_*`` ops.
 
     Returns:
         ``{"size": [H, W], "counts": bytes}`` for one mask, or a list of them, equal to pycocotools' output for
-        the same mask given as ``np.asfortranarray(mask.numpy().transpose(1, 2, 0))``.
+        the same mask given as ``np.asfortranarray(mask.numpy().transpose(1, 2, 0))``; or an :class:`RleCounts`
+        whose runs equal pycocotools' uncompressed counts.
 
     Raises:
         ValueError: not a tensor, wrong dtype or rank, or more than 2**32 - 1 pixels.
 
     Note:
         pycocotools compares raw bytes, so a uint8 value other than 0/1 starts new runs there; here every nonzero
-        value is foreground. Multithreaded C++ over masks. Deterministic; not differentiable.
+        value is foreground. CPU: one multithreaded C++ pass per mask, reading any strides in place. CUDA: count
+        run boundaries per 4096-pixel chunk, scan, write them, take differences (one host synchronization for the
+        output size); with ``compress=True`` only the runs are copied to the host, not the masks. Deterministic;
+        not differentiable.
 
     Example:
         >>> rle_encode(torch.tensor([[0, 1], [1, 1]], dtype=torch.uint8))
         {'size': [2, 2], 'counts': b'13'}
+        >>> rle_encode(torch.tensor([[0, 1], [1, 1]], dtype=torch.uint8), compress=False).counts
+        tensor([1, 3])
     """
     check_tensor(masks, "masks", dtypes=(torch.bool, torch.uint8), ndim=(2, 3))
     single = masks.dim() == 2
@@ -131,34 +143,45 @@ def rle_encode(masks: torch.Tensor) -> RLE | list[RLE]:
     n, h, w = m.shape
     if h * w > _MAX_PIXELS:
         raise ValueError(f"masks have {h}x{w} pixels; COCO RLE holds at most 2**32 - 1")
-    # Column-major pixel order: transpose to (N, W, H) and make it contiguous.
-    colmajor = m.detach().cpu().transpose(1, 2).contiguous().view(torch.uint8)
-    strings = _ext.load().rle_encode(colmajor.data_ptr(), n, h * w)
-    out = [{"size": [h, w], "counts": s} for s in strings]
+    if not compress or m.is_cuda:
+        rc = _rc.encode_counts(m)
+        if not compress:
+            return rc
+        out = rc.to_coco()
+    else:
+        t, geo = _rc.mask_geometry(m)
+        strings = _ext.load().rle_encode(t.data_ptr(), n, geo)
+        out = [{"size": [h, w], "counts": s} for s in strings]
     return out[0] if single else out
 
 
-def rle_decode(rles: RLE | Sequence[RLE]) -> torch.Tensor:
-    """Decode COCO RLEs (compressed strings or uncompressed run lists) to masks (``pycocotools.mask.decode``).
+def rle_decode(rles: RLE | Sequence[RLE] | RleCounts) -> torch.Tensor:
+    """Decode COCO RLEs to masks (``pycocotools.mask.decode``).
 
     Args:
-        rles: one RLE dict, or a list of RLE dicts sharing one size.
+        rles: one RLE dict, a list of RLE dicts sharing one size (compressed strings or uncompressed run lists),
+            or an :class:`RleCounts` (CPU or CUDA).
 
     Returns:
-        uint8 ``(H, W)`` for one dict, ``(N, H, W)`` for a list (pycocotools returns ``(H, W, N)``).
+        uint8 ``(H, W)`` for one dict, ``(N, H, W)`` for a list or an RleCounts (on its device; pycocotools
+        returns ``(H, W, N)``).
 
     Raises:
         ValueError: not RLE dicts, malformed counts (bad character, truncated or overflowing count, negative run,
             runs not summing to ``H*W``), or RLEs of different sizes.
 
     Note:
-        The C++ decoder bounds-checks every string. Multithreaded over masks. Deterministic.
+        The C++ string decoder bounds-checks every string. Pixels are written 16 at a time (a binary search for
+        the run holding the first, then a walk): one CUDA thread, or one step of the multithreaded CPU twin, per
+        16 pixels. Deterministic.
 
     Example:
         >>> rle_decode({"size": [2, 2], "counts": b"13"})
         tensor([[0, 1],
                 [1, 1]], dtype=torch.uint8)
     """
+    if isinstance(rles, RleCounts):
+        return _rc.decode_op(rles.counts, rles.offsets, *rles.size)
     items, single = _as_list(rles)
     s = _parse(items, "rles")
     n = len(s)
@@ -166,60 +189,63 @@ def rle_decode(rles: RLE | Sequence[RLE]) -> torch.Tensor:
         return torch.zeros(0, 0, 0, dtype=torch.uint8)
     if bool((s.h != s.h[0]).any()) or bool((s.w != s.w[0]).any()):
         raise ValueError("rles must share one size to be decoded into one tensor; decode them separately")
-    h, w = int(s.h[0]), int(s.w[0])
-    out = torch.empty(n, w, h, dtype=torch.uint8)
-    _ext.load().rle_decode(s.counts.data_ptr(), s.offsets.data_ptr(), n, h * w, out.data_ptr())
-    out = out.transpose(1, 2).contiguous()
+    out = _rc.decode_counts(RleCounts._trusted(s.counts, s.offsets, (int(s.h[0]), int(s.w[0]))))
     return out[0] if single else out
 
 
-def rle_area(rles: RLE | Sequence[RLE]) -> torch.Tensor:
+def rle_area(rles: RLE | Sequence[RLE] | RleCounts) -> torch.Tensor:
     """Foreground pixel count of each RLE (``pycocotools.mask.area``).
 
     Args:
-        rles: one RLE dict or a list (sizes may differ).
+        rles: one RLE dict, a list (sizes may differ), or an :class:`RleCounts` (CPU or CUDA).
 
     Returns:
-        int64 ``()`` for one dict, ``(N,)`` for a list.
+        int64 ``()`` for one dict, ``(N,)`` for a list or an RleCounts (on its device).
 
     Raises:
         ValueError: as :func:`rle_decode` for malformed RLEs.
 
     Note:
-        Sum of the odd-index runs, in C++. Deterministic.
+        Sum of the odd-index runs: C++ on CPU, one warp per mask on CUDA (integer sums: exact). Deterministic.
 
     Example:
         >>> rle_area({"size": [2, 2], "counts": b"13"})
         tensor(3)
     """
+    if isinstance(rles, RleCounts):
+        return _rc.area_op(rles.counts, rles.offsets)
     items, single = _as_list(rles)
     s = _parse(items, "rles")
     out = torch.zeros(len(s), dtype=torch.int64)
     if len(s):
-        _ext.load().rle_area(s.counts.data_ptr(), s.offsets.data_ptr(), len(s), out.data_ptr())
+        _ext.load().rle_area(s.counts.data_ptr(), s.offsets.data_ptr(), len(s), out.data_ptr(), 1)
     return out[0] if single else out
 
 
-def rle_to_bbox(rles: RLE | Sequence[RLE]) -> torch.Tensor:
+def rle_to_bbox(rles: RLE | Sequence[RLE] | RleCounts) -> torch.Tensor:
     """Tight xywh box of each RLE (``pycocotools.mask.toBbox``).
 
     Args:
-        rles: one RLE dict or a list (sizes may differ).
+        rles: one RLE dict, a list (sizes may differ), or an :class:`RleCounts` (CPU or CUDA).
 
     Returns:
-        float64 ``(4,)`` for one dict, ``(N, 4)`` for a list: ``[x, y, w, h]`` in pixels; an empty mask gives zeros.
+        float64 ``(4,)`` for one dict, ``(N, 4)`` for a list or an RleCounts (on its device): ``[x, y, w, h]`` in
+        pixels; an empty mask gives zeros.
 
     Raises:
         ValueError: as :func:`rle_decode` for malformed RLEs.
 
     Note:
-        Reproduces rleToBbox exactly, including its rule that a mask spanning several columns gets the full
-        column height when a foreground run wraps a column. Deterministic.
+        Reproduces rleToBbox exactly (its 32-bit unsigned arithmetic, and its rule that a mask spanning several
+        columns gets the full column height when a foreground run wraps a column). One CUDA thread per mask: the
+        scan is sequential. Deterministic.
 
     Example:
         >>> rle_to_bbox({"size": [2, 2], "counts": b"13"})
         tensor([0., 0., 2., 2.], dtype=torch.float64)
     """
+    if isinstance(rles, RleCounts):
+        return _rc.bbox_op(rles.counts, rles.offsets, *rles.size)
     items, single = _as_list(rles)
     s = _parse(items, "rles")
     out = torch.zeros(len(s), 4, dtype=torch.float64)
@@ -247,8 +273,8 @@ def _as_boxes(x: object, name: str) -> torch.Tensor:
 
 
 def rle_iou(
-    dt: Sequence[RLE] | torch.Tensor | np.ndarray,
-    gt: Sequence[RLE] | torch.Tensor | np.ndarray,
+    dt: Sequence[RLE] | RleCounts | torch.Tensor | np.ndarray,
+    gt: Sequence[RLE] | RleCounts | torch.Tensor | np.ndarray,
     iscrowd: Sequence[int] | Sequence[bool] | torch.Tensor | np.ndarray | None = None,
 ) -> torch.Tensor:
     """COCO IoU between detections and ground truths, as ``pycocotools.mask.iou`` (masks as RLEs, or xywh boxes).
@@ -257,23 +283,30 @@ def rle_iou(
         \\text{ when } g \\text{ is a crowd region}
 
     Args:
-        dt: ``D`` RLE dicts (compressed or uncompressed counts) or a ``(D, 4)`` xywh box array.
-        gt: ``G`` RLE dicts or ``(G, 4)`` xywh boxes (same kind as ``dt``).
+        dt: ``D`` RLE dicts (compressed or uncompressed counts), an :class:`RleCounts` (CPU or CUDA), or a
+            ``(D, 4)`` xywh box array.
+        gt: ``G`` RLE dicts, an :class:`RleCounts` (same device and mask size as ``dt``), or ``(G, 4)`` xywh boxes
+            (same kind as ``dt``).
         iscrowd: ``G`` flags (default all 0): crowd ground truths score intersection over the detection's area.
 
     Returns:
-        float64 ``(D, G)``, bit-identical to pycocotools (which returns ``[]`` when either side is empty; here an
-        empty ``(D, G)`` tensor).
+        float64 ``(D, G)`` (on the RleCounts' device), bit-identical to pycocotools (which returns ``[]`` when either
+        side is empty; here an empty ``(D, G)`` tensor).
 
     Raises:
-        ValueError: mixed RLE/box inputs, malformed RLEs, masks whose sizes differ (pycocotools writes -1 there),
-            ``iscrowd`` of the wrong length, non-finite or non-``(N, 4)`` boxes.
+        ValueError: mixed RLE/RleCounts/box inputs, RleCounts on different devices, malformed RLEs, masks whose
+            sizes differ (pycocotools writes -1 there), ``iscrowd`` of the wrong length, non-finite or non-``(N, 4)``
+            boxes.
 
     Note:
         Two empty masks give 0. RLE IoU uses pycocotools' bbox prefilter, then intersects the foreground
         intervals (binary search to the overlap, then a merge); counts are exact integers and the ratio is one
         float64 division, so every value equals pycocotools bit for bit. Multithreaded over detections.
-        Deterministic; not differentiable.
+        RleCounts: one CUDA warp per pair (the lanes split dt's foreground intervals inside the common extent, each
+        slice binary-searches gt's intervals once, then merges), or the C++ twin of that per-pair code on CPU;
+        no host synchronization. Zero-length runs after the first (never produced by pycocotools) give the exact
+        IoU, where pycocotools' merge can stop early (``vlkernels/boxes/README.md``). Deterministic; not
+        differentiable.
 
     Example:
         >>> a = rle_encode(torch.tensor([[1, 1], [0, 0]], dtype=torch.uint8))
@@ -281,15 +314,26 @@ def rle_iou(
         >>> rle_iou([a], [b])
         tensor([[0.3333]], dtype=torch.float64)
     """
-    dt_boxes, gt_boxes = _is_boxes(dt), _is_boxes(gt)
+    dt_counts, gt_counts = isinstance(dt, RleCounts), isinstance(gt, RleCounts)
+    dt_boxes, gt_boxes = not dt_counts and _is_boxes(dt), not gt_counts and _is_boxes(gt)
+    if dt_counts != gt_counts:
+        raise ValueError("dt and gt must both be RleCounts (or neither); convert with RleCounts.from_coco")
     n_gt = len(gt)
     if iscrowd is None:
         crowd = torch.zeros(n_gt, dtype=torch.uint8)
     else:
-        crowd = torch.as_tensor(np.asarray(iscrowd.cpu() if isinstance(iscrowd, torch.Tensor) else iscrowd))
+        # A tensor stays on its device (the RleCounts path takes it there without a host round trip).
+        crowd = iscrowd.detach() if isinstance(iscrowd, torch.Tensor) else torch.as_tensor(np.asarray(iscrowd))
         if crowd.dim() != 1 or crowd.numel() != n_gt:
             raise ValueError(f"iscrowd must have one flag per ground truth ({n_gt}), got shape {tuple(crowd.shape)}")
         crowd = (crowd != 0).to(torch.uint8).contiguous()
+    if dt_counts:
+        check_same_device(dt=dt.counts, gt=gt.counts)
+        if dt.size != gt.size:
+            raise ValueError(f"dt has mask size {list(dt.size)} but gt has {list(gt.size)}; masks must match")
+        crowd = crowd.to(device=dt.device, dtype=torch.uint8).contiguous()
+        return _rc.iou_op(dt.counts, dt.offsets, gt.counts, gt.offsets, *dt.size, crowd)
+    crowd = crowd.cpu()
     C = _ext.load()
     if dt_boxes or gt_boxes:
         if not (dt_boxes or len(dt) == 0) or not (gt_boxes or len(gt) == 0):

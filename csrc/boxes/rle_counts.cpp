@@ -1,0 +1,96 @@
+// CPU twins of rle_counts.cu: the same per-range / per-mask / per-pair functions of rle_counts.h. The encode twins
+// replay the CUDA block exactly (thread ranges in order, the block scan as a running sum); decode uses the GPU's
+// 16-pixel steps; area and IoU take `parts` (1 for speed; the tests also run 32, the warp's lanes), which the lane
+// split reproduces by construction (the slices' partial sums add up). Multithreaded over chunks, masks or rows.
+#include <algorithm>
+
+#include "boxes/rle_counts.h"
+#include "core/parallel.h"
+
+namespace vlk {
+
+void launch_rle_count_chunks(const uint8_t* masks, int64_t n, MaskStrides ms, int64_t* chunk_cnt) {
+  const int64_t hw = ms.h * ms.w;
+  const int64_t nchunks = (hw + rle::kChunk - 1) / rle::kChunk;
+  parallel_for(n * nchunks, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t blk = begin; blk < end; ++blk) {
+      const int64_t k = blk / nchunks, c = blk % nchunks;
+      const uint8_t* t = masks + k * ms.sn;
+      // Each thread's range, then the block reduction.
+      int64_t b, e, total = 0;
+      for (int th = 0; th < rle::kThreads; ++th) {
+        rle::encode_range(c, th, hw, &b, &e);
+        total += rle::count_transitions(t, ms.h, ms.sy, ms.sx, b, e);
+      }
+      chunk_cnt[blk] = total;
+    }
+  });
+}
+
+void launch_rle_write_ends(const uint8_t* masks, int64_t n, MaskStrides ms, const int64_t* chunk_base,
+                           const int64_t* offsets, int64_t* ends) {
+  const int64_t hw = ms.h * ms.w;
+  const int64_t nchunks = (hw + rle::kChunk - 1) / rle::kChunk;
+  parallel_for(n * nchunks, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t blk = begin; blk < end; ++blk) {
+      const int64_t k = blk / nchunks, c = blk % nchunks;
+      const uint8_t* t = masks + k * ms.sn;
+      int64_t* out = ends + offsets[k] + chunk_base[blk];
+      // Thread th writes at the exclusive prefix of the threads before it, i.e. right after what the earlier
+      // (consecutive) ranges wrote: exactly what one sequential call over the whole chunk writes.
+      // Thread th writes at the exclusive scan of the counts of threads 0..th-1: a running sum here.
+      int64_t b, e, prefix = 0;
+      for (int th = 0; th < rle::kThreads; ++th) {
+        rle::encode_range(c, th, hw, &b, &e);
+        const int64_t cnt = rle::count_transitions(t, ms.h, ms.sy, ms.sx, b, e);
+        if (cnt > 0) rle::write_transitions(t, ms.h, ms.sy, ms.sx, b, e, out + prefix);
+        prefix += cnt;
+      }
+    }
+  });
+}
+
+void launch_rle_runs_from_ends(const int64_t* ends, const int64_t* offsets, int64_t n, int64_t hw, int64_t* counts) {
+  parallel_for(n, 64, [&](int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; ++k) {
+      const int64_t o = offsets[k], m = offsets[k + 1] - o;
+      for (int64_t i = 0; i < m; ++i) counts[o + i] = rle::run_from_ends(ends + o, m, i, hw);
+    }
+  });
+}
+
+void launch_rle_decode_csum(const int64_t* csum, const int64_t* offsets, int64_t n, int64_t hw, uint8_t* out) {
+  const int64_t items = (hw + rle::kDecodeItems - 1) / rle::kDecodeItems;
+  parallel_for(n, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; ++k) {
+      const int64_t o = offsets[k], m = offsets[k + 1] - o, base = rle::csum_base(csum, o);
+      for (int64_t q = 0; q < items; ++q) {
+        const int64_t p0 = q * rle::kDecodeItems;
+        rle::decode_range(csum + o, m, base, p0, std::min(hw, p0 + rle::kDecodeItems), out + k * hw);
+      }
+    }
+  });
+}
+
+void launch_rle_iou_csum(const int64_t* dt_csum, const int64_t* dt_offsets, const int64_t* dt_area,
+                         const double* dt_bbox, int64_t nd, const int64_t* gt_csum, const int64_t* gt_offsets,
+                         const int64_t* gt_area, const double* gt_bbox, int64_t ng, const uint8_t* iscrowd,
+                         double* out, int64_t parts) {
+  parallel_for(nd, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t d = begin; d < end; ++d) {
+      const rle::Intervals A = rle::intervals_of(dt_csum, dt_offsets, d);
+      for (int64_t g = 0; g < ng; ++g) {
+        double o = 0.0;
+        if (rle::bbox_overlap(dt_bbox + 4 * d, gt_bbox + 4 * g)) {
+          const rle::Intervals B = rle::intervals_of(gt_csum, gt_offsets, g);
+          int64_t inter = 0;
+          for (int64_t p = 0; p < parts; ++p) inter += rle::inter_part(A, B, p, parts);
+          o = rle::iou_value(inter, dt_area[d], gt_area[g], iscrowd != nullptr && iscrowd[g]);
+        }
+        out[d * ng + g] = o;
+      }
+    }
+  });
+}
+
+}  // namespace vlk
