@@ -16,6 +16,7 @@ void bleu_images(const Tokens& tok, const int64_t* cand, const int64_t* ref_off,
   const int width = 2 + 2 * n;
   vlk::parallel_for(n_images, 64, [&](int64_t b, int64_t e) {
     NgramBuilder builder;
+    Arena arena;
     ImageNgrams im;
     std::vector<int64_t> caps;
     std::vector<uint32_t> maxcount;
@@ -23,7 +24,8 @@ void bleu_images(const Tokens& tok, const int64_t* cand, const int64_t* ref_off,
       caps.assign(1, cand[i]);
       caps.insert(caps.end(), ref_caps + ref_off[i], ref_caps + ref_off[i + 1]);
       const int ncap = static_cast<int>(caps.size());
-      builder.build(tok, caps.data(), ncap, n, 1, ncap, im);
+      arena.reset();
+      builder.build(tok, caps.data(), ncap, n, 1, ncap, im, arena);
       maxcount.assign(im.num_ngrams, 0);
       for (int c = 1; c < ncap; ++c)
         for (int k = 0; k < n; ++k)

@@ -127,23 +127,75 @@ struct Partition {
   size_t size(int s) const { return shards.empty() ? 0 : shards[s].size(); }
 };
 
-// What one thread's contiguous range of images hands to the df pass: the radix partition of its n-grams by shard.
+// What one thread's contiguous range of images hands to the df pass: the radix partition of its n-grams by shard,
+// and the images' n-gram arrays.
 struct DfPart {
   int64_t begin = 0;
   std::vector<uint32_t> df;  // document frequency of every n-gram of the range's images, image by image
-  Partition insert;               // reference n-grams: +1 document each
-  Partition lookup;               // candidate-only n-grams: df read after all inserts
+  Partition insert;          // reference n-grams: +1 document each
+  Partition lookup;          // candidate-only n-grams: df read after all inserts
+  Arena arena;               // the range's ImageNgrams arrays
+  // Empties it for the next call, keeping every buffer's capacity.
+  void clear() {
+    df.clear();
+    for (auto& v : insert.shards) v.clear();
+    for (auto& v : lookup.shards) v.clear();
+    arena.reset();
+  }
+  size_t footprint() const {
+    size_t n = df.capacity() * sizeof(uint32_t) + arena.footprint();
+    for (const auto& v : insert.shards) n += v.capacity() * sizeof(DfRecord);
+    for (const auto& v : lookup.shards) n += v.capacity() * sizeof(DfRecord);
+    return n;
+  }
+};
+using Parts = std::vector<std::unique_ptr<DfPart>>;
+
+// DfParts kept between calls (up to 64 MiB in all), so repeated scoring (evaluation loops, SCST corpora) reuses
+// mapped memory instead of page-faulting ~40 MB afresh per 5,000 images; larger corpora free theirs.
+class PartCache {
+ public:
+  static PartCache& get() {
+    static PartCache* cache = new PartCache();  // never destroyed: no work at interpreter exit
+    return *cache;
+  }
+  std::unique_ptr<DfPart> take() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (free_.empty()) return std::make_unique<DfPart>();
+    auto p = std::move(free_.back());
+    free_.pop_back();
+    held_ -= p->footprint();
+    return p;
+  }
+  void give(Parts& parts) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& p : parts) {
+      const size_t f = p->footprint();
+      if (held_ + f > kLimit) continue;  // freed with `parts`
+      p->clear();
+      held_ += f;
+      free_.push_back(std::move(p));
+    }
+    parts.clear();
+  }
+
+ private:
+  static constexpr size_t kLimit = size_t{64} << 20;
+  std::mutex mu_;
+  std::vector<std::unique_ptr<DfPart>> free_;
+  size_t held_ = 0;
 };
 
 // Builds the n-grams of many images in parallel and partitions them by df shard. With `lookups`, n-grams that
 // appear in no reference of their image are partitioned too (their df comes from the other images).
 template <typename Caps>
 void build_images(const Tokens& tok, int64_t n_images, int n, bool lookups, Caps&& caps_of,
-                  std::vector<ImageNgrams>& ims, std::vector<DfPart>& parts) {
+                  std::vector<ImageNgrams>& ims, Parts& parts) {
   ims.resize(n_images);
   std::mutex mu;
   vlk::parallel_for(n_images, 64, [&](int64_t b, int64_t e) {
-    DfPart part;
+    std::unique_ptr<DfPart> owned = PartCache::get().take();
+    DfPart& part = *owned;
     part.begin = b;
     NgramBuilder builder;
     std::vector<int64_t> caps;
@@ -163,7 +215,7 @@ void build_images(const Tokens& tok, int64_t n_images, int n, bool lookups, Caps
     for (int64_t i = b; i < e; ++i) {
       int ref_begin, ref_end;
       caps_of(i, caps, ref_begin, ref_end);
-      builder.build(tok, caps.data(), static_cast<int>(caps.size()), n, ref_begin, ref_end, ims[i]);
+      builder.build(tok, caps.data(), static_cast<int>(caps.size()), n, ref_begin, ref_end, ims[i], part.arena);
       const uint32_t U = builder.size();
       const size_t base = part.df.size();
       if (base + U >= UINT32_MAX) throw std::length_error("too many n-grams in one thread's share of images");
@@ -184,15 +236,15 @@ void build_images(const Tokens& tok, int64_t n_images, int n, bool lookups, Caps
     for (int64_t i = b; i < e; ++i)
       ims[i].df = Span<uint32_t>{part.df.data() + offs[i - b], ims[i].num_ngrams};
     std::lock_guard<std::mutex> lock(mu);
-    parts.push_back(std::move(part));  // moving keeps the df buffer the images point into
+    parts.push_back(std::move(owned));
   });
   // Image order, whatever the thread timing: df indices (and saved df files) do not depend on scheduling.
-  std::sort(parts.begin(), parts.end(), [](const DfPart& x, const DfPart& y) { return x.begin < y.begin; });
+  std::sort(parts.begin(), parts.end(), [](const auto& x, const auto& y) { return x->begin < y->begin; });
 }
 
 // Counts every shard's reference n-grams (+1 per image) and writes the df handle of each image n-gram. Shards
 // are disjoint, so threads never share a table; each shard's table is small enough to stay in cache.
-void count_documents(std::vector<DfPart>& parts, DfTable& df, bool keep_keys) {
+void count_documents(Parts& parts, DfTable& df, bool keep_keys) {
   std::vector<uint32_t> shard_max(DfTable::kShards, 0);
   vlk::parallel_for(DfTable::kShards, 1, [&](int64_t b, int64_t e) {
     // Without keep_keys (one-shot corpus scoring) a shard's keys live in a scratch table reused across shards:
@@ -202,7 +254,7 @@ void count_documents(std::vector<DfPart>& parts, DfTable& df, bool keep_keys) {
     for (int64_t si = b; si < e; ++si) {
       const int s = static_cast<int>(si);
       size_t pairs = 0;
-      for (const DfPart& p : parts) pairs += p.insert.size(s);
+      for (const auto& p : parts) pairs += p->insert.size(s);
       std::vector<uint32_t>& counts = df.counts(s);
       // Sized for the usual ~30% distinct pairs (COCO val2014: 1.36M distinct of 4.77M), about half full.
       if (keep_keys)
@@ -223,7 +275,8 @@ void count_documents(std::vector<DfPart>& parts, DfTable& df, bool keep_keys) {
       index.resize(pairs);
       size_t j = 0;
       uint32_t m = 0;
-      for (const DfPart& p : parts) {
+      for (const auto& pp : parts) {
+        const DfPart& p = *pp;
         for (const DfRecord* r = p.insert.begin(s); r != p.insert.end(s); ++r, ++j) {
           const Key k{r->lo, r->hi};
           const uint32_t x = index_of(k, key_hash(k));
@@ -232,7 +285,8 @@ void count_documents(std::vector<DfPart>& parts, DfTable& df, bool keep_keys) {
         }
       }
       j = 0;
-      for (DfPart& p : parts) {
+      for (auto& pp : parts) {
+        DfPart& p = *pp;
         uint32_t* out = p.df.data();
         for (const DfRecord* r = p.insert.begin(s); r != p.insert.end(s); ++r, ++j) out[r->pos] = counts[index[j]];
         for (const DfRecord* r = p.lookup.begin(s); r != p.lookup.end(s); ++r) {
@@ -264,7 +318,7 @@ void cider_corpus(const Tokens& tok, const int64_t* cand, const int64_t* ref_off
                   int64_t n_images, const CiderOpts& opts, double* out) {
   validate_opts(opts);
   std::vector<ImageNgrams> ims;
-  std::vector<DfPart> parts;
+  Parts parts;
   build_images(tok, n_images, opts.n, true, [&](int64_t i, std::vector<int64_t>& caps, int& rb, int& re) {
     caps.assign(1, cand[i]);
     caps.insert(caps.end(), ref_caps + ref_off[i], ref_caps + ref_off[i + 1]);
@@ -286,21 +340,21 @@ void cider_corpus(const Tokens& tok, const int64_t* cand, const int64_t* ref_off
       if (nref < 1) throw std::invalid_argument("an image has no references");
       build_ref_vecs(im, 1, nref, opts.n, idf, rv);
       out[i] = score_candidate(im, 0, nref, idf, rv, opts);
-      // Free the image's n-grams as soon as it is scored (peak memory).
-      im = ImageNgrams();
     }
   });
+  PartCache::get().give(parts);
 }
 
 void CiderDf::add_documents(const Tokens& tok, const int64_t* ref_off, const int64_t* ref_caps, int64_t n_docs) {
   std::vector<ImageNgrams> ims;
-  std::vector<DfPart> parts;
+  Parts parts;
   build_images(tok, n_docs, n_, false, [&](int64_t i, std::vector<int64_t>& caps, int& rb, int& re) {
     caps.assign(ref_caps + ref_off[i], ref_caps + ref_off[i + 1]);
     rb = 0;
     re = static_cast<int>(caps.size());
   }, ims, parts);
   count_documents(parts, df_, true);
+  PartCache::get().give(parts);
   num_docs_ += n_docs;
 }
 
@@ -346,6 +400,7 @@ void CiderDf::score(const Tokens& tok, const int64_t* cand, int64_t n_cand, cons
   }
   vlk::parallel_for(n_groups, 4, [&](int64_t gb, int64_t ge) {
     NgramBuilder builder;
+    Arena arena;
     ImageNgrams im;
     std::vector<int64_t> caps;
     std::vector<double> idf;
@@ -355,7 +410,8 @@ void CiderDf::score(const Tokens& tok, const int64_t* cand, int64_t n_cand, cons
       caps.assign(ref_caps + ref_off[g], ref_caps + ref_off[g + 1]);
       const int nref = static_cast<int>(caps.size());
       for (int64_t j = start[g]; j < start[g + 1]; ++j) caps.push_back(cand[order[j]]);
-      builder.build(tok, caps.data(), static_cast<int>(caps.size()), n_, 0, nref, im);
+      arena.reset();
+      builder.build(tok, caps.data(), static_cast<int>(caps.size()), n_, 0, nref, im, arena);
       idf.resize(builder.size());
       for (uint32_t u = 0; u < builder.size(); ++u)
         idf[u] = opts.ref_len - logdf_of(opts, df_.get(builder.keys()[u], builder.hashes()[u]));

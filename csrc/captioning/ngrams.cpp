@@ -124,7 +124,7 @@ void tokenize_texts_frozen(const std::vector<TextView>& texts, Split mode, const
 
 
 void NgramBuilder::build(const Tokens& tok, const int64_t* caps, int ncap, int n, int ref_begin, int ref_end,
-                         ImageNgrams& out) {
+                         ImageNgrams& out, Arena& arena) {
   int64_t total = 0;
   for (int c = 0; c < ncap; ++c) {
     const int64_t L = tok.len(caps[c]);
@@ -186,8 +186,7 @@ void NgramBuilder::build(const Tokens& tok, const int64_t* caps, int ncap, int n
   }
   count_ = U;
   const size_t words = (E * sizeof(ImageNgrams::Entry) + 7) / 8 + (group_.size() * sizeof(uint32_t) + 7) / 8;
-  out.storage.reset(new uint64_t[words]);
-  uint64_t* cursor = out.storage.get();
+  uint64_t* cursor = arena.alloc(words);
   out.entries = Span<ImageNgrams::Entry>{reinterpret_cast<ImageNgrams::Entry*>(cursor), E};
   std::memcpy(cursor, entries, E * sizeof(ImageNgrams::Entry));
   cursor += (E * sizeof(ImageNgrams::Entry) + 7) / 8;

@@ -362,10 +362,47 @@ struct Span {
   T& operator[](size_t i) const { return p[i]; }
 };
 
+// Bump allocator of 8-byte words in 1 MiB blocks that are kept on reset(): reused memory is already mapped, and
+// page faults on fresh memory cost more than building short captions' n-grams does.
+class Arena {
+ public:
+  uint64_t* alloc(size_t words) {
+    while (block_ < blocks_.size()) {
+      if (used_ + words <= sizes_[block_]) {
+        uint64_t* p = blocks_[block_].get() + used_;
+        used_ += words;
+        return p;
+      }
+      ++block_;
+      used_ = 0;
+    }
+    const size_t size = words > kBlockWords ? words : kBlockWords;
+    blocks_.emplace_back(new uint64_t[size]);
+    sizes_.push_back(size);
+    used_ = words;
+    return blocks_.back().get();
+  }
+  void reset() {
+    block_ = 0;
+    used_ = 0;
+  }
+  size_t footprint() const {
+    size_t n = 0;
+    for (size_t s : sizes_) n += s * sizeof(uint64_t);
+    return n;
+  }
+
+ private:
+  static constexpr size_t kBlockWords = size_t{1} << 17;
+  std::vector<std::unique_ptr<uint64_t[]>> blocks_;
+  std::vector<size_t> sizes_;
+  size_t block_ = 0, used_ = 0;
+};
+
 // N-grams of one image (candidate + references) against a local dictionary: every distinct n-gram of the image
 // gets a local index; each caption is a list of (local index, count) in pycocoevalcap's precook order (n-gram
-// length outer, position inner, first occurrence), grouped by n. One allocation holds all arrays (thousands of
-// images stay alive between the df and the scoring passes); the keys themselves stay in the builder, which hands
+// length outer, position inner, first occurrence), grouped by n. The arrays live in the caller's Arena (thousands
+// of images stay alive between the df and the scoring passes); the keys themselves stay in the builder, which hands
 // them to the df pass right after the build.
 struct ImageNgrams {
   struct Entry {
@@ -377,7 +414,6 @@ struct ImageNgrams {
   Span<uint32_t> df;        // [U] document frequency of each n-gram, filled by the df pass
   uint32_t num_ngrams = 0;  // U
   int ncap = 0;
-  std::unique_ptr<uint64_t[]> storage;
   const Entry* begin(int cap, int n) const { return entries.data() + group[cap * (kMaxN + 1) + n]; }
   const Entry* end(int cap, int n) const { return entries.data() + group[cap * (kMaxN + 1) + n + 1]; }
 };
@@ -386,8 +422,9 @@ struct ImageNgrams {
 // distinct n-grams of the last build stay readable through keys()/hashes()/in_ref() until the next build.
 class NgramBuilder {
  public:
-  // out.df is left empty: the df pass points it at its own storage.
-  void build(const Tokens& tok, const int64_t* caps, int ncap, int n, int ref_begin, int ref_end, ImageNgrams& out);
+  // out's arrays are allocated from `arena`; out.df is left empty (the df pass points it at its own storage).
+  void build(const Tokens& tok, const int64_t* caps, int ncap, int n, int ref_begin, int ref_end, ImageNgrams& out,
+             Arena& arena);
   uint32_t size() const { return count_; }
   const Key* keys() const { return keys_.data(); }
   const uint64_t* hashes() const { return hashes_.data(); }
