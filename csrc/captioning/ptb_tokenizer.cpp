@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <string>
-#include <unordered_set>
 #include <vector>
 
 #include "core/parallel.h"
@@ -158,6 +157,56 @@ void java_lower_append(const char16_t* in, size_t n, Str& out) {
   }
 }
 
+void append_utf8(std::string& out, const char16_t* s, size_t n) {
+  size_t k = 0;
+  // ASCII prefix in one go (the common case: the whole token).
+  while (k < n && s[k] < 0x80) ++k;
+  if (k) {
+    const size_t at0 = out.size();
+    out.resize(at0 + k);
+    for (size_t q = 0; q < k; ++q) out[at0 + q] = static_cast<char>(s[q]);
+  }
+  for (; k < n; ++k) {
+    uint32_t c = s[k];
+    if (c >= 0xD800 && c <= 0xDBFF && k + 1 < n && s[k + 1] >= 0xDC00 && s[k + 1] <= 0xDFFF) {
+      c = 0x10000 + ((c - 0xD800) << 10) + (s[k + 1] - 0xDC00);
+      ++k;
+    }
+    if (c < 0x80) {
+      out += static_cast<char>(c);
+    } else if (c < 0x800) {
+      out += static_cast<char>(0xC0 | (c >> 6));
+      out += static_cast<char>(0x80 | (c & 0x3F));
+    } else if (c < 0x10000) {
+      out += static_cast<char>(0xE0 | (c >> 12));
+      out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (c & 0x3F));
+    } else {
+      out += static_cast<char>(0xF0 | (c >> 18));
+      out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
+      out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (c & 0x3F));
+    }
+  }
+}
+
+// pycocoevalcap's PUNCTUATIONS (the upper-case entries never match a -lowerCase token; kept for fidelity).
+bool is_filtered(const char16_t* t, size_t len) {
+  if (len == 0 || len > 5 || !in_set(t[0], u"'`-.?!,:;")) return false;
+  static const char16_t* const kPunct[] = {u"''", u"'", u"``", u"`", u"-LRB-", u"-RRB-", u"-LCB-", u"-RCB-", u".",
+                                           u"?",  u"!", u",",  u":", u"-",     u"--",    u"...",   u";"};
+  for (const char16_t* p : kPunct)
+    if (std::char_traits<char16_t>::length(p) == len && std::char_traits<char16_t>::compare(p, t, len) == 0)
+      return true;
+  return false;
+}
+
+// Python's str.isspace(), for the rstrip() pycocoevalcap applies to each output line.
+bool py_space(char16_t c) {
+  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
 // Ends of a pattern tried at one start: small sorted sets of positions, the way a JFlex DFA keeps every
 // alternative alive until the longest one is known.
 using Ends = std::vector<int>;
@@ -167,6 +216,50 @@ void add_end(Ends& e, int p) {
 }
 int max_end(const Ends& e) { return e.empty() ? -1 : *std::max_element(e.begin(), e.end()); }
 
+// A run of at most 8 ASCII letters, lower-cased and packed into an integer (8 bits a letter): how the
+// abbreviation lists are looked up, by the whole letter run (every entry is letters followed by '.', so it can only
+// match a complete run). 0 for anything else (a longer run, a non-letter), which no list holds.
+inline uint64_t pack_letters(const char16_t* s, int len) {
+  if (len <= 0 || len > 8) return 0;
+  uint64_t key = 0;
+  for (int k = 0; k < len; ++k) key = (key << 8) | static_cast<uint64_t>(s[k] | 0x20);
+  return key;
+}
+inline uint64_t pack_letters(const char* w) {
+  const int len = static_cast<int>(std::char_traits<char>::length(w));
+  if (len > 8) return 0;
+  uint64_t key = 0;
+  for (int k = 0; k < len; ++k) {
+    if (!ascii_alpha(static_cast<char16_t>(w[k]))) return 0;
+    key = (key << 8) | static_cast<uint64_t>(w[k] | 0x20);
+  }
+  return key;
+}
+
+// A set of lower-case words of letters, for pack_letters keys. Entries with other characters are left out: a run of
+// letters can never equal them.
+class WordSet {
+ public:
+  WordSet(std::initializer_list<const char*> words) {
+    for (const char* w : words)
+      if (const uint64_t k = pack_letters(w)) keys_.push_back(k);
+    std::sort(keys_.begin(), keys_.end());
+  }
+  bool has(uint64_t key) const { return key != 0 && std::binary_search(keys_.begin(), keys_.end(), key); }
+  void add(const WordSet& other) {
+    keys_.insert(keys_.end(), other.keys_.begin(), other.keys_.end());
+    std::sort(keys_.begin(), keys_.end());
+  }
+
+ private:
+  std::vector<uint64_t> keys_;
+};
+
+// Tokens of one caption, produced two ways:
+//  - run_filtered(): the caption as pycocoevalcap returns it (tokens lower-cased, PUNCTUATIONS dropped, joined by
+//    ' '), appended as UTF-8 straight to an output buffer;
+//  - run_raw(): the Java output line (all tokens, lower-cased, UTF-16), for ptb_tokens() and for the one case the
+//    filtered mode leaves to it (a line whose last token ends in whitespace, which pycocoevalcap's rstrip() trims).
 class Lexer {
  public:
   // Tokens starting before `end`; s[end:] is read only as trailing context (the Java lexer sees the captions
@@ -175,22 +268,131 @@ class Lexer {
 
   // Appends the caption's tokens, lower-cased (java.lang.String.toLowerCase) and separated by ' ', to `line`:
   // the Java output line. No token holds an ASCII space (the rules turn spaces inside tokens into U+00A0).
-  void run(Str& line) {
+  void run_raw(Str& line) {
     line_ = &line;
-    int i = 0;
-    while (i < end_) i = step(i);
+    out_ = nullptr;
+    run();
+  }
+
+  // Appends the caption as pycocoevalcap returns it to `out` (UTF-8). Returns false, leaving `out` with
+  // unspecified content past its old size, when the last token ends in a character str.rstrip() removes: the
+  // caller then goes through run_raw() and join_filtered().
+  bool run_filtered(std::string& out) {
+    out_ = &out;
+    line_ = nullptr;
+    first_ = true;
+    last_ws_ = false;
+    run();
+    return !last_ws_;
   }
 
  private:
   const char16_t* s_;
   int n_, end_;
-  Str* line_ = nullptr;
+  Str* line_ = nullptr;      // run_raw's output
+  std::string* out_ = nullptr;  // run_filtered's output
+  bool first_ = true;        // no token kept yet (run_filtered)
+  bool last_ws_ = false;     // the last token ends in a str.isspace() character (run_filtered)
+  Str scratch_;              // one lower-cased token (run_filtered)
+
+  void run() {
+    int i = 0;
+    while (i < end_) {
+      const char16_t c = s_[i];
+      if (c == u' ') {
+        ++i;
+      } else if (ascii_alpha(c)) {
+        const int j = fast_word(i);
+        i = j > 0 ? j : step(i);
+      } else if ((c == u'.' || c == u',') && fast_punct(i)) {
+        ++i;
+      } else {
+        i = step(i);
+      }
+    }
+  }
 
   void emit(const char16_t* p, size_t len) {
-    if (!line_->empty()) *line_ += u' ';
-    java_lower_append(p, len, *line_);
+    if (line_) {
+      if (!line_->empty()) *line_ += u' ';
+      java_lower_append(p, len, *line_);
+      return;
+    }
+    scratch_.clear();
+    java_lower_append(p, len, scratch_);
+    const char16_t* t = scratch_.data();
+    const size_t n = scratch_.size();
+    // What the rstrip() of the whole line would see; run_raw() deals with it (an empty token too: it leaves a
+    // trailing ' ' on the line).
+    last_ws_ = n == 0 || py_space(t[n - 1]);
+    if (is_filtered(t, n)) return;
+    if (!first_) *out_ += ' ';
+    first_ = false;
+    append_utf8(*out_, t, n);
   }
   void emit(const Str& t) { emit(t.data(), t.size()); }
+
+  // A token of ASCII letters, lower-cased (never in PUNCTUATIONS).
+  void emit_ascii_word(int i, int len) {
+    if (line_) {
+      if (!line_->empty()) *line_ += u' ';
+      const size_t at0 = line_->size();
+      line_->append(s_ + i, static_cast<size_t>(len));
+      for (size_t k = at0; k < line_->size(); ++k) (*line_)[k] |= 0x20;
+      return;
+    }
+    last_ws_ = false;
+    if (!first_) *out_ += ' ';
+    first_ = false;
+    const size_t at0 = out_->size();
+    out_->resize(at0 + static_cast<size_t>(len));
+    char* dst = &(*out_)[at0];
+    for (int k = 0; k < len; ++k) dst[k] = static_cast<char>(s_[i + k] | 0x20);
+  }
+
+  // The commonest tokens, decided without trying every rule (why no other rule can match is noted at each case).
+  // A run of ASCII letters followed by a space, a line break or the end of the text: WORD/THING match exactly the
+  // run (WORD first), and only the assimilation rules (cannot, gonna, ...) tie with it, on their exact word.
+  // The same run followed by ',' or '.' and then ASCII whitespace or the end: WORD still matches the run alone;
+  // the rules that read on through such a character (EMAIL, LIKELYURL, HTHING, THING3) need an '@', a
+  // top-level domain, a '-' or a '/' before the whitespace, and ACRO needs a one-letter run before a '.', which
+  // is left to step(); the abbreviation rules would take the '.' along, so runs in their lists are left too.
+  // Returns the end of the token, or -1 when step() must decide.
+  int fast_word(int i) {
+    int j = i + 1;
+    while (j < n_ && ascii_alpha(s_[j])) ++j;
+    const int len = j - i;
+    if (j < n_) {
+      const char16_t d = s_[j];
+      if (d == u',' || (d == u'.' && len >= 2)) {
+        if (j + 1 < n_ && !ascii_blank(s_[j + 1])) return -1;
+        if (d == u'.' && any_abbreviation().has(pack_letters(s_ + i, len))) return -1;
+      } else if (!(is_space(d) || (is_newline_char(d) && d != 0x85))) {
+        return -1;
+      }
+    }
+    if (len == 5 || len == 6) {
+      for (const char* w : {"cannot", "gonna", "gotta", "lemme", "gimme", "wanna"})
+        if (lit(i, w) == len) return -1;
+    }
+    emit_ascii_word(i, len);
+    return j;
+  }
+  static bool ascii_blank(char16_t c) { return c == u' ' || c == u'\t' || c == u'\n' || c == u'\r' || c == u'\f'; }
+
+  // '.' or ',' not followed by a digit (NUMBER: ".5", ",5"), and '.' not starting an LDOTS ("...", ". . ."): the
+  // one-character token (PUNCT, INSENTP), which PUNCTUATIONS drops. No other rule starts with either character.
+  bool fast_punct(int i) {
+    const char16_t d = at(i + 1);
+    if (is_digit_ext(d)) return false;
+    if (s_[i] == u'.' && (d == u'.' || ((d == u' ' || d == 0x00A0) && at(i + 2) == u'.'))) return false;
+    if (line_) {
+      emit(s_ + i, 1);
+    } else {
+      last_ws_ = false;
+    }
+    return true;
+  }
 
   char16_t at(int i) const { return i < n_ ? s_[i] : char16_t(0xFFFF); }
   bool has(int i) const { return i < n_; }
@@ -214,15 +416,6 @@ class Lexer {
     }
     return k;
   }
-
-  // The ASCII letters s[i, j) lower-cased (abbreviation lists are looked up by the whole letter run: every entry
-  // is letters followed by '.', so it can only match a complete run).
-  std::string lower_run(int i, int j) const {
-    std::string w(static_cast<size_t>(j - i), ' ');
-    for (int k = i; k < j; ++k) w[k - i] = static_cast<char>(s_[k] | 0x20);
-    return w;
-  }
-  static bool in_list(const std::string& w, const std::unordered_set<std::string>& set) { return set.count(w) > 0; }
 
   // {APOS} = ['\u0092\u2019]|&apos;
   int apos(int i) const {
@@ -626,43 +819,43 @@ class Lexer {
 
   // ABBREV1 = ({ABMONTH}|{ABDAYS}|{ABSTATE}|{ABCOMP}|{ABNUM}|{ABPTIT}|etc|al|seq|Bldg)\.
   int abbrev1(int i) const {
-    static const std::unordered_set<std::string> caseless = {
+    const WordSet& caseless = abbrev1_words();
+    const WordSet& cap_first = abbrev1_cap_first_words();
+    int j = i;
+    while (j < n_ && ascii_alpha(s_[j])) ++j;
+    if (j == i || at(j) != '.') return -1;
+    const uint64_t w = pack_letters(s_ + i, j - i);
+    int best = -1;
+    if (caseless.has(w) || (ascii_upper(s_[i]) && cap_first.has(w))) best = j + 1 - i;
+    for (const char* d : {"ed.d.", "ph.d."})
+      if (lit(i, d) > 0) best = std::max(best, 5);
+    return best;
+  }
+  static const WordSet& abbrev1_words() {
+    static const WordSet words = {
         "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec", "mon", "tue",
         "tues", "wed", "thu", "thurs", "fri", "ala", "ariz", "calif", "colo", "conn", "ct", "dak", "fla", "ga",
         "ind", "kan", "kans", "ky", "md", "mich", "minn", "mo", "mont", "neb", "nev", "okla", "penn", "tenn",
         "va", "vt", "wis", "wisc", "wyo", "inc", "co", "cos", "corp", "pty", "ptys", "pte", "ptes", "ppty",
         "pptys", "ppte", "pptes", "ltd", "plc", "rt", "bancorp", "bhd", "assn", "univ", "intl", "sys", "tel",
         "est", "ext", "sq", "jr", "bros", "ed.d", "ph.d", "esq", "etc", "al", "seq", "bldg"};
-    // [A]z, [A]rk, [D]el, [I]ll, [L]a, [M]ass, [M]iss, [O]re, [P]a, [T]ex, [W]ash: the bracketed first letter is a
-    // character class, which %caseless leaves case-sensitive.
-    static const std::unordered_set<std::string> cap_first = {"az", "ark", "del", "ill", "la", "mass", "miss", "ore",
-                                                              "pa", "tex", "wash"};
-    int j = i;
-    while (j < n_ && ascii_alpha(s_[j])) ++j;
-    if (j == i || at(j) != '.') return -1;
-    const std::string w = lower_run(i, j);
-    int best = -1;
-    if (in_list(w, caseless) || (ascii_upper(s_[i]) && in_list(w, cap_first))) best = j + 1 - i;
-    for (const char* d : {"ed.d.", "ph.d."})
-      if (lit(i, d) > 0) best = std::max(best, 5);
-    return best;
+    return words;
+  }
+  // [A]z, [A]rk, [D]el, [I]ll, [L]a, [M]ass, [M]iss, [O]re, [P]a, [T]ex, [W]ash: the bracketed first letter is a
+  // character class, which %caseless leaves case-sensitive.
+  static const WordSet& abbrev1_cap_first_words() {
+    static const WordSet words = {"az", "ark", "del", "ill", "la", "mass", "miss", "ore", "pa", "tex", "wash"};
+    return words;
   }
 
   // ABBREV2 = {ABBREV4}\.; ABBREV4 = {ABTITLE}|vs|[v]|Alex|Wm|Jos|Cie|a\.k\.a|cf|TREAS|Ph|{ACRO}|{ABCOMP2}
   int abbrev2(int i, bool acro_possible) const {
-    static const std::unordered_set<std::string> caseless = {
-        "mr", "mrs", "ms", "dr", "drs", "prof", "profs", "sen", "sens", "rep", "reps", "atty", "attys", "lt",
-        "col", "gen", "messrs", "gov", "govs", "adm", "rev", "maj", "sgt", "cpl", "pvt", "capt", "st", "ste",
-        "ave", "pres", "lieut", "rt", "hon", "brig", "cmdr", "comdr", "pfc", "spc", "supt", "supts", "det", "mt",
-        "ft", "adj", "adv", "asst", "assoc", "ens", "insp", "mlle", "mme", "msgr", "sfc", "sr", "vs", "alex",
-        "wm", "jos", "cie", "cf", "treas", "ph", "invt", "elec", "natl", "mfg", "mtg", "dept", "blvd",
-        "rd"};
     int j = i;
     while (j < n_ && ascii_alpha(s_[j])) ++j;
     int best = -1;
     if (j > i && at(j) == '.') {
-      const std::string w = lower_run(i, j);
-      if (in_list(w, caseless) || (s_[i] == 'M' && w == "miss")) best = j + 1 - i;
+      const uint64_t w = pack_letters(s_ + i, j - i);
+      if (abbrev2_words().has(w) || (s_[i] == 'M' && w == pack_letters("miss"))) best = j + 1 - i;
     }
     if (lit(i, "a.k.a.") > 0) best = std::max(best, 6);
     if (acro_possible)
@@ -670,18 +863,24 @@ class Lexer {
         if (at(e) == '.') best = std::max(best, e + 1 - i);
     return best;
   }
+  static const WordSet& abbrev2_words() {
+    static const WordSet words = {
+        "mr", "mrs", "ms", "dr", "drs", "prof", "profs", "sen", "sens", "rep", "reps", "atty", "attys", "lt",
+        "col", "gen", "messrs", "gov", "govs", "adm", "rev", "maj", "sgt", "cpl", "pvt", "capt", "st", "ste",
+        "ave", "pres", "lieut", "rt", "hon", "brig", "cmdr", "comdr", "pfc", "spc", "supt", "supts", "det", "mt",
+        "ft", "adj", "adv", "asst", "assoc", "ens", "insp", "mlle", "mme", "msgr", "sfc", "sr", "vs", "alex",
+        "wm", "jos", "cie", "cf", "treas", "ph", "invt", "elec", "natl", "mfg", "mtg", "dept", "blvd",
+        "rd"};
+    return words;
+  }
 
   // {ABBREV3}/{SPACENL}?[:digit:]; ABBREV3 = (ca|figs?|prop|nos?|sect?s?|arts?|paras?|bldg|pp|op|approx|[P][t]|rs)\.
   void abbrev3(int i, int& total, int& tok) const {
     total = tok = -1;
-    static const std::unordered_set<std::string> caseless = {"ca", "fig", "figs", "prop", "no", "nos", "sec", "secs",
-                                                             "sect", "sects", "art", "arts", "para", "paras",
-                                                             "bldg", "pp", "op", "approx", "rs"};
     int j = i;
     while (j < n_ && ascii_alpha(s_[j])) ++j;
     if (j == i || at(j) != '.') return;
-    const std::string w = lower_run(i, j);
-    if (!in_list(w, caseless) && !(j == i + 2 && s_[i] == 'P' && s_[i + 1] == 't')) return;
+    if (!abbrev3_words().has(pack_letters(s_ + i, j - i)) && !(j == i + 2 && s_[i] == 'P' && s_[i + 1] == 't')) return;
     const int best = j + 1 - i;
     if (has(j + 1) && is_digit(s_[j + 1])) {
       total = best + 1;
@@ -691,6 +890,22 @@ class Lexer {
       return;
     }
     tok = best;
+  }
+
+  static const WordSet& abbrev3_words() {
+    static const WordSet words = {"ca", "fig", "figs", "prop", "no", "nos", "sec", "secs", "sect", "sects", "art",
+                                  "arts", "para", "paras", "bldg", "pp", "op", "approx", "rs"};
+    return words;
+  }
+  // Every word of the abbreviation lists, whatever the case of its first letter (a superset, for fast_word()).
+  static const WordSet& any_abbreviation() {
+    static const WordSet words = [] {
+      WordSet all = {"miss", "pt"};
+      for (const WordSet* w : {&abbrev1_words(), &abbrev1_cap_first_words(), &abbrev2_words(), &abbrev3_words()})
+        all.add(*w);
+      return all;
+    }();
+    return words;
   }
 
   // {ACRONYM}/({SPACENLS})([A]bout|...|[Y]ou|{SGML})({SPACENL}|[?!]): an acronym (ACRO\.) before a sentence-initial
@@ -1107,29 +1322,6 @@ class Lexer {
     }
     if (c == '&' && lit(i, "&nbsp;") > 0) return i + 6;
 
-    // Fast path for the most common token, a run of ASCII letters followed by a space, a line break or the end:
-    // the only rules that match such a run are WORD/THING (the whole run, WORD first) and, on a tie, the
-    // assimilation rules (cannot, gonna, ...), which must see their exact word.
-    if (ascii_alpha(c)) {
-      int j = i + 1;
-      while (j < n_ && ascii_alpha(s_[j])) ++j;
-      if (j == n_ || is_space(s_[j]) || (is_newline_char(s_[j]) && s_[j] != 0x85)) {
-        const int len = j - i;
-        bool assim = false;
-        if (len == 5 || len == 6) {
-          for (const char* w : {"cannot", "gonna", "gotta", "lemme", "gimme", "wanna"})
-            if (lit(i, w) == len) assim = true;
-        }
-        if (!assim) {
-          if (!line_->empty()) *line_ += u' ';
-          const size_t at0 = line_->size();
-          line_->append(s_ + i, static_cast<size_t>(len));
-          for (size_t k = at0; k < line_->size(); ++k) (*line_)[k] |= 0x20;
-          return j;
-        }
-      }
-    }
-
     {
       int k = lit(i, "c++");
       if (k < 0) k = lit(i, "c#");
@@ -1441,86 +1633,51 @@ class Lexer {
   }
 };
 
-Str utf8_to_utf16(const std::string& s) {
-  Str out;
-  out.reserve(s.size());
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  const size_t n = s.size();
+// Valid UTF-8 -> UTF-16 code units at dst (supplementary characters as surrogate pairs); returns the units written.
+size_t utf8_to_utf16(const char* data, size_t n, char16_t* dst) {
+  const auto* p = reinterpret_cast<const unsigned char*>(data);
+  char16_t* const dst0 = dst;
   for (size_t i = 0; i < n;) {
     uint32_t c = p[i];
-    int len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-    if (len == 2) c &= 0x1F;
-    if (len == 3) c &= 0x0F;
-    if (len == 4) c &= 0x07;
+    if (c < 0x80) {
+      *dst++ = static_cast<char16_t>(c);
+      ++i;
+      continue;
+    }
+    const int len = c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+    c &= len == 2 ? 0x1F : len == 3 ? 0x0F : 0x07;
     for (int k = 1; k < len; ++k) c = (c << 6) | (p[i + k] & 0x3F);
     i += len;
     if (c >= 0x10000) {
       c -= 0x10000;
-      out += static_cast<char16_t>(0xD800 + (c >> 10));
-      out += static_cast<char16_t>(0xDC00 + (c & 0x3FF));
+      *dst++ = static_cast<char16_t>(0xD800 + (c >> 10));
+      *dst++ = static_cast<char16_t>(0xDC00 + (c & 0x3FF));
     } else {
-      out += static_cast<char16_t>(c);
+      *dst++ = static_cast<char16_t>(c);
     }
   }
+  return static_cast<size_t>(dst - dst0);
+}
+
+// UTF-16 length of valid UTF-8: one unit a character, two for a 4-byte one.
+size_t utf16_length(const char* data, size_t n) {
+  const auto* p = reinterpret_cast<const unsigned char*>(data);
+  size_t units = 0;
+  for (size_t i = 0; i < n; ++i) units += ((p[i] & 0xC0) != 0x80) + (p[i] >= 0xF0);
+  return units;
+}
+
+Str utf8_to_utf16(const std::string& s) {
+  Str out(utf16_length(s.data(), s.size()), u'\0');
+  utf8_to_utf16(s.data(), s.size(), &out[0]);
   return out;
 }
 
-void append_utf8(std::string& out, const char16_t* s, size_t n) {
-  size_t k = 0;
-  // ASCII prefix in one go (the common case: the whole token).
-  while (k < n && s[k] < 0x80) ++k;
-  if (k) {
-    const size_t at0 = out.size();
-    out.resize(at0 + k);
-    for (size_t q = 0; q < k; ++q) out[at0 + q] = static_cast<char>(s[q]);
-  }
-  for (; k < n; ++k) {
-    uint32_t c = s[k];
-    if (c >= 0xD800 && c <= 0xDBFF && k + 1 < n && s[k + 1] >= 0xDC00 && s[k + 1] <= 0xDFFF) {
-      c = 0x10000 + ((c - 0xD800) << 10) + (s[k + 1] - 0xDC00);
-      ++k;
-    }
-    if (c < 0x80) {
-      out += static_cast<char>(c);
-    } else if (c < 0x800) {
-      out += static_cast<char>(0xC0 | (c >> 6));
-      out += static_cast<char>(0x80 | (c & 0x3F));
-    } else if (c < 0x10000) {
-      out += static_cast<char>(0xE0 | (c >> 12));
-      out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (c & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (c >> 18));
-      out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (c & 0x3F));
-    }
-  }
-}
-
-// pycocoevalcap's PUNCTUATIONS (the upper-case entries never match a -lowerCase token; kept for fidelity).
-bool is_filtered(const char16_t* t, size_t len) {
-  if (len == 0 || len > 5 || !in_set(t[0], u"'`-.?!,:;")) return false;
-  static const char16_t* const kPunct[] = {u"''", u"'", u"``", u"`", u"-LRB-", u"-RRB-", u"-LCB-", u"-RCB-", u".",
-                                           u"?",  u"!", u",",  u":", u"-",     u"--",    u"...",   u";"};
-  for (const char16_t* p : kPunct)
-    if (std::char_traits<char16_t>::length(p) == len && std::char_traits<char16_t>::compare(p, t, len) == 0)
-      return true;
-  return false;
-}
-
-// Python's str.isspace(), for the rstrip() pycocoevalcap applies to each output line.
-bool py_space(char16_t c) {
-  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
-}
-
-// pycocoevalcap's post-processing of one output line: rstrip(), split(' '), drop the PUNCTUATIONS, join by ' '.
+// pycocoevalcap's post-processing of one output line: rstrip(), split(' '), drop the PUNCTUATIONS, join by ' ';
+// appended to `out`.
 // The rstrip matters: a line may end in a token that ends in U+00A0 (a URL).
 void join_filtered(Str& line, std::string& out) {
   while (!line.empty() && py_space(line.back())) line.pop_back();
-  out.clear();
-  out.reserve(line.size() + line.size() / 4);
   bool first = true;
   size_t b = 0;
   for (size_t e = 0; e <= line.size(); ++e) {
@@ -1576,7 +1733,7 @@ std::vector<std::string> ptb_tokens(const std::string& utf8, const std::string& 
   const Str s = own + utf8_to_utf16(following);
   Lexer lexer(s.data(), static_cast<int>(s.size()), static_cast<int>(own.size()));
   Str line;
-  lexer.run(line);
+  lexer.run_raw(line);
   std::vector<std::string> out;
   size_t b = 0;
   for (size_t e = 0; e <= line.size() && !line.empty(); ++e) {
@@ -1593,48 +1750,147 @@ std::string ptb_tokenize_caption(const std::string& utf8, const std::string& fol
   const Str own = utf8_to_utf16(utf8);
   const Str s = own + utf8_to_utf16(following);
   Lexer lexer(s.data(), static_cast<int>(s.size()), static_cast<int>(own.size()));
-  Str line;
-  lexer.run(line);
   std::string out;
-  join_filtered(line, out);
+  if (!lexer.run_filtered(out)) {
+    out.clear();
+    Str line;
+    lexer.run_raw(line);
+    join_filtered(line, out);
+  }
   return out;
 }
 
-int64_t launch_ptb_tokenize(const char* const* texts, const int64_t* lens, int64_t n, std::string* out) {
-  // Python validates first; this re-check keeps invalid bytes from ever reaching the decoder.
-  for (int64_t i = 0; i < n; ++i)
-    if (utf8_invalid_offset(texts[i], lens[i]) >= 0) return i;
-  if (n == 0) return -1;
+namespace {
+
+// The caption's text in UTF-16 units, or -1 when it holds a surrogate code point (a str) or is not valid UTF-8.
+int64_t utf16_size(const PtbText& t) {
+  switch (t.kind) {
+    case 1:
+      return t.len;
+    case 2: {
+      const auto* p = static_cast<const uint16_t*>(t.data);
+      uint32_t bad = 0;
+      for (int64_t k = 0; k < t.len; ++k) bad |= (p[k] & 0xF800) == 0xD800;
+      return bad ? -1 : t.len;
+    }
+    case 4: {
+      const auto* p = static_cast<const uint32_t*>(t.data);
+      int64_t extra = 0;
+      uint32_t bad = 0;
+      for (int64_t k = 0; k < t.len; ++k) {
+        extra += p[k] >= 0x10000;
+        bad |= (p[k] & 0xFFFFF800u) == 0xD800 || p[k] > 0x10FFFF;
+      }
+      return bad ? -1 : t.len + extra;
+    }
+    default: {
+      const char* p = static_cast<const char*>(t.data);
+      if (utf8_invalid_offset(p, t.len) >= 0) return -1;
+      return static_cast<int64_t>(utf16_length(p, static_cast<size_t>(t.len)));
+    }
+  }
+}
+
+// Writes the caption's UTF-16 units at dst, its own '\n' turned into ' ' (the captions' separator in the file).
+void write_utf16(const PtbText& t, char16_t* dst) {
+  auto nl = [](uint32_t c) { return c == u'\n' ? char16_t(u' ') : static_cast<char16_t>(c); };
+  switch (t.kind) {
+    case 1: {
+      const auto* p = static_cast<const uint8_t*>(t.data);
+      for (int64_t k = 0; k < t.len; ++k) dst[k] = nl(p[k]);
+      break;
+    }
+    case 2: {
+      const auto* p = static_cast<const uint16_t*>(t.data);
+      for (int64_t k = 0; k < t.len; ++k) dst[k] = nl(p[k]);
+      break;
+    }
+    case 4: {
+      const auto* p = static_cast<const uint32_t*>(t.data);
+      for (int64_t k = 0; k < t.len; ++k) {
+        uint32_t c = p[k];
+        if (c >= 0x10000) {
+          c -= 0x10000;
+          *dst++ = static_cast<char16_t>(0xD800 + (c >> 10));
+          *dst++ = static_cast<char16_t>(0xDC00 + (c & 0x3FF));
+        } else {
+          *dst++ = nl(c);
+        }
+      }
+      break;
+    }
+    default: {
+      const size_t m = utf8_to_utf16(static_cast<const char*>(t.data), static_cast<size_t>(t.len), dst);
+      for (size_t k = 0; k < m; ++k) dst[k] = nl(dst[k]);
+    }
+  }
+}
+
+bool all_ascii(const char* p, size_t n) {
+  unsigned char acc = 0;
+  for (size_t k = 0; k < n; ++k) acc |= static_cast<unsigned char>(p[k]);
+  return acc < 0x80;
+}
+
+}  // namespace
+
+int64_t ptb_tokenize_texts(const PtbText* texts, int64_t n, PtbResult& out) {
   // The lexer reads the captions the way pycocoevalcap's input file holds them: one UTF-16 buffer, captions joined
   // by '\n' (with their own '\n' turned into ' '), so trailing-context rules see the following captions.
   std::vector<int64_t> start(n + 1);
-  std::vector<Str> parts(n);
-  parallel_for(n, 1024, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) parts[i] = utf8_to_utf16(std::string(texts[i], lens[i]));
+  parallel_for(n, 2048, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) start[i + 1] = utf16_size(texts[i]);
   });
-  for (int64_t i = 0; i < n; ++i) start[i + 1] = start[i] + static_cast<int64_t>(parts[i].size()) + 1;
+  for (int64_t i = 0; i < n; ++i) {
+    if (start[i + 1] < 0) return i;
+    start[i + 1] += start[i] + 1;
+  }
+  const int64_t nblocks = (n + PtbResult::kBlock - 1) / PtbResult::kBlock;
+  out.blocks.assign(static_cast<size_t>(nblocks), std::string());
+  out.begin.assign(static_cast<size_t>(n), 0);
+  out.size.assign(static_cast<size_t>(n), 0);
+  out.ascii.assign(static_cast<size_t>(n), 1);
+  if (n == 0) return -1;
   Str buf(static_cast<size_t>(start[n] - 1), u'\n');
-  parallel_for(n, 1024, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      char16_t* dst = &buf[static_cast<size_t>(start[i])];
-      for (char16_t ch : parts[i]) *dst++ = ch == u'\n' ? u' ' : ch;
-      Str().swap(parts[i]);
-    }
+  parallel_for(n, 2048, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) write_utf16(texts[i], &buf[static_cast<size_t>(start[i])]);
   });
   const int64_t total = static_cast<int64_t>(buf.size());
-  // Captions are short and independent; 256 per chunk keeps thread start-up negligible.
-  parallel_for(n, 256, [&](int64_t b, int64_t e) {
+  // Blocks of kBlock captions, each with its own output buffer; a block's captions are tokenized in order.
+  parallel_for(nblocks, 1, [&](int64_t b0, int64_t b1) {
     Str line;
-    for (int64_t i = b; i < e; ++i) {
-      // The look-ahead of every rule is short; cap the visible context so positions fit in int.
-      const int64_t len = start[i + 1] - 1 - start[i];
-      const int64_t visible = std::min<int64_t>(total - start[i], len + static_cast<int64_t>(kContextBytes));
-      Lexer lexer(buf.data() + start[i], static_cast<int>(visible), static_cast<int>(len));
-      line.clear();
-      lexer.run(line);
-      join_filtered(line, out[i]);
+    for (int64_t blk = b0; blk < b1; ++blk) {
+      const int64_t first = blk * PtbResult::kBlock, last = std::min(n, first + PtbResult::kBlock);
+      std::string& o = out.blocks[static_cast<size_t>(blk)];
+      o.reserve(static_cast<size_t>(start[last] - start[first]) + 64);
+      for (int64_t i = first; i < last; ++i) {
+        // The look-ahead of every rule is short; cap the visible context so positions fit in int.
+        const int64_t len = start[i + 1] - 1 - start[i];
+        const int64_t visible = std::min<int64_t>(total - start[i], len + static_cast<int64_t>(kContextBytes));
+        const size_t at0 = o.size();
+        Lexer lexer(buf.data() + start[i], static_cast<int>(visible), static_cast<int>(len));
+        if (!lexer.run_filtered(o)) {
+          o.resize(at0);
+          line.clear();
+          lexer.run_raw(line);
+          join_filtered(line, o);
+        }
+        out.begin[i] = static_cast<int64_t>(at0);
+        out.size[i] = static_cast<int64_t>(o.size() - at0);
+        out.ascii[i] = all_ascii(o.data() + at0, o.size() - at0);
+      }
     }
   });
+  return -1;
+}
+
+int64_t launch_ptb_tokenize(const char* const* texts, const int64_t* lens, int64_t n, std::string* out) {
+  std::vector<PtbText> t(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) t[i] = {texts[i], lens[i], 0};
+  PtbResult r;
+  const int64_t bad = ptb_tokenize_texts(t.data(), n, r);
+  if (bad >= 0) return bad;
+  for (int64_t i = 0; i < n; ++i) out[i].assign(r.data(i), static_cast<size_t>(r.size[i]));
   return -1;
 }
 
