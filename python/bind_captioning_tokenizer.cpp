@@ -1,5 +1,6 @@
 #include <pybind11/stl.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -9,27 +10,142 @@
 namespace py = pybind11;
 
 namespace {
-// captions: a list of bytes (UTF-8, validated in C++). Python checked the types and named the bad item.
-py::list ptb_tokenize(const py::list& captions) {
-  const int64_t n = static_cast<int64_t>(captions.size());
-  std::vector<const char*> ptrs(n);
-  std::vector<int64_t> lens(n);
-  for (int64_t i = 0; i < n; ++i) {
-    PyObject* obj = captions[i].ptr();
-    if (!PyBytes_Check(obj)) throw py::value_error("caption " + std::to_string(i) + " is not bytes");
-    ptrs[i] = PyBytes_AS_STRING(obj);
-    lens[i] = PyBytes_GET_SIZE(obj);
+
+// A str's code points as they sit in memory (PEP 393), or UTF-8 bytes; false for any other object.
+bool text_of(PyObject* obj, vlk::PtbText& t) {
+  if (PyUnicode_Check(obj)) {
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyUnicode_READY(obj) < 0) {
+      PyErr_Clear();
+      return false;
+    }
+#endif
+    t = {PyUnicode_DATA(obj), static_cast<int64_t>(PyUnicode_GET_LENGTH(obj)), static_cast<int>(PyUnicode_KIND(obj))};
+    return true;
   }
-  std::vector<std::string> out(n);
-  int64_t bad;
-  {
-    py::gil_scoped_release release;
-    bad = vlk::launch_ptb_tokenize(ptrs.data(), lens.data(), n, out.data());
+  if (PyBytes_Check(obj)) {
+    t = {PyBytes_AS_STRING(obj), static_cast<int64_t>(PyBytes_GET_SIZE(obj)), 0};
+    return true;
   }
-  if (bad >= 0) throw py::value_error("caption " + std::to_string(bad) + " is not valid UTF-8");
-  py::list result(n);
-  for (int64_t i = 0; i < n; ++i) result[i] = py::str(out[i]);
-  return result;
+  return false;
+}
+
+// A new reference to the i-th tokenized caption as a str.
+PyObject* result_str(const vlk::PtbResult& r, int64_t i) {
+  const char* p = r.data(i);
+  const Py_ssize_t len = static_cast<Py_ssize_t>(r.size[i]);
+  if (!r.ascii[i]) return PyUnicode_DecodeUTF8(p, len, "strict");
+  PyObject* s = PyUnicode_New(len, 127);
+  if (s != nullptr && len > 0) std::memcpy(PyUnicode_DATA(s), p, static_cast<size_t>(len));
+  return s;
+}
+
+// Holds a strong reference to each caption object while the GIL is released.
+struct Captions {
+  std::vector<PyObject*> objects;
+  std::vector<vlk::PtbText> texts;
+  ~Captions() {
+    for (PyObject* o : objects) Py_DECREF(o);
+  }
+  bool add(PyObject* obj) {
+    vlk::PtbText t;
+    if (!text_of(obj, t)) return false;
+    Py_INCREF(obj);
+    objects.push_back(obj);
+    texts.push_back(t);
+    return true;
+  }
+  // False when a caption is not valid text (a str with surrogates, bytes that are not UTF-8).
+  bool tokenize(vlk::PtbResult& r) const {
+    int64_t bad;
+    {
+      py::gil_scoped_release release;
+      bad = vlk::ptb_tokenize_texts(texts.data(), static_cast<int64_t>(texts.size()), r);
+    }
+    return bad < 0;
+  }
+};
+
+// captions: a list or tuple of str / UTF-8 bytes. Returns the list of tokenized captions, or None when an item is
+// anything else or not valid text: the Python wrapper then names the bad item (no C++ exception on that path).
+py::object ptb_tokenize(py::handle captions) {
+  PyObject* seq = captions.ptr();
+  if (!PyList_Check(seq) && !PyTuple_Check(seq)) return py::none();
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  PyObject** items = PySequence_Fast_ITEMS(seq);
+  Captions caps;
+  caps.objects.reserve(static_cast<size_t>(n));
+  caps.texts.reserve(static_cast<size_t>(n));
+  for (Py_ssize_t i = 0; i < n; ++i)
+    if (!caps.add(items[i])) return py::none();
+  vlk::PtbResult r;
+  if (!caps.tokenize(r)) return py::none();
+  py::list out(n);
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* s = result_str(r, i);
+    if (s == nullptr) throw py::error_already_set();
+    PyList_SET_ITEM(out.ptr(), i, s);
+  }
+  return std::move(out);
+}
+
+// {key: [caption, ...]} -> {key: [tokenized caption, ...]}, all captions tokenized as one batch in the dict's order
+// (as pycocoevalcap does). A caption is a {"caption": str} dict, or (allow_str) a str. With drop_empty, keys with no
+// caption are left out of the result (pycocoevalcap's PTBTokenizer). Values must be lists (or, without allow_str,
+// tuples). Returns None for anything else, and for a caption that is not valid text: the Python caller then takes
+// its general path, which names the problem.
+py::object ptb_tokenize_dict(py::handle mapping, bool allow_str, bool drop_empty) {
+  PyObject* d = mapping.ptr();
+  if (!PyDict_CheckExact(d)) return py::none();
+  static PyObject* caption_key = PyUnicode_InternFromString("caption");
+  if (caption_key == nullptr) throw py::error_already_set();
+  std::vector<std::pair<PyObject*, Py_ssize_t>> keys;  // strong references to the keys; captions per key
+  struct KeyRefs {
+    std::vector<std::pair<PyObject*, Py_ssize_t>>& keys;
+    ~KeyRefs() {
+      for (auto& k : keys) Py_DECREF(k.first);
+    }
+  } key_refs{keys};
+  keys.reserve(static_cast<size_t>(PyDict_GET_SIZE(d)));
+  Captions caps;
+  Py_ssize_t pos = 0;
+  PyObject *key, *value;
+  while (PyDict_Next(d, &pos, &key, &value)) {
+    if (!PyList_CheckExact(value) && (allow_str || !PyTuple_CheckExact(value))) return py::none();
+    Py_INCREF(key);
+    keys.emplace_back(key, 0);
+    // The list is read by index each time: a caption dict's lookup may, in theory, run Python code.
+    for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(value); ++j) {
+      PyObject* c = PySequence_Fast_GET_ITEM(value, j);
+      if (PyDict_CheckExact(c)) {
+        c = PyDict_GetItemWithError(c, caption_key);
+        if (c == nullptr) {
+          PyErr_Clear();
+          return py::none();
+        }
+        if (!PyUnicode_Check(c)) return py::none();
+      } else if (!allow_str || !PyUnicode_Check(c)) {
+        return py::none();
+      }
+      if (!caps.add(c)) return py::none();
+      ++keys.back().second;
+    }
+  }
+  vlk::PtbResult r;
+  if (!caps.tokenize(r)) return py::none();
+  py::dict out;
+  int64_t at = 0;
+  for (const auto& [k, count] : keys) {
+    if (count == 0 && drop_empty) continue;
+    py::list toks(count);
+    for (Py_ssize_t j = 0; j < count; ++j, ++at) {
+      PyObject* s = result_str(r, at);
+      if (s == nullptr) throw py::error_already_set();
+      PyList_SET_ITEM(toks.ptr(), j, s);
+    }
+    if (PyDict_SetItem(out.ptr(), k, toks.ptr()) < 0) throw py::error_already_set();
+  }
+  return std::move(out);
 }
 
 // Raw PTBTokenizer tokens of one caption (before the punctuation filter), for tests and debugging.
@@ -46,5 +162,6 @@ py::list ptb_tokens(const py::bytes& caption, const py::bytes& following) {
 
 VLK_BIND(captioning_tokenizer) {
   m.def("ptb_tokenize", &ptb_tokenize, py::arg("captions"));
+  m.def("ptb_tokenize_dict", &ptb_tokenize_dict, py::arg("captions"), py::arg("allow_str"), py::arg("drop_empty"));
   m.def("ptb_tokens", &ptb_tokens, py::arg("caption"), py::arg("following") = py::bytes(""));
 }
