@@ -56,11 +56,11 @@ struct Captions {
     return true;
   }
   // False when a caption is not valid text (a str with surrogates, bytes that are not UTF-8).
-  bool tokenize(vlk::PtbResult& r) const {
+  bool tokenize(vlk::PtbResult& r, bool fast_paths = true) const {
     int64_t bad;
     {
       py::gil_scoped_release release;
-      bad = vlk::ptb_tokenize_texts(texts.data(), static_cast<int64_t>(texts.size()), r);
+      bad = vlk::ptb_tokenize_texts(texts.data(), static_cast<int64_t>(texts.size()), r, fast_paths);
     }
     return bad < 0;
   }
@@ -68,7 +68,8 @@ struct Captions {
 
 // captions: a list or tuple of str / UTF-8 bytes. Returns the list of tokenized captions, or None when an item is
 // anything else or not valid text: the Python wrapper then names the bad item (no C++ exception on that path).
-py::object ptb_tokenize(py::handle captions) {
+// _fast_paths=False (tests only) tries every rule at every position, the reference for the fast paths.
+py::object ptb_tokenize(py::handle captions, bool fast_paths) {
   PyObject* seq = captions.ptr();
   if (!PyList_Check(seq) && !PyTuple_Check(seq)) return py::none();
   const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
@@ -79,7 +80,7 @@ py::object ptb_tokenize(py::handle captions) {
   for (Py_ssize_t i = 0; i < n; ++i)
     if (!caps.add(items[i])) return py::none();
   vlk::PtbResult r;
-  if (!caps.tokenize(r)) return py::none();
+  if (!caps.tokenize(r, fast_paths)) return py::none();
   py::list out(n);
   for (Py_ssize_t i = 0; i < n; ++i) {
     PyObject* s = result_str(r, i);
@@ -161,7 +162,7 @@ py::list ptb_tokens(const py::bytes& caption, const py::bytes& following) {
 }  // namespace
 
 VLK_BIND(captioning_tokenizer) {
-  m.def("ptb_tokenize", &ptb_tokenize, py::arg("captions"));
+  m.def("ptb_tokenize", &ptb_tokenize, py::arg("captions"), py::arg("_fast_paths") = true);
   m.def("ptb_tokenize_dict", &ptb_tokenize_dict, py::arg("captions"), py::arg("allow_str"), py::arg("drop_empty"));
   m.def("ptb_tokens", &ptb_tokens, py::arg("caption"), py::arg("following") = py::bytes(""));
 }

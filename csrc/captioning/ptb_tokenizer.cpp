@@ -264,7 +264,8 @@ class Lexer {
  public:
   // Tokens starting before `end`; s[end:] is read only as trailing context (the Java lexer sees the captions
   // that follow in pycocoevalcap's file, and a few rules look past the end of the current line).
-  Lexer(const char16_t* s, int n, int end) : s_(s), n_(n), end_(end) {}
+  // fast_paths = false tries every rule at every position (the reference the tests hold the fast paths to).
+  Lexer(const char16_t* s, int n, int end, bool fast_paths = true) : s_(s), n_(n), end_(end), fast_(fast_paths) {}
 
   // Appends the caption's tokens, lower-cased (java.lang.String.toLowerCase) and separated by ' ', to `line`:
   // the Java output line. No token holds an ASCII space (the rules turn spaces inside tokens into U+00A0).
@@ -289,6 +290,7 @@ class Lexer {
  private:
   const char16_t* s_;
   int n_, end_;
+  bool fast_;
   Str* line_ = nullptr;      // run_raw's output
   std::string* out_ = nullptr;  // run_filtered's output
   bool first_ = true;        // no token kept yet (run_filtered)
@@ -297,6 +299,10 @@ class Lexer {
 
   void run() {
     int i = 0;
+    if (!fast_) {
+      while (i < end_) i = step(i);
+      return;
+    }
     while (i < end_) {
       const char16_t c = s_[i];
       if (c == u' ') {
@@ -351,8 +357,9 @@ class Lexer {
   }
 
   // The commonest tokens, decided without trying every rule (why no other rule can match is noted at each case).
-  // A run of ASCII letters followed by a space, a line break or the end of the text: WORD/THING match exactly the
-  // run (WORD first), and only the assimilation rules (cannot, gonna, ...) tie with it, on their exact word.
+  // A run of ASCII letters followed by ASCII whitespace (' ', \t, \n, \r, \f: no rule reads through it) or the
+  // end of the text: WORD/THING match exactly the run (WORD first), and only the assimilation rules (cannot, gonna,
+  // ...) tie with it, on their exact word.
   // The same run followed by ',' or '.' and then ASCII whitespace or the end: WORD still matches the run alone;
   // the rules that read on through such a character (EMAIL, LIKELYURL, HTHING, THING3) need an '@', a
   // top-level domain, a '-' or a '/' before the whitespace, and ACRO needs a one-letter run before a '.', which
@@ -367,7 +374,9 @@ class Lexer {
       if (d == u',' || (d == u'.' && len >= 2)) {
         if (j + 1 < n_ && !ascii_blank(s_[j + 1])) return -1;
         if (d == u'.' && any_abbreviation().has(pack_letters(s_ + i, len))) return -1;
-      } else if (!(is_space(d) || (is_newline_char(d) && d != 0x85))) {
+      } else if (!ascii_blank(d)) {
+        // Not every space: EMAIL and LIKELYURL read on through U+00A0, U+2000..U+200A, U+3000, U+000B, U+2028
+        // ("foo\u2002bar@x.com" is one token for the Java tokenizer too); step() decides those.
         return -1;
       }
     }
@@ -1834,7 +1843,7 @@ bool all_ascii(const char* p, size_t n) {
 
 }  // namespace
 
-int64_t ptb_tokenize_texts(const PtbText* texts, int64_t n, PtbResult& out) {
+int64_t ptb_tokenize_texts(const PtbText* texts, int64_t n, PtbResult& out, bool fast_paths) {
   // The lexer reads the captions the way pycocoevalcap's input file holds them: one UTF-16 buffer, captions joined
   // by '\n' (with their own '\n' turned into ' '), so trailing-context rules see the following captions.
   std::vector<int64_t> start(n + 1);
@@ -1868,8 +1877,8 @@ int64_t ptb_tokenize_texts(const PtbText* texts, int64_t n, PtbResult& out) {
         const int64_t len = start[i + 1] - 1 - start[i];
         const int64_t visible = std::min<int64_t>(total - start[i], len + static_cast<int64_t>(kContextBytes));
         const size_t at0 = o.size();
-        Lexer lexer(buf.data() + start[i], static_cast<int>(visible), static_cast<int>(len));
-        if (!lexer.run_filtered(o)) {
+        Lexer lexer(buf.data() + start[i], static_cast<int>(visible), static_cast<int>(len), fast_paths);
+        if (!fast_paths || !lexer.run_filtered(o)) {
           o.resize(at0);
           line.clear();
           lexer.run_raw(line);

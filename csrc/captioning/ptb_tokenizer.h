@@ -44,7 +44,9 @@ struct PtbResult {
 // '\n' + caption i+1 + ... as trailing context). Returns -1, or the index of the first caption that is not valid
 // text (a surrogate code point in kind 2/4, invalid UTF-8 in kind 0; then nothing is tokenized). No exceptions:
 // the sanitizer build cannot intercept C++ throws from an extension loaded into Python.
-int64_t ptb_tokenize_texts(const PtbText* texts, int64_t n, PtbResult& out);
+// fast_paths = false (for tests) skips the shortcuts for common tokens and the direct filtered output: every rule is
+// tried at every position and the Java output line is filtered afterwards, the way the tokenizer is specified.
+int64_t ptb_tokenize_texts(const PtbText* texts, int64_t n, PtbResult& out, bool fast_paths = true);
 
 // The same for UTF-8 texts[i] of lens[i] bytes; out[i] receives the result.
 int64_t launch_ptb_tokenize(const char* const* texts, const int64_t* lens, int64_t n, std::string* out);
