@@ -130,6 +130,23 @@ def test_ptb_tokenize_line_breaks_inside_a_caption():
         assert ptb_tokenize(caps) == _java_tokenize(spaced) == ["two dogs on the grass", "a cat"]
 
 
+@needs_java
+def test_ptb_tokenize_word_before_unicode_space_matches_java():
+    """EMAIL and LIKELYURL read on through U+00A0, U+2000..U+200A, U+3000, U+000B and U+2028/9 after a word: one
+    token, as in Java (no line shift either: the break is inside the token)."""
+    caps = [
+        "a foo\u00a0bar.com dog",
+        "a foo\u2002bar.com dog",
+        "a foo\x0bbar@x.com dog",
+        "a foo\u2028bar.com dog",
+        "a foo\u3000bar.net dog",
+        "a foo\u2029bar@x.com dog",
+        "A dog\u00a0on grass",
+        "a foo\u00a0bar@x.com",
+    ]
+    assert ptb_tokenize(caps) == _java_tokenize(caps)
+
+
 def test_ptb_tokenize_context_from_next_caption():
     """Trailing-context rules see the next caption, as in pycocoevalcap's single input file."""
     assert ptb_tokenize(["A stop sign with a P.", "A dog."]) == ["a stop sign with a p", "a dog"]
@@ -159,6 +176,46 @@ def test_ptb_tokenize_threads_deterministic():
     finally:
         c.set_num_threads(n or 0)
     assert one == four
+
+
+# Neighbours that decide whether one of the C++ shortcuts applies: Unicode spaces and line breaks after a word
+# (EMAIL/URL read on through them), '.'/',' before whitespace, abbreviations, assimilations, one-letter acronyms,
+# e-mail/URL tails, and text of each str width (Latin-1, UCS-2, UCS-4).
+_SHORTCUT_EDGES = [
+    "\u2028", "\u2029", "\r", "\r\n", "\n", "\x0b", "\x0c", "\u2002", "\u3000", "\u00a0", "\u200b", "\ufeff",
+    "\x1c", "@x.com", "bar.com", ".net", "@", ". ", ", ", ".\n", ",\t", ". . .", ".5", ",5", "..", "gonna.", "Cannot,",
+    "mr.", "Miss.", "miss.", "Pt.", "pt. 5", "No. 5", "fig.3", "Jan.", "ark.", "Ark.", "A.", "P.", "a.k.a.", "non-U.S.",
+    "http://a.b/", "www.x", "日本", "١٢٣", "ΣΑΣ", "x-", "n't", "ain't", "\\/", "/", "dog", "Dogs", "ok.", "ok,",
+]  # fmt: skip
+
+
+def _adversarial(rng, n):
+    pool = _FRAGMENTS + _SHORTCUT_EDGES
+    chars = list(" .,;:!?'\"`()[]{}<>-_/\\@#$%&*+=|~019abxyzAPST\n\t\r\u00a0é😀’—…\u2028\u3000")
+    out = []
+    for _ in range(n):
+        if rng.random() < 0.7:
+            parts = []
+            for _ in range(rng.randint(1, 12)):
+                parts += [rng.choice(pool), rng.choice([" ", " ", "", ", ", ". ", "\n", "-", "'", "."])]
+            out.append("".join(parts))
+        else:
+            out.append("".join(rng.choice(chars) for _ in range(rng.randint(0, 24))))
+    return out
+
+
+def test_ptb_tokenize_shortcuts_match_every_rule(shared_data):
+    """The C++ shortcuts for common tokens (ASCII words, 'word.', 'word,', '.', ',') and its direct filtered output
+    give exactly what trying every rule at every position and filtering the Java line afterwards gives."""
+    from vlkernels import _ext
+
+    c = _ext.load()
+    caps = _adversarial(random.Random(99), 40000)
+    bad, msg = _report(caps, c.ptb_tokenize(caps, _fast_paths=False), c.ptb_tokenize(caps))
+    assert not bad, msg
+    raw = json.load(open(shared_data / "captions" / "golden" / "karpathy_test_refs_raw.json"))
+    real = [c for v in raw.values() for c in v]
+    assert c.ptb_tokenize(real) == c.ptb_tokenize(real, _fast_paths=False)
 
 
 @pytest.mark.parametrize(
