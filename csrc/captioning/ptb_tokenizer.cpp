@@ -10,6 +10,7 @@
 #include "captioning/ptb_tokenizer.h"
 
 #include <algorithm>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -157,38 +158,58 @@ void java_lower_append(const char16_t* in, size_t n, Str& out) {
   }
 }
 
-void append_utf8(std::string& out, const char16_t* s, size_t n) {
-  size_t k = 0;
-  // ASCII prefix in one go (the common case: the whole token).
-  while (k < n && s[k] < 0x80) ++k;
-  if (k) {
-    const size_t at0 = out.size();
-    out.resize(at0 + k);
-    for (size_t q = 0; q < k; ++q) out[at0 + q] = static_cast<char>(s[q]);
-  }
-  for (; k < n; ++k) {
+// UTF-16 -> UTF-8 at dst (room for 3 bytes a unit); returns the bytes written. A lone surrogate is written as its
+// 3-byte form, as before (no rule keeps half of a pair in a token).
+size_t put_utf8(char* dst, const char16_t* s, size_t n) {
+  char* const dst0 = dst;
+  for (size_t k = 0; k < n; ++k) {
     uint32_t c = s[k];
+    if (c < 0x80) {
+      *dst++ = static_cast<char>(c);
+      continue;
+    }
     if (c >= 0xD800 && c <= 0xDBFF && k + 1 < n && s[k + 1] >= 0xDC00 && s[k + 1] <= 0xDFFF) {
       c = 0x10000 + ((c - 0xD800) << 10) + (s[k + 1] - 0xDC00);
       ++k;
     }
-    if (c < 0x80) {
-      out += static_cast<char>(c);
-    } else if (c < 0x800) {
-      out += static_cast<char>(0xC0 | (c >> 6));
-      out += static_cast<char>(0x80 | (c & 0x3F));
+    if (c < 0x800) {
+      *dst++ = static_cast<char>(0xC0 | (c >> 6));
+      *dst++ = static_cast<char>(0x80 | (c & 0x3F));
     } else if (c < 0x10000) {
-      out += static_cast<char>(0xE0 | (c >> 12));
-      out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (c & 0x3F));
+      *dst++ = static_cast<char>(0xE0 | (c >> 12));
+      *dst++ = static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+      *dst++ = static_cast<char>(0x80 | (c & 0x3F));
     } else {
-      out += static_cast<char>(0xF0 | (c >> 18));
-      out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (c & 0x3F));
+      *dst++ = static_cast<char>(0xF0 | (c >> 18));
+      *dst++ = static_cast<char>(0x80 | ((c >> 12) & 0x3F));
+      *dst++ = static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+      *dst++ = static_cast<char>(0x80 | (c & 0x3F));
     }
   }
+  return static_cast<size_t>(dst - dst0);
 }
+
+void append_utf8(std::string& out, const char16_t* s, size_t n) {
+  const size_t at0 = out.size();
+  out.resize(at0 + 3 * n);
+  out.resize(at0 + put_utf8(&out[at0], s, n));
+}
+
+// An output buffer that is filled through raw pointers: text[0, size) is the output, the rest spare capacity, so
+// appending a token costs no zero-fill (std::string::resize would clear each token's bytes first).
+struct OutBuf {
+  std::string text;
+  size_t size = 0;
+  // Room for k more bytes at the end; the caller writes them and adds what it used to `size`.
+  char* room(size_t k) {
+    if (size + k > text.size()) text.resize(std::max(text.size() * 2, size + k + 256));
+    return &text[size];
+  }
+  void append(const std::string& s) {
+    std::copy(s.begin(), s.end(), room(s.size()));
+    size += s.size();
+  }
+};
 
 // pycocoevalcap's PUNCTUATIONS (the upper-case entries never match a -lowerCase token; kept for fidelity).
 bool is_filtered(const char16_t* t, size_t len) {
@@ -278,7 +299,7 @@ class Lexer {
   // Appends the caption as pycocoevalcap returns it to `out` (UTF-8). Returns false, leaving `out` with
   // unspecified content past its old size, when the last token ends in a character str.rstrip() removes: the
   // caller then goes through run_raw() and join_filtered().
-  bool run_filtered(std::string& out) {
+  bool run_filtered(OutBuf& out) {
     out_ = &out;
     line_ = nullptr;
     first_ = true;
@@ -292,7 +313,7 @@ class Lexer {
   int n_, end_;
   bool fast_;
   Str* line_ = nullptr;      // run_raw's output
-  std::string* out_ = nullptr;  // run_filtered's output
+  OutBuf* out_ = nullptr;    // run_filtered's output
   bool first_ = true;        // no token kept yet (run_filtered)
   bool last_ws_ = false;     // the last token ends in a str.isspace() character (run_filtered)
   Str scratch_;              // one lower-cased token (run_filtered)
@@ -332,9 +353,10 @@ class Lexer {
     // trailing ' ' on the line).
     last_ws_ = n == 0 || py_space(t[n - 1]);
     if (is_filtered(t, n)) return;
-    if (!first_) *out_ += ' ';
+    char* dst = out_->room(3 * n + 1);
+    if (!first_) *dst++ = ' ';
+    out_->size += !first_ + put_utf8(dst, t, n);
     first_ = false;
-    append_utf8(*out_, t, n);
   }
   void emit(const Str& t) { emit(t.data(), t.size()); }
 
@@ -348,12 +370,11 @@ class Lexer {
       return;
     }
     last_ws_ = false;
-    if (!first_) *out_ += ' ';
-    first_ = false;
-    const size_t at0 = out_->size();
-    out_->resize(at0 + static_cast<size_t>(len));
-    char* dst = &(*out_)[at0];
+    char* dst = out_->room(static_cast<size_t>(len) + 1);
+    if (!first_) *dst++ = ' ';
     for (int k = 0; k < len; ++k) dst[k] = static_cast<char>(s_[i + k] | 0x20);
+    out_->size += !first_ + static_cast<size_t>(len);
+    first_ = false;
   }
 
   // The commonest tokens, decided without trying every rule (why no other rule can match is noted at each case).
@@ -381,8 +402,8 @@ class Lexer {
       }
     }
     if (len == 5 || len == 6) {
-      for (const char* w : {"cannot", "gonna", "gotta", "lemme", "gimme", "wanna"})
-        if (lit(i, w) == len) return -1;
+      static const WordSet assimilations = {"cannot", "gonna", "gotta", "lemme", "gimme", "wanna"};
+      if (assimilations.has(pack_letters(s_ + i, len))) return -1;
     }
     emit_ascii_word(i, len);
     return j;
@@ -1759,14 +1780,13 @@ std::string ptb_tokenize_caption(const std::string& utf8, const std::string& fol
   const Str own = utf8_to_utf16(utf8);
   const Str s = own + utf8_to_utf16(following);
   Lexer lexer(s.data(), static_cast<int>(s.size()), static_cast<int>(own.size()));
-  std::string out;
-  if (!lexer.run_filtered(out)) {
-    out.clear();
-    Str line;
-    lexer.run_raw(line);
-    join_filtered(line, out);
-  }
-  return out;
+  OutBuf out;
+  if (lexer.run_filtered(out)) return out.text.substr(0, out.size);
+  Str line;
+  lexer.run_raw(line);
+  std::string joined;
+  join_filtered(line, joined);
+  return joined;
 }
 
 namespace {
@@ -1860,34 +1880,43 @@ int64_t ptb_tokenize_texts(const PtbText* texts, int64_t n, PtbResult& out, bool
   out.size.assign(static_cast<size_t>(n), 0);
   out.ascii.assign(static_cast<size_t>(n), 1);
   if (n == 0) return -1;
-  Str buf(static_cast<size_t>(start[n] - 1), u'\n');
+  const int64_t total = start[n] - 1;
+  // Written in full below (captions and the '\n' after each), so left uninitialised here.
+  std::unique_ptr<char16_t[]> buf(new char16_t[static_cast<size_t>(total)]);
   parallel_for(n, 2048, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) write_utf16(texts[i], &buf[static_cast<size_t>(start[i])]);
+    for (int64_t i = b; i < e; ++i) {
+      write_utf16(texts[i], buf.get() + start[i]);
+      if (i + 1 < n) buf[static_cast<size_t>(start[i + 1] - 1)] = u'\n';
+    }
   });
-  const int64_t total = static_cast<int64_t>(buf.size());
   // Blocks of kBlock captions, each with its own output buffer; a block's captions are tokenized in order.
   parallel_for(nblocks, 1, [&](int64_t b0, int64_t b1) {
     Str line;
+    std::string joined;
     for (int64_t blk = b0; blk < b1; ++blk) {
       const int64_t first = blk * PtbResult::kBlock, last = std::min(n, first + PtbResult::kBlock);
-      std::string& o = out.blocks[static_cast<size_t>(blk)];
-      o.reserve(static_cast<size_t>(start[last] - start[first]) + 64);
+      OutBuf o;
+      o.room(static_cast<size_t>(start[last] - start[first]) + 64);
       for (int64_t i = first; i < last; ++i) {
         // The look-ahead of every rule is short; cap the visible context so positions fit in int.
         const int64_t len = start[i + 1] - 1 - start[i];
         const int64_t visible = std::min<int64_t>(total - start[i], len + static_cast<int64_t>(kContextBytes));
-        const size_t at0 = o.size();
-        Lexer lexer(buf.data() + start[i], static_cast<int>(visible), static_cast<int>(len), fast_paths);
+        const size_t at0 = o.size;
+        Lexer lexer(buf.get() + start[i], static_cast<int>(visible), static_cast<int>(len), fast_paths);
         if (!fast_paths || !lexer.run_filtered(o)) {
-          o.resize(at0);
+          o.size = at0;
           line.clear();
           lexer.run_raw(line);
-          join_filtered(line, o);
+          joined.clear();
+          join_filtered(line, joined);
+          o.append(joined);
         }
         out.begin[i] = static_cast<int64_t>(at0);
-        out.size[i] = static_cast<int64_t>(o.size() - at0);
-        out.ascii[i] = all_ascii(o.data() + at0, o.size() - at0);
+        out.size[i] = static_cast<int64_t>(o.size - at0);
+        out.ascii[i] = all_ascii(o.text.data() + at0, o.size - at0);
       }
+      o.text.resize(o.size);
+      out.blocks[static_cast<size_t>(blk)] = std::move(o.text);
     }
   });
   return -1;
