@@ -10,6 +10,7 @@
 #include "captioning/ptb_tokenizer.h"
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -264,16 +265,36 @@ class WordSet {
   WordSet(std::initializer_list<const char*> words) {
     for (const char* w : words)
       if (const uint64_t k = pack_letters(w)) keys_.push_back(k);
-    std::sort(keys_.begin(), keys_.end());
+    build();
   }
-  bool has(uint64_t key) const { return key != 0 && std::binary_search(keys_.begin(), keys_.end(), key); }
   void add(const WordSet& other) {
     keys_.insert(keys_.end(), other.keys_.begin(), other.keys_.end());
-    std::sort(keys_.begin(), keys_.end());
+    build();
+  }
+  // Open addressing, at most a quarter full: one probe for most words.
+  bool has(uint64_t key) const {
+    if (key == 0) return false;
+    for (size_t h = slot(key);; h = (h + 1) & mask_) {
+      if (slots_[h] == key) return true;
+      if (slots_[h] == 0) return false;
+    }
   }
 
  private:
-  std::vector<uint64_t> keys_;
+  std::vector<uint64_t> keys_, slots_;
+  size_t mask_ = 0;
+  size_t slot(uint64_t key) const { return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> 40) & mask_; }
+  void build() {
+    size_t n = 16;
+    while (n < 4 * keys_.size()) n *= 2;
+    slots_.assign(n, 0);
+    mask_ = n - 1;
+    for (uint64_t k : keys_) {
+      size_t h = slot(k);
+      while (slots_[h] != 0 && slots_[h] != k) h = (h + 1) & mask_;
+      slots_[h] = k;
+    }
+  }
 };
 
 // Tokens of one caption, produced two ways:
@@ -304,9 +325,12 @@ class Lexer {
     line_ = nullptr;
     first_ = true;
     last_ws_ = false;
+    non_ascii_ = false;
     run();
     return !last_ws_;
   }
+  // After run_filtered(): false when the output is certainly ASCII.
+  bool maybe_non_ascii() const { return non_ascii_; }
 
  private:
   const char16_t* s_;
@@ -316,6 +340,7 @@ class Lexer {
   OutBuf* out_ = nullptr;    // run_filtered's output
   bool first_ = true;        // no token kept yet (run_filtered)
   bool last_ws_ = false;     // the last token ends in a str.isspace() character (run_filtered)
+  bool non_ascii_ = false;   // a token (kept or not) holds a non-ASCII character (run_filtered)
   Str scratch_;              // one lower-cased token (run_filtered)
 
   void run() {
@@ -349,6 +374,7 @@ class Lexer {
     java_lower_append(p, len, scratch_);
     const char16_t* t = scratch_.data();
     const size_t n = scratch_.size();
+    for (size_t k = 0; k < n; ++k) non_ascii_ |= t[k] >= 0x80;
     // What the rstrip() of the whole line would see; run_raw() deals with it (an empty token too: it leaves a
     // trailing ' ' on the line).
     last_ws_ = n == 0 || py_space(t[n - 1]);
@@ -387,14 +413,24 @@ class Lexer {
   // is left to step(); the abbreviation rules would take the '.' along, so runs in their lists are left too.
   // Returns the end of the token, or -1 when step() must decide.
   int fast_word(int i) {
-    int j = i + 1;
-    while (j < n_ && ascii_alpha(s_[j])) ++j;
+    // In filtered mode the run is copied, lower-cased, to the output while it is scanned; the copy only counts
+    // (out_->size moves) when the shortcut applies.
+    char* base = nullptr;
+    char* dst = nullptr;
+    int j;
+    if (out_) {
+      base = out_->room(static_cast<size_t>(n_ - i) + 9);
+      dst = base + (first_ ? 0 : 1);
+      j = letter_run<true>(i, dst);
+    } else {
+      j = letter_run<false>(i, nullptr);
+    }
     const int len = j - i;
     if (j < n_) {
       const char16_t d = s_[j];
       if (d == u',' || (d == u'.' && len >= 2)) {
         if (j + 1 < n_ && !ascii_blank(s_[j + 1])) return -1;
-        if (d == u'.' && any_abbreviation().has(pack_letters(s_ + i, len))) return -1;
+        if (d == u'.' && any_abbreviation().has(dst ? pack_bytes(dst, len) : pack_letters(s_ + i, len))) return -1;
       } else if (!ascii_blank(d)) {
         // Not every space: EMAIL and LIKELYURL read on through U+00A0, U+2000..U+200A, U+3000, U+000B, U+2028
         // ("foo\u2002bar@x.com" is one token for the Java tokenizer too); step() decides those.
@@ -403,11 +439,64 @@ class Lexer {
     }
     if (len == 5 || len == 6) {
       static const WordSet assimilations = {"cannot", "gonna", "gotta", "lemme", "gimme", "wanna"};
-      if (assimilations.has(pack_letters(s_ + i, len))) return -1;
+      if (assimilations.has(dst ? pack_bytes(dst, len) : pack_letters(s_ + i, len))) return -1;
     }
-    emit_ascii_word(i, len);
+    if (!out_) {
+      emit_ascii_word(i, len);
+      return j;
+    }
+    if (!first_) base[0] = ' ';
+    out_->size += static_cast<size_t>(dst - base) + static_cast<size_t>(len);
+    first_ = false;
+    last_ws_ = false;
     return j;
   }
+
+  // pack_letters() of a run already lower-cased at p, which has 8 readable bytes.
+  static uint64_t pack_bytes(const char* p, int len) {
+    if (len > 8) return 0;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t v;
+    std::memcpy(&v, p, sizeof v);
+    return __builtin_bswap64(v) >> (64 - 8 * len);
+#else
+    uint64_t key = 0;
+    for (int k = 0; k < len; ++k) key = (key << 8) | static_cast<unsigned char>(p[k]);
+    return key;
+#endif
+  }
+
+  // End of the run of ASCII letters that starts at i. kCopy: the run is also written, lower-cased, at dst, which
+  // has room for n_ - i + 4 bytes (up to 4 bytes past the run may be overwritten).
+  template <bool kCopy>
+  int letter_run(int i, char* dst) const {
+    int j = i;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    // Four UTF-16 units at a time in one 64-bit word (lane k = unit j + k): a lane stops the run unless it is below
+    // 0x80 and, with bit 5 set (lower case), between 'a' and 'z'. No lane's arithmetic carries into the next one.
+    while (j + 4 <= n_) {
+      uint64_t x;
+      std::memcpy(&x, s_ + j, sizeof x);
+      const uint64_t non_ascii = (((x >> 7) & 0x01FF01FF01FF01FFull) + 0x7FFF7FFF7FFF7FFFull) & 0x8000800080008000ull;
+      const uint64_t lower = (x | 0x0020002000200020ull) & 0x007F007F007F007Full;
+      const uint64_t from_a = lower + 0x001F001F001F001Full;   // bit 7: lower >= 'a'
+      const uint64_t past_z = lower + 0x0005000500050005ull;   // bit 7: lower > 'z'
+      const uint64_t stop = ((~from_a | past_z) & 0x0080008000800080ull) | (non_ascii >> 8);
+      if (kCopy) {
+        uint64_t bytes = (lower | (lower >> 8)) & 0x0000FFFF0000FFFFull;  // the four low bytes, packed
+        bytes |= bytes >> 16;
+        const uint32_t four = static_cast<uint32_t>(bytes);
+        std::memcpy(dst + (j - i), &four, sizeof four);
+      }
+      if (stop) return j + (__builtin_ctzll(stop) >> 4);
+      j += 4;
+    }
+#endif
+    for (; j < n_ && ascii_alpha(s_[j]); ++j)
+      if (kCopy) dst[j - i] = static_cast<char>(s_[j] | 0x20);
+    return j;
+  }
+
   static bool ascii_blank(char16_t c) { return c == u' ' || c == u'\t' || c == u'\n' || c == u'\r' || c == u'\f'; }
 
   // '.' or ',' not followed by a digit (NUMBER: ".5", ",5"), and '.' not starting an LDOTS ("...", ". . ."): the
@@ -1903,7 +1992,10 @@ int64_t ptb_tokenize_texts(const PtbText* texts, int64_t n, PtbResult& out, bool
         const int64_t visible = std::min<int64_t>(total - start[i], len + static_cast<int64_t>(kContextBytes));
         const size_t at0 = o.size;
         Lexer lexer(buf.get() + start[i], static_cast<int>(visible), static_cast<int>(len), fast_paths);
-        if (!fast_paths || !lexer.run_filtered(o)) {
+        bool check_ascii = true;
+        if (fast_paths && lexer.run_filtered(o)) {
+          check_ascii = lexer.maybe_non_ascii();
+        } else {
           o.size = at0;
           line.clear();
           lexer.run_raw(line);
@@ -1913,7 +2005,7 @@ int64_t ptb_tokenize_texts(const PtbText* texts, int64_t n, PtbResult& out, bool
         }
         out.begin[i] = static_cast<int64_t>(at0);
         out.size[i] = static_cast<int64_t>(o.size - at0);
-        out.ascii[i] = all_ascii(o.text.data() + at0, o.size - at0);
+        out.ascii[i] = !check_ascii || all_ascii(o.text.data() + at0, o.size - at0);
       }
       o.text.resize(o.size);
       out.blocks[static_cast<size_t>(blk)] = std::move(o.text);
