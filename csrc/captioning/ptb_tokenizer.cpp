@@ -17,6 +17,13 @@
 
 #include "core/parallel.h"
 
+// The per-word shortcut runs once per token of most captions: keep it inside the lexer loop.
+#if defined(__GNUC__)
+#define VLK_PTB_INLINE __attribute__((always_inline)) inline
+#else
+#define VLK_PTB_INLINE inline
+#endif
+
 namespace vlk {
 namespace {
 
@@ -247,13 +254,13 @@ inline uint64_t pack_letters(const char16_t* s, int len) {
   for (int k = 0; k < len; ++k) key = (key << 8) | static_cast<uint64_t>(s[k] | 0x20);
   return key;
 }
-inline uint64_t pack_letters(const char* w) {
-  const int len = static_cast<int>(std::char_traits<char>::length(w));
-  if (len > 8) return 0;
+constexpr uint64_t pack_letters(const char* w) {
   uint64_t key = 0;
-  for (int k = 0; k < len; ++k) {
-    if (!ascii_alpha(static_cast<char16_t>(w[k]))) return 0;
-    key = (key << 8) | static_cast<uint64_t>(w[k] | 0x20);
+  int len = 0;
+  for (; w[len]; ++len) {
+    const char c = static_cast<char>(w[len] | 0x20);
+    if (len == 8 || c < 'a' || c > 'z') return 0;
+    key = (key << 8) | static_cast<uint64_t>(c);
   }
   return key;
 }
@@ -314,7 +321,7 @@ class Lexer {
   void run_raw(Str& line) {
     line_ = &line;
     out_ = nullptr;
-    run();
+    run<false>();
   }
 
   // Appends the caption as pycocoevalcap returns it to `out` (UTF-8). Returns false, leaving `out` with
@@ -326,7 +333,7 @@ class Lexer {
     first_ = true;
     last_ws_ = false;
     non_ascii_ = false;
-    run();
+    run<true>();
     return !last_ws_;
   }
   // After run_filtered(): false when the output is certainly ASCII.
@@ -343,6 +350,8 @@ class Lexer {
   bool non_ascii_ = false;   // a token (kept or not) holds a non-ASCII character (run_filtered)
   Str scratch_;              // one lower-cased token (run_filtered)
 
+  // kFiltered: run_filtered() (out_), else run_raw() (line_).
+  template <bool kFiltered>
   void run() {
     int i = 0;
     if (!fast_) {
@@ -354,9 +363,9 @@ class Lexer {
       if (c == u' ') {
         ++i;
       } else if (ascii_alpha(c)) {
-        const int j = fast_word(i);
+        const int j = fast_word<kFiltered>(i);
         i = j > 0 ? j : step(i);
-      } else if ((c == u'.' || c == u',') && fast_punct(i)) {
+      } else if ((c == u'.' || c == u',') && fast_punct<kFiltered>(i)) {
         ++i;
       } else {
         i = step(i);
@@ -412,44 +421,64 @@ class Lexer {
   // top-level domain, a '-' or a '/' before the whitespace, and ACRO needs a one-letter run before a '.', which
   // is left to step(); the abbreviation rules would take the '.' along, so runs in their lists are left too.
   // Returns the end of the token, or -1 when step() must decide.
-  int fast_word(int i) {
-    // In filtered mode the run is copied, lower-cased, to the output while it is scanned; the copy only counts
-    // (out_->size moves) when the shortcut applies.
-    char* base = nullptr;
-    char* dst = nullptr;
-    int j;
-    if (out_) {
-      base = out_->room(static_cast<size_t>(n_ - i) + 9);
-      dst = base + (first_ ? 0 : 1);
-      j = letter_run<true>(i, dst);
-    } else {
-      j = letter_run<false>(i, nullptr);
-    }
-    const int len = j - i;
-    if (j < n_) {
-      const char16_t d = s_[j];
-      if (d == u',' || (d == u'.' && len >= 2)) {
-        if (j + 1 < n_ && !ascii_blank(s_[j + 1])) return -1;
-        if (d == u'.' && any_abbreviation().has(dst ? pack_bytes(dst, len) : pack_letters(s_ + i, len))) return -1;
-      } else if (!ascii_blank(d)) {
-        // Not every space: EMAIL and LIKELYURL read on through U+00A0, U+2000..U+200A, U+3000, U+000B, U+2028
-        // ("foo\u2002bar@x.com" is one token for the Java tokenizer too); step() decides those.
-        return -1;
-      }
-    }
-    if (len == 5 || len == 6) {
-      static const WordSet assimilations = {"cannot", "gonna", "gotta", "lemme", "gimme", "wanna"};
-      if (assimilations.has(dst ? pack_bytes(dst, len) : pack_letters(s_ + i, len))) return -1;
-    }
-    if (!out_) {
-      emit_ascii_word(i, len);
+  template <bool kFiltered>
+  VLK_PTB_INLINE int fast_word(int i) {
+    if (!kFiltered) {
+      const int j = letter_run<false>(i, nullptr);
+      if (!word_shortcut(i, j, pack_letters(s_ + i, j - i))) return -1;
+      emit_ascii_word(i, j - i);
       return j;
     }
-    if (!first_) base[0] = ' ';
+    // The run is copied, lower-cased, to the output while it is scanned, after a separating ' ' unless it is the
+    // first token; the copy only counts (out_->size moves) when the shortcut applies.
+    char* const base = out_->room(static_cast<size_t>(n_ - i) + 9);
+    base[0] = ' ';
+    char* const dst = base + !first_;
+    const int j = letter_run<true>(i, dst);
+    const int len = j - i;
+    if (!word_shortcut(i, j, pack_bytes(dst, len))) return -1;
     out_->size += static_cast<size_t>(dst - base) + static_cast<size_t>(len);
     first_ = false;
     last_ws_ = false;
     return j;
+  }
+
+  // Whether the run of ASCII letters s_[i, j) (pack_letters() key `key`) is a WORD token by itself.
+  VLK_PTB_INLINE bool word_shortcut(int i, int j, uint64_t key) const {
+    const int len = j - i;
+    if (j < n_) {
+      const char16_t d = s_[j];
+      if (d == u',' || (d == u'.' && len >= 2)) {
+        if (j + 1 < n_ && !ascii_blank(s_[j + 1])) return false;
+        if (d == u'.' && any_abbreviation().has(key)) return false;
+      } else if (!ascii_blank(d)) {
+        // Not every space: EMAIL and LIKELYURL read on through U+00A0, U+2000..U+200A, U+3000, U+000B, U+2028
+        // ("foo\u2002bar@x.com" is one token for the Java tokenizer too); step() decides those.
+        return false;
+      }
+    }
+    // The assimilations, compared without a branch per word (the packed keys of other runs never equal them).
+    constexpr uint64_t kCannot = pack_letters("cannot"), kGonna = pack_letters("gonna"),
+                       kGotta = pack_letters("gotta"), kLemme = pack_letters("lemme"), kGimme = pack_letters("gimme"),
+                       kWanna = pack_letters("wanna");
+    return !((key == kCannot) | (key == kGonna) | (key == kGotta) | (key == kLemme) | (key == kGimme) |
+             (key == kWanna));
+  }
+  static bool ascii_blank(char16_t c) { return c == u' ' || c == u'\t' || c == u'\n' || c == u'\r' || c == u'\f'; }
+
+  // '.' or ',' not followed by a digit (NUMBER: ".5", ",5"), and '.' not starting an LDOTS ("...", ". . ."): the
+  // one-character token (PUNCT, INSENTP), which PUNCTUATIONS drops. No other rule starts with either character.
+  template <bool kFiltered>
+  bool fast_punct(int i) {
+    const char16_t d = at(i + 1);
+    if (is_digit_ext(d)) return false;
+    if (s_[i] == u'.' && (d == u'.' || ((d == u' ' || d == 0x00A0) && at(i + 2) == u'.'))) return false;
+    if (kFiltered) {
+      last_ws_ = false;
+    } else {
+      emit(s_ + i, 1);
+    }
+    return true;
   }
 
   // pack_letters() of a run already lower-cased at p, which has 8 readable bytes.
@@ -469,7 +498,7 @@ class Lexer {
   // End of the run of ASCII letters that starts at i. kCopy: the run is also written, lower-cased, at dst, which
   // has room for n_ - i + 4 bytes (up to 4 bytes past the run may be overwritten).
   template <bool kCopy>
-  int letter_run(int i, char* dst) const {
+  VLK_PTB_INLINE int letter_run(int i, char* dst) const {
     int j = i;
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
     // Four UTF-16 units at a time in one 64-bit word (lane k = unit j + k): a lane stops the run unless it is below
@@ -495,22 +524,6 @@ class Lexer {
     for (; j < n_ && ascii_alpha(s_[j]); ++j)
       if (kCopy) dst[j - i] = static_cast<char>(s_[j] | 0x20);
     return j;
-  }
-
-  static bool ascii_blank(char16_t c) { return c == u' ' || c == u'\t' || c == u'\n' || c == u'\r' || c == u'\f'; }
-
-  // '.' or ',' not followed by a digit (NUMBER: ".5", ",5"), and '.' not starting an LDOTS ("...", ". . ."): the
-  // one-character token (PUNCT, INSENTP), which PUNCTUATIONS drops. No other rule starts with either character.
-  bool fast_punct(int i) {
-    const char16_t d = at(i + 1);
-    if (is_digit_ext(d)) return false;
-    if (s_[i] == u'.' && (d == u'.' || ((d == u' ' || d == 0x00A0) && at(i + 2) == u'.'))) return false;
-    if (line_) {
-      emit(s_ + i, 1);
-    } else {
-      last_ws_ = false;
-    }
-    return true;
   }
 
   char16_t at(int i) const { return i < n_ ? s_[i] : char16_t(0xFFFF); }
