@@ -40,6 +40,18 @@ PyObject* result_str(const vlk::PtbResult& r, int64_t i) {
   return s;
 }
 
+// Pauses the cyclic garbage collector while the results are built: thousands of new lists would otherwise trigger
+// collections (and promote the lists to older generations, which makes later full collections due sooner) in the
+// middle of filling them, although they hold only str objects and can form no cycle.
+struct GcPause {
+#if PY_VERSION_HEX >= 0x030A0000
+  int was_enabled = PyGC_Disable();
+  ~GcPause() {
+    if (was_enabled) PyGC_Enable();
+  }
+#endif
+};
+
 // Holds a strong reference to each caption object while the GIL is released.
 struct Captions {
   std::vector<PyObject*> objects;
@@ -134,6 +146,7 @@ py::object ptb_tokenize_dict(py::handle mapping, bool allow_str, bool drop_empty
   }
   vlk::PtbResult r;
   if (!caps.tokenize(r)) return py::none();
+  GcPause pause;
   py::dict out;
   int64_t at = 0;
   for (const auto& [k, count] : keys) {
