@@ -1,6 +1,8 @@
 #include <pybind11/stl.h>
 
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -52,30 +54,79 @@ struct GcPause {
 #endif
 };
 
-// Holds a strong reference to each caption object while the GIL is released.
-struct Captions {
-  std::vector<PyObject*> objects;
+// What one call needs besides Python objects: the captions' texts and the result buffers. One set is kept between
+// calls so that their pages stay mapped (see vlk::PtbResult); a call made while another holds it gets its own.
+struct Workspace {
+  std::vector<PyObject*> objects;  // strong references to the caption objects while the GIL is released
   std::vector<vlk::PtbText> texts;
-  ~Captions() {
-    for (PyObject* o : objects) Py_DECREF(o);
+  std::vector<std::pair<PyObject*, Py_ssize_t>> keys;  // ptb_tokenize_dict: strong references, captions per key
+  vlk::PtbResult result;
+};
+
+class WorkspaceCache {
+ public:
+  std::unique_ptr<Workspace> take() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return slot_ ? std::move(slot_) : std::make_unique<Workspace>();
   }
+  void give(std::unique_ptr<Workspace> w) {
+    // Keep at most what a batch of a few hundred thousand captions needs.
+    if (w->result.footprint() > (size_t{64} << 20)) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!slot_) slot_ = std::move(w);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unique_ptr<Workspace> slot_;
+};
+
+WorkspaceCache& workspaces() {
+  static WorkspaceCache* cache = new WorkspaceCache();  // never destroyed: no work at interpreter exit
+  return *cache;
+}
+
+// Borrows a workspace for one call; drops the references it holds (GIL held) and returns it to the cache.
+class Captions {
+ public:
+  Captions() : w_(workspaces().take()) {}
+  ~Captions() {
+    for (PyObject* o : w_->objects) Py_DECREF(o);
+    for (auto& k : w_->keys) Py_DECREF(k.first);
+    w_->objects.clear();
+    w_->texts.clear();
+    w_->keys.clear();
+    workspaces().give(std::move(w_));
+  }
+  Captions(const Captions&) = delete;
+  Captions& operator=(const Captions&) = delete;
+
   bool add(PyObject* obj) {
     vlk::PtbText t;
     if (!text_of(obj, t)) return false;
     Py_INCREF(obj);
-    objects.push_back(obj);
-    texts.push_back(t);
+    w_->objects.push_back(obj);
+    w_->texts.push_back(t);
     return true;
   }
+  void add_key(PyObject* key) {
+    Py_INCREF(key);
+    w_->keys.emplace_back(key, 0);
+  }
+  std::vector<std::pair<PyObject*, Py_ssize_t>>& keys() { return w_->keys; }
   // False when a caption is not valid text (a str with surrogates, bytes that are not UTF-8).
-  bool tokenize(vlk::PtbResult& r, bool fast_paths = true) const {
+  bool tokenize(bool fast_paths = true) {
     int64_t bad;
     {
       py::gil_scoped_release release;
-      bad = vlk::ptb_tokenize_texts(texts.data(), static_cast<int64_t>(texts.size()), r, fast_paths);
+      bad = vlk::ptb_tokenize_texts(w_->texts.data(), static_cast<int64_t>(w_->texts.size()), w_->result, fast_paths);
     }
     return bad < 0;
   }
+  const vlk::PtbResult& result() const { return w_->result; }
+
+ private:
+  std::unique_ptr<Workspace> w_;
 };
 
 // captions: a list or tuple of str / UTF-8 bytes. Returns the list of tokenized captions, or None when an item is
@@ -87,12 +138,10 @@ py::object ptb_tokenize(py::handle captions, bool fast_paths) {
   const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
   PyObject** items = PySequence_Fast_ITEMS(seq);
   Captions caps;
-  caps.objects.reserve(static_cast<size_t>(n));
-  caps.texts.reserve(static_cast<size_t>(n));
   for (Py_ssize_t i = 0; i < n; ++i)
     if (!caps.add(items[i])) return py::none();
-  vlk::PtbResult r;
-  if (!caps.tokenize(r, fast_paths)) return py::none();
+  if (!caps.tokenize(fast_paths)) return py::none();
+  const vlk::PtbResult& r = caps.result();
   py::list out(n);
   for (Py_ssize_t i = 0; i < n; ++i) {
     PyObject* s = result_str(r, i);
@@ -112,21 +161,13 @@ py::object ptb_tokenize_dict(py::handle mapping, bool allow_str, bool drop_empty
   if (!PyDict_CheckExact(d)) return py::none();
   static PyObject* caption_key = PyUnicode_InternFromString("caption");
   if (caption_key == nullptr) throw py::error_already_set();
-  std::vector<std::pair<PyObject*, Py_ssize_t>> keys;  // strong references to the keys; captions per key
-  struct KeyRefs {
-    std::vector<std::pair<PyObject*, Py_ssize_t>>& keys;
-    ~KeyRefs() {
-      for (auto& k : keys) Py_DECREF(k.first);
-    }
-  } key_refs{keys};
-  keys.reserve(static_cast<size_t>(PyDict_GET_SIZE(d)));
   Captions caps;
+  auto& keys = caps.keys();
   Py_ssize_t pos = 0;
   PyObject *key, *value;
   while (PyDict_Next(d, &pos, &key, &value)) {
     if (!PyList_CheckExact(value) && (allow_str || !PyTuple_CheckExact(value))) return py::none();
-    Py_INCREF(key);
-    keys.emplace_back(key, 0);
+    caps.add_key(key);
     // The list is read by index each time: a caption dict's lookup may, in theory, run Python code.
     for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(value); ++j) {
       PyObject* c = PySequence_Fast_GET_ITEM(value, j);
@@ -144,8 +185,8 @@ py::object ptb_tokenize_dict(py::handle mapping, bool allow_str, bool drop_empty
       ++keys.back().second;
     }
   }
-  vlk::PtbResult r;
-  if (!caps.tokenize(r)) return py::none();
+  if (!caps.tokenize()) return py::none();
+  const vlk::PtbResult& r = caps.result();
   GcPause pause;
   py::dict out;
   int64_t at = 0;

@@ -1965,10 +1965,19 @@ bool all_ascii(const char* p, size_t n) {
 
 }  // namespace
 
+size_t PtbResult::footprint() const {
+  size_t bytes = text_capacity * sizeof(char16_t) + start.capacity() * sizeof(int64_t) +
+                 (begin.capacity() + size.capacity()) * sizeof(int64_t) + ascii.capacity();
+  for (const std::string& b : blocks) bytes += b.capacity();
+  return bytes;
+}
+
 int64_t ptb_tokenize_texts(const PtbText* texts, int64_t n, PtbResult& out, bool fast_paths) {
   // The lexer reads the captions the way pycocoevalcap's input file holds them: one UTF-16 buffer, captions joined
   // by '\n' (with their own '\n' turned into ' '), so trailing-context rules see the following captions.
-  std::vector<int64_t> start(n + 1);
+  std::vector<int64_t>& start = out.start;
+  start.resize(static_cast<size_t>(n + 1));
+  start[0] = 0;
   parallel_for(n, 2048, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) start[i + 1] = utf16_size(texts[i]);
   });
@@ -1977,18 +1986,23 @@ int64_t ptb_tokenize_texts(const PtbText* texts, int64_t n, PtbResult& out, bool
     start[i + 1] += start[i] + 1;
   }
   const int64_t nblocks = (n + PtbResult::kBlock - 1) / PtbResult::kBlock;
-  out.blocks.assign(static_cast<size_t>(nblocks), std::string());
-  out.begin.assign(static_cast<size_t>(n), 0);
-  out.size.assign(static_cast<size_t>(n), 0);
-  out.ascii.assign(static_cast<size_t>(n), 1);
+  out.blocks.resize(static_cast<size_t>(nblocks));
+  // Every entry is written below.
+  out.begin.resize(static_cast<size_t>(n));
+  out.size.resize(static_cast<size_t>(n));
+  out.ascii.resize(static_cast<size_t>(n));
   if (n == 0) return -1;
   const int64_t total = start[n] - 1;
-  // Written in full below (captions and the '\n' after each), so left uninitialised here.
-  std::unique_ptr<char16_t[]> buf(new char16_t[static_cast<size_t>(total)]);
+  if (out.text_capacity < static_cast<size_t>(total)) {
+    // Written in full below (captions and the '\n' after each), so left uninitialised here.
+    out.text.reset(new char16_t[static_cast<size_t>(total)]);
+    out.text_capacity = static_cast<size_t>(total);
+  }
+  char16_t* const buf = out.text.get();
   parallel_for(n, 2048, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
-      write_utf16(texts[i], buf.get() + start[i]);
-      if (i + 1 < n) buf[static_cast<size_t>(start[i + 1] - 1)] = u'\n';
+      write_utf16(texts[i], buf + start[i]);
+      if (i + 1 < n) buf[start[i + 1] - 1] = u'\n';
     }
   });
   // Blocks of kBlock captions, each with its own output buffer; a block's captions are tokenized in order.
@@ -1998,13 +2012,14 @@ int64_t ptb_tokenize_texts(const PtbText* texts, int64_t n, PtbResult& out, bool
     for (int64_t blk = b0; blk < b1; ++blk) {
       const int64_t first = blk * PtbResult::kBlock, last = std::min(n, first + PtbResult::kBlock);
       OutBuf o;
+      o.text.swap(out.blocks[static_cast<size_t>(blk)]);
       o.room(static_cast<size_t>(start[last] - start[first]) + 64);
       for (int64_t i = first; i < last; ++i) {
         // The look-ahead of every rule is short; cap the visible context so positions fit in int.
         const int64_t len = start[i + 1] - 1 - start[i];
         const int64_t visible = std::min<int64_t>(total - start[i], len + static_cast<int64_t>(kContextBytes));
         const size_t at0 = o.size;
-        Lexer lexer(buf.get() + start[i], static_cast<int>(visible), static_cast<int>(len), fast_paths);
+        Lexer lexer(buf + start[i], static_cast<int>(visible), static_cast<int>(len), fast_paths);
         bool check_ascii = true;
         if (fast_paths && lexer.run_filtered(o)) {
           check_ascii = lexer.maybe_non_ascii();
@@ -2020,8 +2035,7 @@ int64_t ptb_tokenize_texts(const PtbText* texts, int64_t n, PtbResult& out, bool
         out.size[i] = static_cast<int64_t>(o.size - at0);
         out.ascii[i] = !check_ascii || all_ascii(o.text.data() + at0, o.size - at0);
       }
-      o.text.resize(o.size);
-      out.blocks[static_cast<size_t>(blk)] = std::move(o.text);
+      o.text.swap(out.blocks[static_cast<size_t>(blk)]);
     }
   });
   return -1;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,12 +33,21 @@ struct PtbText {
 };
 
 // Tokenized captions: caption i is size[i] bytes of UTF-8 at data(i), all ASCII when ascii[i].
+// A PtbResult may be reused for the next call: its buffers keep their capacity (multi-megabyte buffers freshly
+// allocated on each call cost more in page faults than tokenizing short captions does).
 struct PtbResult {
   static constexpr int64_t kBlock = 256;  // captions per output buffer (one buffer per task, no allocation per caption)
-  std::vector<std::string> blocks;
+  std::vector<std::string> blocks;        // output buffers; their size() is their capacity, not what is used
   std::vector<int64_t> begin, size;
   std::vector<uint8_t> ascii;
   const char* data(int64_t i) const { return blocks[static_cast<size_t>(i / kBlock)].data() + begin[i]; }
+
+  // Scratch: where each caption starts in `text`, the captions as the lexer reads them (UTF-16, '\n'-joined).
+  std::vector<int64_t> start;
+  std::unique_ptr<char16_t[]> text;
+  size_t text_capacity = 0;
+  // Bytes held by the buffers (for callers that keep a PtbResult between calls).
+  size_t footprint() const;
 };
 
 // Tokenizes n captions in parallel, as pycocoevalcap does when it gets them in this order (caption i is read with
