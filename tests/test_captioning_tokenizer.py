@@ -205,13 +205,18 @@ def _adversarial(rng, n):
 
 
 def test_ptb_tokenize_shortcuts_match_every_rule(shared_data):
-    """The C++ shortcuts for common tokens (ASCII words, 'word.', 'word,', '.', ',') and its direct filtered output
-    give exactly what trying every rule at every position and filtering the Java line afterwards gives."""
+    """The C++ shortcuts for common tokens (ASCII words, 'word.', 'word,', '.', ','), its direct filtered output and
+    its one-byte-per-character reading of Latin-1 batches give exactly what trying every rule at every position of
+    the UTF-16 text and filtering the Java line afterwards gives."""
     from vlkernels import _ext
 
     c = _ext.load()
     caps = _adversarial(random.Random(99), 40000)
     bad, msg = _report(caps, c.ptb_tokenize(caps, _fast_paths=False), c.ptb_tokenize(caps))
+    assert not bad, msg
+    # All-Latin-1 batches are read one byte per character (the reference reads UTF-16).
+    latin1 = ["".join(ch for ch in cap if ord(ch) < 0x100) for cap in _adversarial(random.Random(98), 40000)]
+    bad, msg = _report(latin1, c.ptb_tokenize(latin1, _fast_paths=False), c.ptb_tokenize(latin1))
     assert not bad, msg
     raw = json.load(open(shared_data / "captions" / "golden" / "karpathy_test_refs_raw.json"))
     real = [c for v in raw.values() for c in v]

@@ -248,7 +248,8 @@ int max_end(const Ends& e) { return e.empty() ? -1 : *std::max_element(e.begin()
 // A run of at most 8 ASCII letters, lower-cased and packed into an integer (8 bits a letter): how the
 // abbreviation lists are looked up, by the whole letter run (every entry is letters followed by '.', so it can only
 // match a complete run). 0 for anything else (a longer run, a non-letter), which no list holds.
-inline uint64_t pack_letters(const char16_t* s, int len) {
+template <typename CharT>
+uint64_t pack_letters(const CharT* s, int len) {
   if (len <= 0 || len > 8) return 0;
   uint64_t key = 0;
   for (int k = 0; k < len; ++k) key = (key << 8) | static_cast<uint64_t>(s[k] | 0x20);
@@ -309,12 +310,15 @@ class WordSet {
 //    ' '), appended as UTF-8 straight to an output buffer;
 //  - run_raw(): the Java output line (all tokens, lower-cased, UTF-16), for ptb_tokens() and for the one case the
 //    filtered mode leaves to it (a line whose last token ends in whitespace, which pycocoevalcap's rstrip() trims).
+// CharT: char16_t (UTF-16 code units, as Java reads them), or uint8_t for text that is all Latin-1 (each byte is
+// then its code point; the rules compare code points, so both read the same text the same way).
+template <typename CharT>
 class Lexer {
  public:
   // Tokens starting before `end`; s[end:] is read only as trailing context (the Java lexer sees the captions
   // that follow in pycocoevalcap's file, and a few rules look past the end of the current line).
   // fast_paths = false tries every rule at every position (the reference the tests hold the fast paths to).
-  Lexer(const char16_t* s, int n, int end, bool fast_paths = true) : s_(s), n_(n), end_(end), fast_(fast_paths) {}
+  Lexer(const CharT* s, int n, int end, bool fast_paths = true) : s_(s), n_(n), end_(end), fast_(fast_paths) {}
 
   // Appends the caption's tokens, lower-cased (java.lang.String.toLowerCase) and separated by ' ', to `line`:
   // the Java output line. No token holds an ASCII space (the rules turn spaces inside tokens into U+00A0).
@@ -340,7 +344,7 @@ class Lexer {
   bool maybe_non_ascii() const { return non_ascii_; }
 
  private:
-  const char16_t* s_;
+  const CharT* s_;
   int n_, end_;
   bool fast_;
   Str* line_ = nullptr;      // run_raw's output
@@ -400,7 +404,7 @@ class Lexer {
     if (line_) {
       if (!line_->empty()) *line_ += u' ';
       const size_t at0 = line_->size();
-      line_->append(s_ + i, static_cast<size_t>(len));
+      line_->append(s_ + i, s_ + i + len);
       for (size_t k = at0; k < line_->size(); ++k) (*line_)[k] |= 0x20;
       return;
     }
@@ -476,7 +480,8 @@ class Lexer {
     if (kFiltered) {
       last_ws_ = false;
     } else {
-      emit(s_ + i, 1);
+      const char16_t c = s_[i];
+      emit(&c, 1);
     }
     return true;
   }
@@ -496,29 +501,45 @@ class Lexer {
   }
 
   // End of the run of ASCII letters that starts at i. kCopy: the run is also written, lower-cased, at dst, which
-  // has room for n_ - i + 4 bytes (up to 4 bytes past the run may be overwritten).
+  // has room for n_ - i + 8 bytes (up to 8 bytes past the run may be overwritten).
   template <bool kCopy>
   VLK_PTB_INLINE int letter_run(int i, char* dst) const {
     int j = i;
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    // Four UTF-16 units at a time in one 64-bit word (lane k = unit j + k): a lane stops the run unless it is below
-    // 0x80 and, with bit 5 set (lower case), between 'a' and 'z'. No lane's arithmetic carries into the next one.
-    while (j + 4 <= n_) {
-      uint64_t x;
-      std::memcpy(&x, s_ + j, sizeof x);
-      const uint64_t non_ascii = (((x >> 7) & 0x01FF01FF01FF01FFull) + 0x7FFF7FFF7FFF7FFFull) & 0x8000800080008000ull;
-      const uint64_t lower = (x | 0x0020002000200020ull) & 0x007F007F007F007Full;
-      const uint64_t from_a = lower + 0x001F001F001F001Full;   // bit 7: lower >= 'a'
-      const uint64_t past_z = lower + 0x0005000500050005ull;   // bit 7: lower > 'z'
-      const uint64_t stop = ((~from_a | past_z) & 0x0080008000800080ull) | (non_ascii >> 8);
-      if (kCopy) {
-        uint64_t bytes = (lower | (lower >> 8)) & 0x0000FFFF0000FFFFull;  // the four low bytes, packed
-        bytes |= bytes >> 16;
-        const uint32_t four = static_cast<uint32_t>(bytes);
-        std::memcpy(dst + (j - i), &four, sizeof four);
+    if constexpr (sizeof(CharT) == 2) {
+      // Four UTF-16 units at a time in one 64-bit word (lane k = unit j + k): a lane stops the run unless it is
+      // below 0x80 and, with bit 5 set (lower case), between 'a' and 'z'. No lane's arithmetic carries into the next.
+      while (j + 4 <= n_) {
+        uint64_t x;
+        std::memcpy(&x, s_ + j, sizeof x);
+        const uint64_t non_ascii =
+            (((x >> 7) & 0x01FF01FF01FF01FFull) + 0x7FFF7FFF7FFF7FFFull) & 0x8000800080008000ull;
+        const uint64_t lower = (x | 0x0020002000200020ull) & 0x007F007F007F007Full;
+        const uint64_t from_a = lower + 0x001F001F001F001Full;  // bit 7: lower >= 'a'
+        const uint64_t past_z = lower + 0x0005000500050005ull;  // bit 7: lower > 'z'
+        const uint64_t stop = ((~from_a | past_z) & 0x0080008000800080ull) | (non_ascii >> 8);
+        if (kCopy) {
+          uint64_t bytes = (lower | (lower >> 8)) & 0x0000FFFF0000FFFFull;  // the four low bytes, packed
+          bytes |= bytes >> 16;
+          const uint32_t four = static_cast<uint32_t>(bytes);
+          std::memcpy(dst + (j - i), &four, sizeof four);
+        }
+        if (stop) return j + (__builtin_ctzll(stop) >> 4);
+        j += 4;
       }
-      if (stop) return j + (__builtin_ctzll(stop) >> 4);
-      j += 4;
+    } else {
+      // Eight Latin-1 bytes at a time, the same test per byte lane.
+      while (j + 8 <= n_) {
+        uint64_t x;
+        std::memcpy(&x, s_ + j, sizeof x);
+        const uint64_t lower = (x | 0x2020202020202020ull) & 0x7F7F7F7F7F7F7F7Full;
+        const uint64_t from_a = lower + 0x1F1F1F1F1F1F1F1Full;  // bit 7: lower >= 'a'
+        const uint64_t past_z = lower + 0x0505050505050505ull;  // bit 7: lower > 'z'
+        const uint64_t stop = ((~from_a | past_z) | x) & 0x8080808080808080ull;
+        if (kCopy) std::memcpy(dst + (j - i), &lower, sizeof lower);
+        if (stop) return j + (__builtin_ctzll(stop) >> 3);
+        j += 8;
+      }
     }
 #endif
     for (; j < n_ && ascii_alpha(s_[j]); ++j)
@@ -1662,7 +1683,7 @@ class Lexer {
     if (is_misc_symbol(c)) cand1(kMisc, 1);
     if (best_total == 0) return i + 1;  // a line break, or an untokenizable character (dropped: "firstDelete") character: dropped (the default "firstDelete")
 
-    const Str text(s_ + i, best_tok);
+    const Str text(s_ + i, s_ + i + best_tok);
     switch (best_rule) {
       case kDel:
         break;
@@ -1863,7 +1884,7 @@ int64_t utf8_invalid_offset(const char* data, int64_t len) {
 std::vector<std::string> ptb_tokens(const std::string& utf8, const std::string& following) {
   const Str own = utf8_to_utf16(utf8);
   const Str s = own + utf8_to_utf16(following);
-  Lexer lexer(s.data(), static_cast<int>(s.size()), static_cast<int>(own.size()));
+  Lexer<char16_t> lexer(s.data(), static_cast<int>(s.size()), static_cast<int>(own.size()));
   Str line;
   lexer.run_raw(line);
   std::vector<std::string> out;
@@ -1881,7 +1902,7 @@ std::vector<std::string> ptb_tokens(const std::string& utf8, const std::string& 
 std::string ptb_tokenize_caption(const std::string& utf8, const std::string& following) {
   const Str own = utf8_to_utf16(utf8);
   const Str s = own + utf8_to_utf16(following);
-  Lexer lexer(s.data(), static_cast<int>(s.size()), static_cast<int>(own.size()));
+  Lexer<char16_t> lexer(s.data(), static_cast<int>(s.size()), static_cast<int>(own.size()));
   OutBuf out;
   if (lexer.run_filtered(out)) return out.text.substr(0, out.size);
   Str line;
@@ -1966,46 +1987,21 @@ bool all_ascii(const char* p, size_t n) {
 }  // namespace
 
 size_t PtbResult::footprint() const {
-  size_t bytes = text_capacity * sizeof(char16_t) + start.capacity() * sizeof(int64_t) +
+  size_t bytes = text_capacity * sizeof(char16_t) + text8_capacity + start.capacity() * sizeof(int64_t) +
                  (begin.capacity() + size.capacity()) * sizeof(int64_t) + ascii.capacity();
   for (const std::string& b : blocks) bytes += b.capacity();
   return bytes;
 }
 
-int64_t ptb_tokenize_texts(const PtbText* texts, int64_t n, PtbResult& out, bool fast_paths) {
-  // The lexer reads the captions the way pycocoevalcap's input file holds them: one UTF-16 buffer, captions joined
-  // by '\n' (with their own '\n' turned into ' '), so trailing-context rules see the following captions.
-  std::vector<int64_t>& start = out.start;
-  start.resize(static_cast<size_t>(n + 1));
-  start[0] = 0;
-  parallel_for(n, 2048, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) start[i + 1] = utf16_size(texts[i]);
-  });
-  for (int64_t i = 0; i < n; ++i) {
-    if (start[i + 1] < 0) return i;
-    start[i + 1] += start[i] + 1;
-  }
-  const int64_t nblocks = (n + PtbResult::kBlock - 1) / PtbResult::kBlock;
-  out.blocks.resize(static_cast<size_t>(nblocks));
-  // Every entry is written below.
-  out.begin.resize(static_cast<size_t>(n));
-  out.size.resize(static_cast<size_t>(n));
-  out.ascii.resize(static_cast<size_t>(n));
-  if (n == 0) return -1;
+namespace {
+
+// Tokenizes the captions laid out in buf (caption i at start[i], '\n' after each but the last), in blocks of
+// PtbResult::kBlock captions, each block with its own output buffer; a block's captions are tokenized in order.
+template <typename CharT>
+void tokenize_blocks(const CharT* buf, int64_t n, PtbResult& out, bool fast_paths) {
+  const std::vector<int64_t>& start = out.start;
   const int64_t total = start[n] - 1;
-  if (out.text_capacity < static_cast<size_t>(total)) {
-    // Written in full below (captions and the '\n' after each), so left uninitialised here.
-    out.text.reset(new char16_t[static_cast<size_t>(total)]);
-    out.text_capacity = static_cast<size_t>(total);
-  }
-  char16_t* const buf = out.text.get();
-  parallel_for(n, 2048, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      write_utf16(texts[i], buf + start[i]);
-      if (i + 1 < n) buf[start[i + 1] - 1] = u'\n';
-    }
-  });
-  // Blocks of kBlock captions, each with its own output buffer; a block's captions are tokenized in order.
+  const int64_t nblocks = static_cast<int64_t>(out.blocks.size());
   parallel_for(nblocks, 1, [&](int64_t b0, int64_t b1) {
     Str line;
     std::string joined;
@@ -2019,7 +2015,7 @@ int64_t ptb_tokenize_texts(const PtbText* texts, int64_t n, PtbResult& out, bool
         const int64_t len = start[i + 1] - 1 - start[i];
         const int64_t visible = std::min<int64_t>(total - start[i], len + static_cast<int64_t>(kContextBytes));
         const size_t at0 = o.size;
-        Lexer lexer(buf + start[i], static_cast<int>(visible), static_cast<int>(len), fast_paths);
+        Lexer<CharT> lexer(buf + start[i], static_cast<int>(visible), static_cast<int>(len), fast_paths);
         bool check_ascii = true;
         if (fast_paths && lexer.run_filtered(o)) {
           check_ascii = lexer.maybe_non_ascii();
@@ -2038,6 +2034,69 @@ int64_t ptb_tokenize_texts(const PtbText* texts, int64_t n, PtbResult& out, bool
       o.text.swap(out.blocks[static_cast<size_t>(blk)]);
     }
   });
+}
+
+// Latin-1 text (a str of kind 1) at dst, its own '\n' turned into ' '.
+void write_latin1(const PtbText& t, uint8_t* dst) {
+  if (t.len == 0) return;  // (t.data may then be null)
+  std::memcpy(dst, t.data, static_cast<size_t>(t.len));
+  for (uint8_t* p = dst; (p = static_cast<uint8_t*>(std::memchr(p, '\n', static_cast<size_t>(dst + t.len - p))));)
+    *p++ = ' ';
+}
+
+}  // namespace
+
+int64_t ptb_tokenize_texts(const PtbText* texts, int64_t n, PtbResult& out, bool fast_paths) {
+  // The lexer reads the captions the way pycocoevalcap's input file holds them: one buffer, captions joined by '\n'
+  // (with their own '\n' turned into ' '), so trailing-context rules see the following captions. UTF-16 as in
+  // Java; or, when every caption is Latin-1 (a str of kind 1, e.g. ASCII), one byte per code point.
+  std::vector<int64_t>& start = out.start;
+  start.resize(static_cast<size_t>(n + 1));
+  start[0] = 0;
+  parallel_for(n, 2048, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) start[i + 1] = utf16_size(texts[i]);
+  });
+  bool latin1 = fast_paths;  // the reference mode (fast_paths = false) always reads UTF-16
+  for (int64_t i = 0; i < n; ++i) {
+    if (start[i + 1] < 0) return i;
+    start[i + 1] += start[i] + 1;
+    latin1 &= texts[i].kind == 1;
+  }
+  out.blocks.resize(static_cast<size_t>((n + PtbResult::kBlock - 1) / PtbResult::kBlock));
+  // Every entry is written below.
+  out.begin.resize(static_cast<size_t>(n));
+  out.size.resize(static_cast<size_t>(n));
+  out.ascii.resize(static_cast<size_t>(n));
+  if (n == 0) return -1;
+  const size_t total = static_cast<size_t>(start[n] - 1);
+  if (latin1) {
+    if (out.text8_capacity < total) {
+      // Written in full below (captions and the '\n' after each), so left uninitialised here.
+      out.text8.reset(new uint8_t[total]);
+      out.text8_capacity = total;
+    }
+    uint8_t* const buf = out.text8.get();
+    parallel_for(n, 2048, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        write_latin1(texts[i], buf + start[i]);
+        if (i + 1 < n) buf[start[i + 1] - 1] = '\n';
+      }
+    });
+    tokenize_blocks(static_cast<const uint8_t*>(buf), n, out, fast_paths);
+    return -1;
+  }
+  if (out.text_capacity < total) {
+    out.text.reset(new char16_t[total]);
+    out.text_capacity = total;
+  }
+  char16_t* const buf = out.text.get();
+  parallel_for(n, 2048, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      write_utf16(texts[i], buf + start[i]);
+      if (i + 1 < n) buf[start[i + 1] - 1] = u'\n';
+    }
+  });
+  tokenize_blocks(static_cast<const char16_t*>(buf), n, out, fast_paths);
   return -1;
 }
 

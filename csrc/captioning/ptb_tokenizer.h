@@ -42,10 +42,13 @@ struct PtbResult {
   std::vector<uint8_t> ascii;
   const char* data(int64_t i) const { return blocks[static_cast<size_t>(i / kBlock)].data() + begin[i]; }
 
-  // Scratch: where each caption starts in `text`, the captions as the lexer reads them (UTF-16, '\n'-joined).
+  // Scratch: where each caption starts in the text, the captions as the lexer reads them ('\n'-joined): UTF-16, or
+  // Latin-1 bytes when every caption is a Latin-1 str.
   std::vector<int64_t> start;
   std::unique_ptr<char16_t[]> text;
   size_t text_capacity = 0;
+  std::unique_ptr<uint8_t[]> text8;
+  size_t text8_capacity = 0;
   // Bytes held by the buffers (for callers that keep a PtbResult between calls).
   size_t footprint() const;
 };
@@ -54,8 +57,9 @@ struct PtbResult {
 // '\n' + caption i+1 + ... as trailing context). Returns -1, or the index of the first caption that is not valid
 // text (a surrogate code point in kind 2/4, invalid UTF-8 in kind 0; then nothing is tokenized). No exceptions:
 // the sanitizer build cannot intercept C++ throws from an extension loaded into Python.
-// fast_paths = false (for tests) skips the shortcuts for common tokens and the direct filtered output: every rule is
-// tried at every position and the Java output line is filtered afterwards, the way the tokenizer is specified.
+// fast_paths = false (for tests) skips the shortcuts for common tokens, the direct filtered output and the Latin-1
+// buffer: every rule is tried at every position of the UTF-16 text and the Java output line is filtered afterwards,
+// the way the tokenizer is specified.
 int64_t ptb_tokenize_texts(const PtbText* texts, int64_t n, PtbResult& out, bool fast_paths = true);
 
 // The same for UTF-8 texts[i] of lens[i] bytes; out[i] receives the result.
