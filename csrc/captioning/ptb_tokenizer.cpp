@@ -2038,10 +2038,9 @@ void tokenize_blocks(const CharT* buf, int64_t n, PtbResult& out, bool fast_path
 
 // Latin-1 text (a str of kind 1) at dst, its own '\n' turned into ' '.
 void write_latin1(const PtbText& t, uint8_t* dst) {
-  if (t.len == 0) return;  // (t.data may then be null)
-  std::memcpy(dst, t.data, static_cast<size_t>(t.len));
-  for (uint8_t* p = dst; (p = static_cast<uint8_t*>(std::memchr(p, '\n', static_cast<size_t>(dst + t.len - p))));)
-    *p++ = ' ';
+  const auto* p = static_cast<const uint8_t*>(t.data);
+  const int64_t len = t.len;  // a local: stores through dst could alias t.len, which would stop vectorization
+  for (int64_t k = 0; k < len; ++k) dst[k] = p[k] == '\n' ? uint8_t{' '} : p[k];
 }
 
 }  // namespace
