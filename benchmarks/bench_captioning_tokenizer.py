@@ -9,11 +9,21 @@ import random
 import shutil
 from pathlib import Path
 
-from vlkernels.captioning.tokenizer import ptb_tokenize
+from vlkernels.captioning._text import tokenize_dicts
+from vlkernels.captioning.tokenizer import PTBTokenizer, ptb_tokenize
 
 from .harness import Bench, register
 
 _GOLDEN = "captions/golden/coco_val2014_captions_reconstructed.json.gz"
+
+
+def _shared(name: str) -> Path | None:
+    roots = [os.environ.get("VLKERNELS_SHARED_DATA", ""), str(Path(__file__).resolve().parents[2] / "shared" / "data")]
+    for root in roots:
+        path = Path(root) / "captions" / "golden" / name
+        if root and path.is_file():
+            return path
+    return None
 
 
 def _captions(n: int) -> list[str]:
@@ -59,3 +69,42 @@ def _ptb_tokenize(n: int, device: str) -> Bench:
         repeats=1,
         notes=f"{len(caps)} raw captions",
     )
+
+
+@register("captioning", "ptb_tokenize_karpathy", quick={"images": 1000}, full={"images": 5000}, devices=("cpu",))
+def _ptb_tokenize_karpathy(images: int, device: str) -> list[Bench]:
+    """The tokenizer half of CIDEr-D from raw strings: Karpathy-test refs (5 per image) and one candidate per image,
+    as {id: [{"caption": str}]} dicts, tokenized one dict at a time as pycocoevalcap's evaluation does."""
+    refs_path, preds_path = _shared("karpathy_test_refs_raw.json"), _shared("karpathy_test__ersan_vis.json")
+    if refs_path is None or preds_path is None:
+        return []
+    refs, preds = json.load(open(refs_path)), json.load(open(preds_path))
+    ids = preds["image_ids_in_scorer_order"][:images]
+    gts = {k: [{"caption": c} for c in refs[k]] for k in ids}
+    res = {k: [{"caption": preds["candidates_raw"][k]}] for k in ids}
+    providers = {
+        "vlkernels": lambda: tokenize_dicts(gts, res),
+        "vlkernels_PTBTokenizer": lambda: (PTBTokenizer().tokenize(gts), PTBTokenizer().tokenize(res)),
+    }
+    if shutil.which("java"):
+        from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer as JavaPTBTokenizer
+
+        # Two JVM runs per evaluation, as pycocoevalcap's scorers get them.
+        providers["pycocoevalcap_java"] = lambda: (JavaPTBTokenizer().tokenize(gts), JavaPTBTokenizer().tokenize(res))
+
+    def check(out):
+        for name, got in out.items():
+            if name != "vlkernels" and tuple(got) != tuple(out["vlkernels"]):
+                raise AssertionError(f"{name} tokenized the Karpathy captions differently from vlkernels")
+
+    n = sum(len(v) for v in gts.values()) + len(res)
+    return [
+        Bench(
+            providers=providers,
+            baseline="pycocoevalcap_java" if "pycocoevalcap_java" in providers else None,
+            check=check,
+            bytes=sum(len(c["caption"].encode()) for d in (gts, res) for v in d.values() for c in v),
+            repeats=3,
+            notes=f"{images} Karpathy-test images: {n} raw captions in two dicts (refs, candidates)",
+        )
+    ]

@@ -10,11 +10,19 @@
 #include "captioning/ptb_tokenizer.h"
 
 #include <algorithm>
+#include <cstring>
+#include <memory>
 #include <string>
-#include <unordered_set>
 #include <vector>
 
 #include "core/parallel.h"
+
+// The per-word shortcut runs once per token of most captions: keep it inside the lexer loop.
+#if defined(__GNUC__)
+#define VLK_PTB_INLINE __attribute__((always_inline)) inline
+#else
+#define VLK_PTB_INLINE inline
+#endif
 
 namespace vlk {
 namespace {
@@ -158,6 +166,76 @@ void java_lower_append(const char16_t* in, size_t n, Str& out) {
   }
 }
 
+// UTF-16 -> UTF-8 at dst (room for 3 bytes a unit); returns the bytes written. A lone surrogate is written as its
+// 3-byte form, as before (no rule keeps half of a pair in a token).
+size_t put_utf8(char* dst, const char16_t* s, size_t n) {
+  char* const dst0 = dst;
+  for (size_t k = 0; k < n; ++k) {
+    uint32_t c = s[k];
+    if (c < 0x80) {
+      *dst++ = static_cast<char>(c);
+      continue;
+    }
+    if (c >= 0xD800 && c <= 0xDBFF && k + 1 < n && s[k + 1] >= 0xDC00 && s[k + 1] <= 0xDFFF) {
+      c = 0x10000 + ((c - 0xD800) << 10) + (s[k + 1] - 0xDC00);
+      ++k;
+    }
+    if (c < 0x800) {
+      *dst++ = static_cast<char>(0xC0 | (c >> 6));
+      *dst++ = static_cast<char>(0x80 | (c & 0x3F));
+    } else if (c < 0x10000) {
+      *dst++ = static_cast<char>(0xE0 | (c >> 12));
+      *dst++ = static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+      *dst++ = static_cast<char>(0x80 | (c & 0x3F));
+    } else {
+      *dst++ = static_cast<char>(0xF0 | (c >> 18));
+      *dst++ = static_cast<char>(0x80 | ((c >> 12) & 0x3F));
+      *dst++ = static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+      *dst++ = static_cast<char>(0x80 | (c & 0x3F));
+    }
+  }
+  return static_cast<size_t>(dst - dst0);
+}
+
+void append_utf8(std::string& out, const char16_t* s, size_t n) {
+  const size_t at0 = out.size();
+  out.resize(at0 + 3 * n);
+  out.resize(at0 + put_utf8(&out[at0], s, n));
+}
+
+// An output buffer that is filled through raw pointers: text[0, size) is the output, the rest spare capacity, so
+// appending a token costs no zero-fill (std::string::resize would clear each token's bytes first).
+struct OutBuf {
+  std::string text;
+  size_t size = 0;
+  // Room for k more bytes at the end; the caller writes them and adds what it used to `size`.
+  char* room(size_t k) {
+    if (size + k > text.size()) text.resize(std::max(text.size() * 2, size + k + 256));
+    return &text[size];
+  }
+  void append(const std::string& s) {
+    std::copy(s.begin(), s.end(), room(s.size()));
+    size += s.size();
+  }
+};
+
+// pycocoevalcap's PUNCTUATIONS (the upper-case entries never match a -lowerCase token; kept for fidelity).
+bool is_filtered(const char16_t* t, size_t len) {
+  if (len == 0 || len > 5 || !in_set(t[0], u"'`-.?!,:;")) return false;
+  static const char16_t* const kPunct[] = {u"''", u"'", u"``", u"`", u"-LRB-", u"-RRB-", u"-LCB-", u"-RCB-", u".",
+                                           u"?",  u"!", u",",  u":", u"-",     u"--",    u"...",   u";"};
+  for (const char16_t* p : kPunct)
+    if (std::char_traits<char16_t>::length(p) == len && std::char_traits<char16_t>::compare(p, t, len) == 0)
+      return true;
+  return false;
+}
+
+// Python's str.isspace(), for the rstrip() pycocoevalcap applies to each output line.
+bool py_space(char16_t c) {
+  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
 // Ends of a pattern tried at one start: small sorted sets of positions, the way a JFlex DFA keeps every
 // alternative alive until the longest one is known.
 using Ends = std::vector<int>;
@@ -167,30 +245,307 @@ void add_end(Ends& e, int p) {
 }
 int max_end(const Ends& e) { return e.empty() ? -1 : *std::max_element(e.begin(), e.end()); }
 
+// A run of at most 8 ASCII letters, lower-cased and packed into an integer (8 bits a letter): how the
+// abbreviation lists are looked up, by the whole letter run (every entry is letters followed by '.', so it can only
+// match a complete run). 0 for anything else (a longer run, a non-letter), which no list holds.
+template <typename CharT>
+uint64_t pack_letters(const CharT* s, int len) {
+  if (len <= 0 || len > 8) return 0;
+  uint64_t key = 0;
+  for (int k = 0; k < len; ++k) key = (key << 8) | static_cast<uint64_t>(s[k] | 0x20);
+  return key;
+}
+constexpr uint64_t pack_letters(const char* w) {
+  uint64_t key = 0;
+  int len = 0;
+  for (; w[len]; ++len) {
+    const char c = static_cast<char>(w[len] | 0x20);
+    if (len == 8 || c < 'a' || c > 'z') return 0;
+    key = (key << 8) | static_cast<uint64_t>(c);
+  }
+  return key;
+}
+
+// A set of lower-case words of letters, for pack_letters keys. Entries with other characters are left out: a run of
+// letters can never equal them.
+class WordSet {
+ public:
+  WordSet(std::initializer_list<const char*> words) {
+    for (const char* w : words)
+      if (const uint64_t k = pack_letters(w)) keys_.push_back(k);
+    build();
+  }
+  void add(const WordSet& other) {
+    keys_.insert(keys_.end(), other.keys_.begin(), other.keys_.end());
+    build();
+  }
+  // Open addressing, at most a quarter full: one probe for most words.
+  bool has(uint64_t key) const {
+    if (key == 0) return false;
+    for (size_t h = slot(key);; h = (h + 1) & mask_) {
+      if (slots_[h] == key) return true;
+      if (slots_[h] == 0) return false;
+    }
+  }
+
+ private:
+  std::vector<uint64_t> keys_, slots_;
+  size_t mask_ = 0;
+  size_t slot(uint64_t key) const { return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> 40) & mask_; }
+  void build() {
+    size_t n = 16;
+    while (n < 4 * keys_.size()) n *= 2;
+    slots_.assign(n, 0);
+    mask_ = n - 1;
+    for (uint64_t k : keys_) {
+      size_t h = slot(k);
+      while (slots_[h] != 0 && slots_[h] != k) h = (h + 1) & mask_;
+      slots_[h] = k;
+    }
+  }
+};
+
+// Tokens of one caption, produced two ways:
+//  - run_filtered(): the caption as pycocoevalcap returns it (tokens lower-cased, PUNCTUATIONS dropped, joined by
+//    ' '), appended as UTF-8 straight to an output buffer;
+//  - run_raw(): the Java output line (all tokens, lower-cased, UTF-16), for ptb_tokens() and for the one case the
+//    filtered mode leaves to it (a line whose last token ends in whitespace, which pycocoevalcap's rstrip() trims).
+// CharT: char16_t (UTF-16 code units, as Java reads them), or uint8_t for text that is all Latin-1 (each byte is
+// then its code point; the rules compare code points, so both read the same text the same way).
+template <typename CharT>
 class Lexer {
  public:
   // Tokens starting before `end`; s[end:] is read only as trailing context (the Java lexer sees the captions
   // that follow in pycocoevalcap's file, and a few rules look past the end of the current line).
-  Lexer(const char16_t* s, int n, int end) : s_(s), n_(n), end_(end) {}
+  // fast_paths = false tries every rule at every position (the reference the tests hold the fast paths to).
+  Lexer(const CharT* s, int n, int end, bool fast_paths = true) : s_(s), n_(n), end_(end), fast_(fast_paths) {}
 
   // Appends the caption's tokens, lower-cased (java.lang.String.toLowerCase) and separated by ' ', to `line`:
   // the Java output line. No token holds an ASCII space (the rules turn spaces inside tokens into U+00A0).
-  void run(Str& line) {
+  void run_raw(Str& line) {
     line_ = &line;
-    int i = 0;
-    while (i < end_) i = step(i);
+    out_ = nullptr;
+    run<false>();
   }
+
+  // Appends the caption as pycocoevalcap returns it to `out` (UTF-8). Returns false, leaving `out` with
+  // unspecified content past its old size, when the last token ends in a character str.rstrip() removes: the
+  // caller then goes through run_raw() and join_filtered().
+  bool run_filtered(OutBuf& out) {
+    out_ = &out;
+    line_ = nullptr;
+    first_ = true;
+    last_ws_ = false;
+    non_ascii_ = false;
+    run<true>();
+    return !last_ws_;
+  }
+  // After run_filtered(): false when the output is certainly ASCII.
+  bool maybe_non_ascii() const { return non_ascii_; }
 
  private:
-  const char16_t* s_;
+  const CharT* s_;
   int n_, end_;
-  Str* line_ = nullptr;
+  bool fast_;
+  Str* line_ = nullptr;      // run_raw's output
+  OutBuf* out_ = nullptr;    // run_filtered's output
+  bool first_ = true;        // no token kept yet (run_filtered)
+  bool last_ws_ = false;     // the last token ends in a str.isspace() character (run_filtered)
+  bool non_ascii_ = false;   // a token (kept or not) holds a non-ASCII character (run_filtered)
+  Str scratch_;              // one lower-cased token (run_filtered)
+
+  // kFiltered: run_filtered() (out_), else run_raw() (line_).
+  template <bool kFiltered>
+  void run() {
+    int i = 0;
+    if (!fast_) {
+      while (i < end_) i = step(i);
+      return;
+    }
+    while (i < end_) {
+      const char16_t c = s_[i];
+      if (c == u' ') {
+        ++i;
+      } else if (ascii_alpha(c)) {
+        const int j = fast_word<kFiltered>(i);
+        i = j > 0 ? j : step(i);
+      } else if ((c == u'.' || c == u',') && fast_punct<kFiltered>(i)) {
+        ++i;
+      } else {
+        i = step(i);
+      }
+    }
+  }
 
   void emit(const char16_t* p, size_t len) {
-    if (!line_->empty()) *line_ += u' ';
-    java_lower_append(p, len, *line_);
+    if (line_) {
+      if (!line_->empty()) *line_ += u' ';
+      java_lower_append(p, len, *line_);
+      return;
+    }
+    scratch_.clear();
+    java_lower_append(p, len, scratch_);
+    const char16_t* t = scratch_.data();
+    const size_t n = scratch_.size();
+    for (size_t k = 0; k < n; ++k) non_ascii_ |= t[k] >= 0x80;
+    // What the rstrip() of the whole line would see; run_raw() deals with it (an empty token too: it leaves a
+    // trailing ' ' on the line).
+    last_ws_ = n == 0 || py_space(t[n - 1]);
+    if (is_filtered(t, n)) return;
+    char* dst = out_->room(3 * n + 1);
+    if (!first_) *dst++ = ' ';
+    out_->size += !first_ + put_utf8(dst, t, n);
+    first_ = false;
   }
   void emit(const Str& t) { emit(t.data(), t.size()); }
+
+  // A token of ASCII letters, lower-cased (never in PUNCTUATIONS).
+  void emit_ascii_word(int i, int len) {
+    if (line_) {
+      if (!line_->empty()) *line_ += u' ';
+      const size_t at0 = line_->size();
+      line_->append(s_ + i, s_ + i + len);
+      for (size_t k = at0; k < line_->size(); ++k) (*line_)[k] |= 0x20;
+      return;
+    }
+    last_ws_ = false;
+    char* dst = out_->room(static_cast<size_t>(len) + 1);
+    if (!first_) *dst++ = ' ';
+    for (int k = 0; k < len; ++k) dst[k] = static_cast<char>(s_[i + k] | 0x20);
+    out_->size += !first_ + static_cast<size_t>(len);
+    first_ = false;
+  }
+
+  // The commonest tokens, decided without trying every rule (why no other rule can match is noted at each case).
+  // A run of ASCII letters followed by ASCII whitespace (' ', \t, \n, \r, \f: no rule reads through it) or the
+  // end of the text: WORD/THING match exactly the run (WORD first), and only the assimilation rules (cannot, gonna,
+  // ...) tie with it, on their exact word.
+  // The same run followed by ',' or '.' and then ASCII whitespace or the end: WORD still matches the run alone;
+  // the rules that read on through such a character (EMAIL, LIKELYURL, HTHING, THING3) need an '@', a
+  // top-level domain, a '-' or a '/' before the whitespace, and ACRO needs a one-letter run before a '.', which
+  // is left to step(); the abbreviation rules would take the '.' along, so runs in their lists are left too.
+  // Returns the end of the token, or -1 when step() must decide.
+  template <bool kFiltered>
+  VLK_PTB_INLINE int fast_word(int i) {
+    if (!kFiltered) {
+      const int j = letter_run<false>(i, nullptr);
+      if (!word_shortcut(i, j, pack_letters(s_ + i, j - i))) return -1;
+      emit_ascii_word(i, j - i);
+      return j;
+    }
+    // The run is copied, lower-cased, to the output while it is scanned, after a separating ' ' unless it is the
+    // first token; the copy only counts (out_->size moves) when the shortcut applies.
+    char* const base = out_->room(static_cast<size_t>(n_ - i) + 9);
+    base[0] = ' ';
+    char* const dst = base + !first_;
+    const int j = letter_run<true>(i, dst);
+    const int len = j - i;
+    if (!word_shortcut(i, j, pack_bytes(dst, len))) return -1;
+    out_->size += static_cast<size_t>(dst - base) + static_cast<size_t>(len);
+    first_ = false;
+    last_ws_ = false;
+    return j;
+  }
+
+  // Whether the run of ASCII letters s_[i, j) (pack_letters() key `key`) is a WORD token by itself.
+  VLK_PTB_INLINE bool word_shortcut(int i, int j, uint64_t key) const {
+    const int len = j - i;
+    if (j < n_) {
+      const char16_t d = s_[j];
+      if (d == u',' || (d == u'.' && len >= 2)) {
+        if (j + 1 < n_ && !ascii_blank(s_[j + 1])) return false;
+        if (d == u'.' && any_abbreviation().has(key)) return false;
+      } else if (!ascii_blank(d)) {
+        // Not every space: EMAIL and LIKELYURL read on through U+00A0, U+2000..U+200A, U+3000, U+000B, U+2028
+        // ("foo\u2002bar@x.com" is one token for the Java tokenizer too); step() decides those.
+        return false;
+      }
+    }
+    // The assimilations, compared without a branch per word (the packed keys of other runs never equal them).
+    constexpr uint64_t kCannot = pack_letters("cannot"), kGonna = pack_letters("gonna"),
+                       kGotta = pack_letters("gotta"), kLemme = pack_letters("lemme"), kGimme = pack_letters("gimme"),
+                       kWanna = pack_letters("wanna");
+    return !((key == kCannot) | (key == kGonna) | (key == kGotta) | (key == kLemme) | (key == kGimme) |
+             (key == kWanna));
+  }
+  static bool ascii_blank(char16_t c) { return c == u' ' || c == u'\t' || c == u'\n' || c == u'\r' || c == u'\f'; }
+
+  // '.' or ',' not followed by a digit (NUMBER: ".5", ",5"), and '.' not starting an LDOTS ("...", ". . ."): the
+  // one-character token (PUNCT, INSENTP), which PUNCTUATIONS drops. No other rule starts with either character.
+  template <bool kFiltered>
+  bool fast_punct(int i) {
+    const char16_t d = at(i + 1);
+    if (is_digit_ext(d)) return false;
+    if (s_[i] == u'.' && (d == u'.' || ((d == u' ' || d == 0x00A0) && at(i + 2) == u'.'))) return false;
+    if (kFiltered) {
+      last_ws_ = false;
+    } else {
+      const char16_t c = s_[i];
+      emit(&c, 1);
+    }
+    return true;
+  }
+
+  // pack_letters() of a run already lower-cased at p, which has 8 readable bytes.
+  static uint64_t pack_bytes(const char* p, int len) {
+    if (len > 8) return 0;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t v;
+    std::memcpy(&v, p, sizeof v);
+    return __builtin_bswap64(v) >> (64 - 8 * len);
+#else
+    uint64_t key = 0;
+    for (int k = 0; k < len; ++k) key = (key << 8) | static_cast<unsigned char>(p[k]);
+    return key;
+#endif
+  }
+
+  // End of the run of ASCII letters that starts at i. kCopy: the run is also written, lower-cased, at dst, which
+  // has room for n_ - i + 8 bytes (up to 8 bytes past the run may be overwritten).
+  template <bool kCopy>
+  VLK_PTB_INLINE int letter_run(int i, char* dst) const {
+    int j = i;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if constexpr (sizeof(CharT) == 2) {
+      // Four UTF-16 units at a time in one 64-bit word (lane k = unit j + k): a lane stops the run unless it is
+      // below 0x80 and, with bit 5 set (lower case), between 'a' and 'z'. No lane's arithmetic carries into the next.
+      while (j + 4 <= n_) {
+        uint64_t x;
+        std::memcpy(&x, s_ + j, sizeof x);
+        const uint64_t non_ascii =
+            (((x >> 7) & 0x01FF01FF01FF01FFull) + 0x7FFF7FFF7FFF7FFFull) & 0x8000800080008000ull;
+        const uint64_t lower = (x | 0x0020002000200020ull) & 0x007F007F007F007Full;
+        const uint64_t from_a = lower + 0x001F001F001F001Full;  // bit 7: lower >= 'a'
+        const uint64_t past_z = lower + 0x0005000500050005ull;  // bit 7: lower > 'z'
+        const uint64_t stop = ((~from_a | past_z) & 0x0080008000800080ull) | (non_ascii >> 8);
+        if (kCopy) {
+          uint64_t bytes = (lower | (lower >> 8)) & 0x0000FFFF0000FFFFull;  // the four low bytes, packed
+          bytes |= bytes >> 16;
+          const uint32_t four = static_cast<uint32_t>(bytes);
+          std::memcpy(dst + (j - i), &four, sizeof four);
+        }
+        if (stop) return j + (__builtin_ctzll(stop) >> 4);
+        j += 4;
+      }
+    } else {
+      // Eight Latin-1 bytes at a time, the same test per byte lane.
+      while (j + 8 <= n_) {
+        uint64_t x;
+        std::memcpy(&x, s_ + j, sizeof x);
+        const uint64_t lower = (x | 0x2020202020202020ull) & 0x7F7F7F7F7F7F7F7Full;
+        const uint64_t from_a = lower + 0x1F1F1F1F1F1F1F1Full;  // bit 7: lower >= 'a'
+        const uint64_t past_z = lower + 0x0505050505050505ull;  // bit 7: lower > 'z'
+        const uint64_t stop = ((~from_a | past_z) | x) & 0x8080808080808080ull;
+        if (kCopy) std::memcpy(dst + (j - i), &lower, sizeof lower);
+        if (stop) return j + (__builtin_ctzll(stop) >> 3);
+        j += 8;
+      }
+    }
+#endif
+    for (; j < n_ && ascii_alpha(s_[j]); ++j)
+      if (kCopy) dst[j - i] = static_cast<char>(s_[j] | 0x20);
+    return j;
+  }
 
   char16_t at(int i) const { return i < n_ ? s_[i] : char16_t(0xFFFF); }
   bool has(int i) const { return i < n_; }
@@ -214,15 +569,6 @@ class Lexer {
     }
     return k;
   }
-
-  // The ASCII letters s[i, j) lower-cased (abbreviation lists are looked up by the whole letter run: every entry
-  // is letters followed by '.', so it can only match a complete run).
-  std::string lower_run(int i, int j) const {
-    std::string w(static_cast<size_t>(j - i), ' ');
-    for (int k = i; k < j; ++k) w[k - i] = static_cast<char>(s_[k] | 0x20);
-    return w;
-  }
-  static bool in_list(const std::string& w, const std::unordered_set<std::string>& set) { return set.count(w) > 0; }
 
   // {APOS} = ['\u0092\u2019]|&apos;
   int apos(int i) const {
@@ -626,43 +972,43 @@ class Lexer {
 
   // ABBREV1 = ({ABMONTH}|{ABDAYS}|{ABSTATE}|{ABCOMP}|{ABNUM}|{ABPTIT}|etc|al|seq|Bldg)\.
   int abbrev1(int i) const {
-    static const std::unordered_set<std::string> caseless = {
+    const WordSet& caseless = abbrev1_words();
+    const WordSet& cap_first = abbrev1_cap_first_words();
+    int j = i;
+    while (j < n_ && ascii_alpha(s_[j])) ++j;
+    if (j == i || at(j) != '.') return -1;
+    const uint64_t w = pack_letters(s_ + i, j - i);
+    int best = -1;
+    if (caseless.has(w) || (ascii_upper(s_[i]) && cap_first.has(w))) best = j + 1 - i;
+    for (const char* d : {"ed.d.", "ph.d."})
+      if (lit(i, d) > 0) best = std::max(best, 5);
+    return best;
+  }
+  static const WordSet& abbrev1_words() {
+    static const WordSet words = {
         "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec", "mon", "tue",
         "tues", "wed", "thu", "thurs", "fri", "ala", "ariz", "calif", "colo", "conn", "ct", "dak", "fla", "ga",
         "ind", "kan", "kans", "ky", "md", "mich", "minn", "mo", "mont", "neb", "nev", "okla", "penn", "tenn",
         "va", "vt", "wis", "wisc", "wyo", "inc", "co", "cos", "corp", "pty", "ptys", "pte", "ptes", "ppty",
         "pptys", "ppte", "pptes", "ltd", "plc", "rt", "bancorp", "bhd", "assn", "univ", "intl", "sys", "tel",
         "est", "ext", "sq", "jr", "bros", "ed.d", "ph.d", "esq", "etc", "al", "seq", "bldg"};
-    // [A]z, [A]rk, [D]el, [I]ll, [L]a, [M]ass, [M]iss, [O]re, [P]a, [T]ex, [W]ash: the bracketed first letter is a
-    // character class, which %caseless leaves case-sensitive.
-    static const std::unordered_set<std::string> cap_first = {"az", "ark", "del", "ill", "la", "mass", "miss", "ore",
-                                                              "pa", "tex", "wash"};
-    int j = i;
-    while (j < n_ && ascii_alpha(s_[j])) ++j;
-    if (j == i || at(j) != '.') return -1;
-    const std::string w = lower_run(i, j);
-    int best = -1;
-    if (in_list(w, caseless) || (ascii_upper(s_[i]) && in_list(w, cap_first))) best = j + 1 - i;
-    for (const char* d : {"ed.d.", "ph.d."})
-      if (lit(i, d) > 0) best = std::max(best, 5);
-    return best;
+    return words;
+  }
+  // [A]z, [A]rk, [D]el, [I]ll, [L]a, [M]ass, [M]iss, [O]re, [P]a, [T]ex, [W]ash: the bracketed first letter is a
+  // character class, which %caseless leaves case-sensitive.
+  static const WordSet& abbrev1_cap_first_words() {
+    static const WordSet words = {"az", "ark", "del", "ill", "la", "mass", "miss", "ore", "pa", "tex", "wash"};
+    return words;
   }
 
   // ABBREV2 = {ABBREV4}\.; ABBREV4 = {ABTITLE}|vs|[v]|Alex|Wm|Jos|Cie|a\.k\.a|cf|TREAS|Ph|{ACRO}|{ABCOMP2}
   int abbrev2(int i, bool acro_possible) const {
-    static const std::unordered_set<std::string> caseless = {
-        "mr", "mrs", "ms", "dr", "drs", "prof", "profs", "sen", "sens", "rep", "reps", "atty", "attys", "lt",
-        "col", "gen", "messrs", "gov", "govs", "adm", "rev", "maj", "sgt", "cpl", "pvt", "capt", "st", "ste",
-        "ave", "pres", "lieut", "rt", "hon", "brig", "cmdr", "comdr", "pfc", "spc", "supt", "supts", "det", "mt",
-        "ft", "adj", "adv", "asst", "assoc", "ens", "insp", "mlle", "mme", "msgr", "sfc", "sr", "vs", "alex",
-        "wm", "jos", "cie", "cf", "treas", "ph", "invt", "elec", "natl", "mfg", "mtg", "dept", "blvd",
-        "rd"};
     int j = i;
     while (j < n_ && ascii_alpha(s_[j])) ++j;
     int best = -1;
     if (j > i && at(j) == '.') {
-      const std::string w = lower_run(i, j);
-      if (in_list(w, caseless) || (s_[i] == 'M' && w == "miss")) best = j + 1 - i;
+      const uint64_t w = pack_letters(s_ + i, j - i);
+      if (abbrev2_words().has(w) || (s_[i] == 'M' && w == pack_letters("miss"))) best = j + 1 - i;
     }
     if (lit(i, "a.k.a.") > 0) best = std::max(best, 6);
     if (acro_possible)
@@ -670,18 +1016,24 @@ class Lexer {
         if (at(e) == '.') best = std::max(best, e + 1 - i);
     return best;
   }
+  static const WordSet& abbrev2_words() {
+    static const WordSet words = {
+        "mr", "mrs", "ms", "dr", "drs", "prof", "profs", "sen", "sens", "rep", "reps", "atty", "attys", "lt",
+        "col", "gen", "messrs", "gov", "govs", "adm", "rev", "maj", "sgt", "cpl", "pvt", "capt", "st", "ste",
+        "ave", "pres", "lieut", "rt", "hon", "brig", "cmdr", "comdr", "pfc", "spc", "supt", "supts", "det", "mt",
+        "ft", "adj", "adv", "asst", "assoc", "ens", "insp", "mlle", "mme", "msgr", "sfc", "sr", "vs", "alex",
+        "wm", "jos", "cie", "cf", "treas", "ph", "invt", "elec", "natl", "mfg", "mtg", "dept", "blvd",
+        "rd"};
+    return words;
+  }
 
   // {ABBREV3}/{SPACENL}?[:digit:]; ABBREV3 = (ca|figs?|prop|nos?|sect?s?|arts?|paras?|bldg|pp|op|approx|[P][t]|rs)\.
   void abbrev3(int i, int& total, int& tok) const {
     total = tok = -1;
-    static const std::unordered_set<std::string> caseless = {"ca", "fig", "figs", "prop", "no", "nos", "sec", "secs",
-                                                             "sect", "sects", "art", "arts", "para", "paras",
-                                                             "bldg", "pp", "op", "approx", "rs"};
     int j = i;
     while (j < n_ && ascii_alpha(s_[j])) ++j;
     if (j == i || at(j) != '.') return;
-    const std::string w = lower_run(i, j);
-    if (!in_list(w, caseless) && !(j == i + 2 && s_[i] == 'P' && s_[i + 1] == 't')) return;
+    if (!abbrev3_words().has(pack_letters(s_ + i, j - i)) && !(j == i + 2 && s_[i] == 'P' && s_[i + 1] == 't')) return;
     const int best = j + 1 - i;
     if (has(j + 1) && is_digit(s_[j + 1])) {
       total = best + 1;
@@ -691,6 +1043,22 @@ class Lexer {
       return;
     }
     tok = best;
+  }
+
+  static const WordSet& abbrev3_words() {
+    static const WordSet words = {"ca", "fig", "figs", "prop", "no", "nos", "sec", "secs", "sect", "sects", "art",
+                                  "arts", "para", "paras", "bldg", "pp", "op", "approx", "rs"};
+    return words;
+  }
+  // Every word of the abbreviation lists, whatever the case of its first letter (a superset, for fast_word()).
+  static const WordSet& any_abbreviation() {
+    static const WordSet words = [] {
+      WordSet all = {"miss", "pt"};
+      for (const WordSet* w : {&abbrev1_words(), &abbrev1_cap_first_words(), &abbrev2_words(), &abbrev3_words()})
+        all.add(*w);
+      return all;
+    }();
+    return words;
   }
 
   // {ACRONYM}/({SPACENLS})([A]bout|...|[Y]ou|{SGML})({SPACENL}|[?!]): an acronym (ACRO\.) before a sentence-initial
@@ -1107,29 +1475,6 @@ class Lexer {
     }
     if (c == '&' && lit(i, "&nbsp;") > 0) return i + 6;
 
-    // Fast path for the most common token, a run of ASCII letters followed by a space, a line break or the end:
-    // the only rules that match such a run are WORD/THING (the whole run, WORD first) and, on a tie, the
-    // assimilation rules (cannot, gonna, ...), which must see their exact word.
-    if (ascii_alpha(c)) {
-      int j = i + 1;
-      while (j < n_ && ascii_alpha(s_[j])) ++j;
-      if (j == n_ || is_space(s_[j]) || (is_newline_char(s_[j]) && s_[j] != 0x85)) {
-        const int len = j - i;
-        bool assim = false;
-        if (len == 5 || len == 6) {
-          for (const char* w : {"cannot", "gonna", "gotta", "lemme", "gimme", "wanna"})
-            if (lit(i, w) == len) assim = true;
-        }
-        if (!assim) {
-          if (!line_->empty()) *line_ += u' ';
-          const size_t at0 = line_->size();
-          line_->append(s_ + i, static_cast<size_t>(len));
-          for (size_t k = at0; k < line_->size(); ++k) (*line_)[k] |= 0x20;
-          return j;
-        }
-      }
-    }
-
     {
       int k = lit(i, "c++");
       if (k < 0) k = lit(i, "c#");
@@ -1338,7 +1683,7 @@ class Lexer {
     if (is_misc_symbol(c)) cand1(kMisc, 1);
     if (best_total == 0) return i + 1;  // a line break, or an untokenizable character (dropped: "firstDelete") character: dropped (the default "firstDelete")
 
-    const Str text(s_ + i, best_tok);
+    const Str text(s_ + i, s_ + i + best_tok);
     switch (best_rule) {
       case kDel:
         break;
@@ -1441,86 +1786,51 @@ class Lexer {
   }
 };
 
-Str utf8_to_utf16(const std::string& s) {
-  Str out;
-  out.reserve(s.size());
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  const size_t n = s.size();
+// Valid UTF-8 -> UTF-16 code units at dst (supplementary characters as surrogate pairs); returns the units written.
+size_t utf8_to_utf16(const char* data, size_t n, char16_t* dst) {
+  const auto* p = reinterpret_cast<const unsigned char*>(data);
+  char16_t* const dst0 = dst;
   for (size_t i = 0; i < n;) {
     uint32_t c = p[i];
-    int len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-    if (len == 2) c &= 0x1F;
-    if (len == 3) c &= 0x0F;
-    if (len == 4) c &= 0x07;
+    if (c < 0x80) {
+      *dst++ = static_cast<char16_t>(c);
+      ++i;
+      continue;
+    }
+    const int len = c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+    c &= len == 2 ? 0x1F : len == 3 ? 0x0F : 0x07;
     for (int k = 1; k < len; ++k) c = (c << 6) | (p[i + k] & 0x3F);
     i += len;
     if (c >= 0x10000) {
       c -= 0x10000;
-      out += static_cast<char16_t>(0xD800 + (c >> 10));
-      out += static_cast<char16_t>(0xDC00 + (c & 0x3FF));
+      *dst++ = static_cast<char16_t>(0xD800 + (c >> 10));
+      *dst++ = static_cast<char16_t>(0xDC00 + (c & 0x3FF));
     } else {
-      out += static_cast<char16_t>(c);
+      *dst++ = static_cast<char16_t>(c);
     }
   }
+  return static_cast<size_t>(dst - dst0);
+}
+
+// UTF-16 length of valid UTF-8: one unit a character, two for a 4-byte one.
+size_t utf16_length(const char* data, size_t n) {
+  const auto* p = reinterpret_cast<const unsigned char*>(data);
+  size_t units = 0;
+  for (size_t i = 0; i < n; ++i) units += ((p[i] & 0xC0) != 0x80) + (p[i] >= 0xF0);
+  return units;
+}
+
+Str utf8_to_utf16(const std::string& s) {
+  Str out(utf16_length(s.data(), s.size()), u'\0');
+  utf8_to_utf16(s.data(), s.size(), &out[0]);
   return out;
 }
 
-void append_utf8(std::string& out, const char16_t* s, size_t n) {
-  size_t k = 0;
-  // ASCII prefix in one go (the common case: the whole token).
-  while (k < n && s[k] < 0x80) ++k;
-  if (k) {
-    const size_t at0 = out.size();
-    out.resize(at0 + k);
-    for (size_t q = 0; q < k; ++q) out[at0 + q] = static_cast<char>(s[q]);
-  }
-  for (; k < n; ++k) {
-    uint32_t c = s[k];
-    if (c >= 0xD800 && c <= 0xDBFF && k + 1 < n && s[k + 1] >= 0xDC00 && s[k + 1] <= 0xDFFF) {
-      c = 0x10000 + ((c - 0xD800) << 10) + (s[k + 1] - 0xDC00);
-      ++k;
-    }
-    if (c < 0x80) {
-      out += static_cast<char>(c);
-    } else if (c < 0x800) {
-      out += static_cast<char>(0xC0 | (c >> 6));
-      out += static_cast<char>(0x80 | (c & 0x3F));
-    } else if (c < 0x10000) {
-      out += static_cast<char>(0xE0 | (c >> 12));
-      out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (c & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (c >> 18));
-      out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (c & 0x3F));
-    }
-  }
-}
-
-// pycocoevalcap's PUNCTUATIONS (the upper-case entries never match a -lowerCase token; kept for fidelity).
-bool is_filtered(const char16_t* t, size_t len) {
-  if (len == 0 || len > 5 || !in_set(t[0], u"'`-.?!,:;")) return false;
-  static const char16_t* const kPunct[] = {u"''", u"'", u"``", u"`", u"-LRB-", u"-RRB-", u"-LCB-", u"-RCB-", u".",
-                                           u"?",  u"!", u",",  u":", u"-",     u"--",    u"...",   u";"};
-  for (const char16_t* p : kPunct)
-    if (std::char_traits<char16_t>::length(p) == len && std::char_traits<char16_t>::compare(p, t, len) == 0)
-      return true;
-  return false;
-}
-
-// Python's str.isspace(), for the rstrip() pycocoevalcap applies to each output line.
-bool py_space(char16_t c) {
-  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
-}
-
-// pycocoevalcap's post-processing of one output line: rstrip(), split(' '), drop the PUNCTUATIONS, join by ' '.
+// pycocoevalcap's post-processing of one output line: rstrip(), split(' '), drop the PUNCTUATIONS, join by ' ';
+// appended to `out`.
 // The rstrip matters: a line may end in a token that ends in U+00A0 (a URL).
 void join_filtered(Str& line, std::string& out) {
   while (!line.empty() && py_space(line.back())) line.pop_back();
-  out.clear();
-  out.reserve(line.size() + line.size() / 4);
   bool first = true;
   size_t b = 0;
   for (size_t e = 0; e <= line.size(); ++e) {
@@ -1574,9 +1884,9 @@ int64_t utf8_invalid_offset(const char* data, int64_t len) {
 std::vector<std::string> ptb_tokens(const std::string& utf8, const std::string& following) {
   const Str own = utf8_to_utf16(utf8);
   const Str s = own + utf8_to_utf16(following);
-  Lexer lexer(s.data(), static_cast<int>(s.size()), static_cast<int>(own.size()));
+  Lexer<char16_t> lexer(s.data(), static_cast<int>(s.size()), static_cast<int>(own.size()));
   Str line;
-  lexer.run(line);
+  lexer.run_raw(line);
   std::vector<std::string> out;
   size_t b = 0;
   for (size_t e = 0; e <= line.size() && !line.empty(); ++e) {
@@ -1592,49 +1902,210 @@ std::vector<std::string> ptb_tokens(const std::string& utf8, const std::string& 
 std::string ptb_tokenize_caption(const std::string& utf8, const std::string& following) {
   const Str own = utf8_to_utf16(utf8);
   const Str s = own + utf8_to_utf16(following);
-  Lexer lexer(s.data(), static_cast<int>(s.size()), static_cast<int>(own.size()));
+  Lexer<char16_t> lexer(s.data(), static_cast<int>(s.size()), static_cast<int>(own.size()));
+  OutBuf out;
+  if (lexer.run_filtered(out)) return out.text.substr(0, out.size);
   Str line;
-  lexer.run(line);
-  std::string out;
-  join_filtered(line, out);
-  return out;
+  lexer.run_raw(line);
+  std::string joined;
+  join_filtered(line, joined);
+  return joined;
+}
+
+namespace {
+
+// The caption's text in UTF-16 units, or -1 when it holds a surrogate code point (a str) or is not valid UTF-8.
+int64_t utf16_size(const PtbText& t) {
+  switch (t.kind) {
+    case 1:
+      return t.len;
+    case 2: {
+      const auto* p = static_cast<const uint16_t*>(t.data);
+      uint32_t bad = 0;
+      for (int64_t k = 0; k < t.len; ++k) bad |= (p[k] & 0xF800) == 0xD800;
+      return bad ? -1 : t.len;
+    }
+    case 4: {
+      const auto* p = static_cast<const uint32_t*>(t.data);
+      int64_t extra = 0;
+      uint32_t bad = 0;
+      for (int64_t k = 0; k < t.len; ++k) {
+        extra += p[k] >= 0x10000;
+        bad |= (p[k] & 0xFFFFF800u) == 0xD800 || p[k] > 0x10FFFF;
+      }
+      return bad ? -1 : t.len + extra;
+    }
+    default: {
+      const char* p = static_cast<const char*>(t.data);
+      if (utf8_invalid_offset(p, t.len) >= 0) return -1;
+      return static_cast<int64_t>(utf16_length(p, static_cast<size_t>(t.len)));
+    }
+  }
+}
+
+// Writes the caption's UTF-16 units at dst, its own '\n' turned into ' ' (the captions' separator in the file).
+void write_utf16(const PtbText& t, char16_t* dst) {
+  auto nl = [](uint32_t c) { return c == u'\n' ? char16_t(u' ') : static_cast<char16_t>(c); };
+  switch (t.kind) {
+    case 1: {
+      const auto* p = static_cast<const uint8_t*>(t.data);
+      for (int64_t k = 0; k < t.len; ++k) dst[k] = nl(p[k]);
+      break;
+    }
+    case 2: {
+      const auto* p = static_cast<const uint16_t*>(t.data);
+      for (int64_t k = 0; k < t.len; ++k) dst[k] = nl(p[k]);
+      break;
+    }
+    case 4: {
+      const auto* p = static_cast<const uint32_t*>(t.data);
+      for (int64_t k = 0; k < t.len; ++k) {
+        uint32_t c = p[k];
+        if (c >= 0x10000) {
+          c -= 0x10000;
+          *dst++ = static_cast<char16_t>(0xD800 + (c >> 10));
+          *dst++ = static_cast<char16_t>(0xDC00 + (c & 0x3FF));
+        } else {
+          *dst++ = nl(c);
+        }
+      }
+      break;
+    }
+    default: {
+      const size_t m = utf8_to_utf16(static_cast<const char*>(t.data), static_cast<size_t>(t.len), dst);
+      for (size_t k = 0; k < m; ++k) dst[k] = nl(dst[k]);
+    }
+  }
+}
+
+bool all_ascii(const char* p, size_t n) {
+  unsigned char acc = 0;
+  for (size_t k = 0; k < n; ++k) acc |= static_cast<unsigned char>(p[k]);
+  return acc < 0x80;
+}
+
+}  // namespace
+
+size_t PtbResult::footprint() const {
+  size_t bytes = text_capacity * sizeof(char16_t) + text8_capacity + start.capacity() * sizeof(int64_t) +
+                 (begin.capacity() + size.capacity()) * sizeof(int64_t) + ascii.capacity();
+  for (const std::string& b : blocks) bytes += b.capacity();
+  return bytes;
+}
+
+namespace {
+
+// Tokenizes the captions laid out in buf (caption i at start[i], '\n' after each but the last), in blocks of
+// PtbResult::kBlock captions, each block with its own output buffer; a block's captions are tokenized in order.
+template <typename CharT>
+void tokenize_blocks(const CharT* buf, int64_t n, PtbResult& out, bool fast_paths) {
+  const std::vector<int64_t>& start = out.start;
+  const int64_t total = start[n] - 1;
+  const int64_t nblocks = static_cast<int64_t>(out.blocks.size());
+  parallel_for(nblocks, 1, [&](int64_t b0, int64_t b1) {
+    Str line;
+    std::string joined;
+    for (int64_t blk = b0; blk < b1; ++blk) {
+      const int64_t first = blk * PtbResult::kBlock, last = std::min(n, first + PtbResult::kBlock);
+      OutBuf o;
+      o.text.swap(out.blocks[static_cast<size_t>(blk)]);
+      o.room(static_cast<size_t>(start[last] - start[first]) + 64);
+      for (int64_t i = first; i < last; ++i) {
+        // The look-ahead of every rule is short; cap the visible context so positions fit in int.
+        const int64_t len = start[i + 1] - 1 - start[i];
+        const int64_t visible = std::min<int64_t>(total - start[i], len + static_cast<int64_t>(kContextBytes));
+        const size_t at0 = o.size;
+        Lexer<CharT> lexer(buf + start[i], static_cast<int>(visible), static_cast<int>(len), fast_paths);
+        bool check_ascii = true;
+        if (fast_paths && lexer.run_filtered(o)) {
+          check_ascii = lexer.maybe_non_ascii();
+        } else {
+          o.size = at0;
+          line.clear();
+          lexer.run_raw(line);
+          joined.clear();
+          join_filtered(line, joined);
+          o.append(joined);
+        }
+        out.begin[i] = static_cast<int64_t>(at0);
+        out.size[i] = static_cast<int64_t>(o.size - at0);
+        out.ascii[i] = !check_ascii || all_ascii(o.text.data() + at0, o.size - at0);
+      }
+      o.text.swap(out.blocks[static_cast<size_t>(blk)]);
+    }
+  });
+}
+
+// Latin-1 text (a str of kind 1) at dst, its own '\n' turned into ' '.
+void write_latin1(const PtbText& t, uint8_t* dst) {
+  const auto* p = static_cast<const uint8_t*>(t.data);
+  const int64_t len = t.len;  // a local: stores through dst could alias t.len, which would stop vectorization
+  for (int64_t k = 0; k < len; ++k) dst[k] = p[k] == '\n' ? uint8_t{' '} : p[k];
+}
+
+}  // namespace
+
+int64_t ptb_tokenize_texts(const PtbText* texts, int64_t n, PtbResult& out, bool fast_paths) {
+  // The lexer reads the captions the way pycocoevalcap's input file holds them: one buffer, captions joined by '\n'
+  // (with their own '\n' turned into ' '), so trailing-context rules see the following captions. UTF-16 as in
+  // Java; or, when every caption is Latin-1 (a str of kind 1, e.g. ASCII), one byte per code point.
+  std::vector<int64_t>& start = out.start;
+  start.resize(static_cast<size_t>(n + 1));
+  start[0] = 0;
+  parallel_for(n, 2048, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) start[i + 1] = utf16_size(texts[i]);
+  });
+  bool latin1 = fast_paths;  // the reference mode (fast_paths = false) always reads UTF-16
+  for (int64_t i = 0; i < n; ++i) {
+    if (start[i + 1] < 0) return i;
+    start[i + 1] += start[i] + 1;
+    latin1 &= texts[i].kind == 1;
+  }
+  out.blocks.resize(static_cast<size_t>((n + PtbResult::kBlock - 1) / PtbResult::kBlock));
+  // Every entry is written below.
+  out.begin.resize(static_cast<size_t>(n));
+  out.size.resize(static_cast<size_t>(n));
+  out.ascii.resize(static_cast<size_t>(n));
+  if (n == 0) return -1;
+  const size_t total = static_cast<size_t>(start[n] - 1);
+  if (latin1) {
+    if (out.text8_capacity < total) {
+      // Written in full below (captions and the '\n' after each), so left uninitialised here.
+      out.text8.reset(new uint8_t[total]);
+      out.text8_capacity = total;
+    }
+    uint8_t* const buf = out.text8.get();
+    parallel_for(n, 2048, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        write_latin1(texts[i], buf + start[i]);
+        if (i + 1 < n) buf[start[i + 1] - 1] = '\n';
+      }
+    });
+    tokenize_blocks(static_cast<const uint8_t*>(buf), n, out, fast_paths);
+    return -1;
+  }
+  if (out.text_capacity < total) {
+    out.text.reset(new char16_t[total]);
+    out.text_capacity = total;
+  }
+  char16_t* const buf = out.text.get();
+  parallel_for(n, 2048, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      write_utf16(texts[i], buf + start[i]);
+      if (i + 1 < n) buf[start[i + 1] - 1] = u'\n';
+    }
+  });
+  tokenize_blocks(static_cast<const char16_t*>(buf), n, out, fast_paths);
+  return -1;
 }
 
 int64_t launch_ptb_tokenize(const char* const* texts, const int64_t* lens, int64_t n, std::string* out) {
-  // Python validates first; this re-check keeps invalid bytes from ever reaching the decoder.
-  for (int64_t i = 0; i < n; ++i)
-    if (utf8_invalid_offset(texts[i], lens[i]) >= 0) return i;
-  if (n == 0) return -1;
-  // The lexer reads the captions the way pycocoevalcap's input file holds them: one UTF-16 buffer, captions joined
-  // by '\n' (with their own '\n' turned into ' '), so trailing-context rules see the following captions.
-  std::vector<int64_t> start(n + 1);
-  std::vector<Str> parts(n);
-  parallel_for(n, 1024, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) parts[i] = utf8_to_utf16(std::string(texts[i], lens[i]));
-  });
-  for (int64_t i = 0; i < n; ++i) start[i + 1] = start[i] + static_cast<int64_t>(parts[i].size()) + 1;
-  Str buf(static_cast<size_t>(start[n] - 1), u'\n');
-  parallel_for(n, 1024, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      char16_t* dst = &buf[static_cast<size_t>(start[i])];
-      for (char16_t ch : parts[i]) *dst++ = ch == u'\n' ? u' ' : ch;
-      Str().swap(parts[i]);
-    }
-  });
-  const int64_t total = static_cast<int64_t>(buf.size());
-  // Captions are short and independent; 256 per chunk keeps thread start-up negligible.
-  parallel_for(n, 256, [&](int64_t b, int64_t e) {
-    Str line;
-    for (int64_t i = b; i < e; ++i) {
-      // The look-ahead of every rule is short; cap the visible context so positions fit in int.
-      const int64_t len = start[i + 1] - 1 - start[i];
-      const int64_t visible = std::min<int64_t>(total - start[i], len + static_cast<int64_t>(kContextBytes));
-      Lexer lexer(buf.data() + start[i], static_cast<int>(visible), static_cast<int>(len));
-      line.clear();
-      lexer.run(line);
-      join_filtered(line, out[i]);
-    }
-  });
+  std::vector<PtbText> t(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) t[i] = {texts[i], lens[i], 0};
+  PtbResult r;
+  const int64_t bad = ptb_tokenize_texts(t.data(), n, r);
+  if (bad >= 0) return bad;
+  for (int64_t i = 0; i < n; ++i) out[i].assign(r.data(i), static_cast<size_t>(r.size[i]));
   return -1;
 }
 

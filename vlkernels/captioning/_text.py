@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from vlkernels import _ext
 from vlkernels.captioning.tokenizer import ptb_tokenize
 
 
@@ -21,6 +22,11 @@ def _caption_text(c: Any, where: str) -> str:
 
 
 def _tokenize_dict(d: Mapping[Any, Any], name: str) -> dict:
+    # One C++ call for a plain dict of lists of {"caption": str} dicts or str; None sends anything else (and every
+    # error) down the general path below, which names the problem.
+    out = _ext.load().ptb_tokenize_dict(d, allow_str=True, drop_empty=False)
+    if out is not None:
+        return out
     flat: list[str] = []
     shapes = []
     for k, caps in d.items():

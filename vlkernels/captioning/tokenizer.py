@@ -87,8 +87,17 @@ def ptb_tokenize(captions: Sequence[str | bytes]) -> list[str]:
         >>> ptb_tokenize(["A man's dog isn't \\"happy\\" (really)."])
         ["a man 's dog is n't happy -lrb- really -rrb-"]
     """
-    data = _encode(captions, "captions")
-    return _ext.load().ptb_tokenize(data)
+    if isinstance(captions, (str, bytes)) or not isinstance(captions, Sequence):
+        raise ValueError(f"captions must be a sequence of strings, got {type(captions).__name__}")
+    c = _ext.load()
+    # The C++ side reads lists/tuples of str/bytes directly and answers None for anything it does not take (another
+    # sequence type, a bad item); _encode() then converts, or names the bad item.
+    out = c.ptb_tokenize(captions)
+    if out is None:
+        out = c.ptb_tokenize(_encode(captions, "captions"))
+        if out is None:  # _encode() validated every item; C++ agreeing is checked by the tests
+            raise AssertionError("ptb_tokenize rejected captions that _encode() accepted")
+    return out
 
 
 def ptb_tokens(caption: str, following: str = "") -> list[str]:
@@ -118,6 +127,11 @@ class PTBTokenizer:
         """
         if not isinstance(captions_for_image, Mapping):
             raise ValueError(f"captions_for_image must be a dict, got {type(captions_for_image).__name__}")
+        # One C++ call for a plain dict of lists/tuples of {"caption": str} dicts; None sends anything else (and
+        # every error) down the general path below, which names the problem.
+        out = _ext.load().ptb_tokenize_dict(captions_for_image, allow_str=False, drop_empty=True)
+        if out is not None:
+            return out
         keys, texts = [], []
         for k, v in captions_for_image.items():
             if isinstance(v, (str, bytes)) or not isinstance(v, Sequence):
