@@ -10,6 +10,7 @@
 
 #include "captioning/cider.h"
 #include "captioning/ngrams.h"
+#include "ptb_captions.h"
 #include "registry.h"
 
 namespace py = pybind11;
@@ -96,6 +97,62 @@ py::array_t<double> cider_corpus(const py::list& hyps, const py::list& refs, int
   vlk::cap::tokenize_texts(b.texts, vlk::cap::Split::kWhitespace, vocab, tok);
   vlk::cap::cider_corpus(tok, b.cand.data(), b.ref_off.data(), b.ref_caps.data(), m, o, po);
   return out;
+}
+
+// CIDEr(-D) from raw caption dicts, as pycocoevalcap's evaluation computes it (each dict PTB-tokenized as one batch
+// in its own key order, then scored in gts order); the tokenized captions reach the scorer as C++ buffers, never as
+// Python strs. Returns None when the input is not the plain layout (dicts of lists of {"caption": str} or str, one
+// candidate and at least one reference per image, the same keys) or a caption is not valid text: the Python caller
+// then takes its general path, which names the problem. Else (per-image scores in gts order, whether any
+// reference caption has a word).
+py::object cider_corpus_raw(py::handle gts, py::handle res, int n, double sigma, bool cider_d, double ref_len,
+                            const py::array_t<double, py::array::c_style>& logdf) {
+  namespace pp = vlk::ptb_py;
+  pp::Captions g, r;
+  if (!pp::read_caption_dict(gts.ptr(), true, g) || !pp::read_caption_dict(res.ptr(), true, r)) return py::none();
+  const auto& gk = g.keys();
+  const auto& rk = r.keys();
+  if (gk.empty() || gk.size() != rk.size()) return py::none();
+  py::dict cand_of;  // res key -> its caption's index in the res batch
+  for (size_t i = 0; i < rk.size(); ++i) {
+    if (rk[i].second != 1) return py::none();
+    if (PyDict_SetItem(cand_of.ptr(), rk[i].first, py::int_(i).ptr()) < 0) throw py::error_already_set();
+  }
+  int64_t n_refs = 0;
+  for (const auto& [k, count] : gk) n_refs += count;
+  ImageBatch b;
+  b.cand.reserve(gk.size());
+  for (const auto& [k, count] : gk) {
+    if (count == 0) return py::none();
+    PyObject* at = PyDict_GetItemWithError(cand_of.ptr(), k);
+    if (at == nullptr) {
+      if (PyErr_Occurred()) throw py::error_already_set();
+      return py::none();
+    }
+    b.cand.push_back(n_refs + PyLong_AsLongLong(at));
+    for (Py_ssize_t j = 0; j < count; ++j) b.ref_caps.push_back(static_cast<int64_t>(b.ref_caps.size()));
+    b.ref_off.push_back(static_cast<int64_t>(b.ref_caps.size()));
+  }
+  if (!g.tokenize() || !r.tokenize()) return py::none();
+  const int64_t m = static_cast<int64_t>(b.cand.size());
+  py::array_t<double> out(m);
+  double* po = out.mutable_data();
+  const auto o = opts_of(n, sigma, cider_d, ref_len, logdf);
+  bool any_words = false;
+  {
+    py::gil_scoped_release release;
+    const vlk::PtbResult& gr = g.result();
+    const vlk::PtbResult& rr = r.result();
+    b.texts.reserve(static_cast<size_t>(n_refs) + rk.size());
+    for (int64_t i = 0; i < n_refs; ++i) b.texts.push_back(TextView{gr.data(i), gr.size[i]});
+    for (size_t i = 0; i < rk.size(); ++i) b.texts.push_back(TextView{rr.data(i), rr.size[i]});
+    vlk::cap::Vocab vocab;
+    Tokens tok;
+    vlk::cap::tokenize_texts(b.texts, vlk::cap::Split::kWhitespace, vocab, tok);
+    any_words = tok.off[n_refs] > 0;
+    vlk::cap::cider_corpus(tok, b.cand.data(), b.ref_off.data(), b.ref_caps.data(), m, o, po);
+  }
+  return py::make_tuple(out, any_words);
 }
 
 py::tuple bleu_corpus(const py::list& hyps, const py::list& refs, int n) {
@@ -302,6 +359,7 @@ VLK_BIND(captioning) {
   for (PyMethodDef* d = check_defs; d->ml_name != nullptr; ++d)
     m.add_object(d->ml_name, py::reinterpret_steal<py::object>(PyCFunction_New(d, nullptr)));
   m.def("cap_cider_corpus", &cider_corpus);
+  m.def("cap_cider_corpus_raw", &cider_corpus_raw);
   m.def("cap_bleu_corpus", &bleu_corpus);
   m.def("cap_rouge_corpus", &rouge_corpus);
   m.def("cap_split_words", &split_words);

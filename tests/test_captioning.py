@@ -284,3 +284,41 @@ def test_ciderd_save_load_roundtrip(tmp_path, karpathy_refs):
     df = document_frequency_ref(corpus)
     from_dict = CiderD.from_document_frequency(df, 200)
     np.testing.assert_array_equal(from_dict.score(cands, refs), scorer.score(cands, refs))
+
+
+@pytest.mark.skipif(shutil.which("java") is None, reason="needs Java for pycocoevalcap's PTBTokenizer")
+def test_cider_from_raw_captions_matches_pycocoevalcap_java(golden):
+    # Cider(tokenize=True) on raw dicts (one C++ call: PTB tokenizer + scorer) against pycocoevalcap's evaluation
+    # path: its Java PTBTokenizer on each dict, then its Cider. The candidates' dict is in another key order, as
+    # COCOEvalCap builds it from the results file.
+    from pycocoevalcap.cider.cider import Cider as PCider
+    from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
+
+    refs = _json(golden / "karpathy_test_refs_raw.json")
+    d = _json(golden / "karpathy_test__ersan_vis.json")
+    ids = d["image_ids_in_scorer_order"][:400]
+    gts = {k: [{"caption": c} for c in refs[k]] for k in ids}
+    res = {k: [{"caption": d["candidates_raw"][k]}] for k in reversed(ids)}
+    tok = PTBTokenizer()
+    tok_res = tok.tokenize(res)
+    want = PCider().compute_score(tok.tokenize(gts), {k: tok_res[k] for k in ids})
+    got = Cider(tokenize=True).compute_score(gts, res)
+    np.testing.assert_allclose(got[1], want[1], rtol=0, atol=TOL)
+    assert got[0] == pytest.approx(want[0], abs=TOL)
+
+
+def test_cider_raw_fast_path_equals_general_path(golden):
+    # The one-call path for plain dicts and the general path (taken for dict subclasses) agree bit for bit,
+    # with str and {"caption": str} captions mixed and the candidates in another key order.
+    refs = _json(golden / "karpathy_test_refs_raw.json")
+    d = _json(golden / "karpathy_test__ersan_vis.json")
+    ids = d["image_ids_in_scorer_order"][:1000]
+    gts = {k: [c if i % 2 else {"caption": c} for i, c in enumerate(refs[k])] for k in ids}
+    res = {k: [d["candidates_raw"][k]] for k in sorted(ids)}
+
+    class Plain(dict):
+        pass
+
+    fast = Cider(tokenize=True).compute_score(gts, res)
+    general = Cider(tokenize=True).compute_score(Plain(gts), Plain(res))
+    assert np.array_equal(fast[1], general[1]) and fast[0] == general[0]

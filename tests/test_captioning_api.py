@@ -201,3 +201,32 @@ def test_cli_captions_subprocess(tmp_path):
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["ROUGE_L"] == 1.0
+
+
+@pytest.mark.parametrize(
+    "gts,res,match",
+    [
+        ({1: [{"caption": "A dog."}]}, {1: [{"caption": "a"}, {"caption": "b"}]}, "image 1 candidate: .*exactly one"),
+        ({1: ["A dog."], 2: ["x"]}, {1: ["a"]}, "same image ids"),
+        ({1: [{"caption": 3}]}, {1: ["a"]}, r"gts\[1\]\[0\]: caption must be str, got int"),
+        ({1: []}, {1: ["a"]}, "image 1 references: no reference captions"),
+        ({1: ["..."], 2: ["!"]}, {1: ["a"], 2: ["b"]}, "every reference caption is empty"),
+        ({1: [{"text": "a"}]}, {1: ["a"]}, r"gts\[1\]\[0\]: annotation dict has no 'caption' field"),
+        ({1: ("a",)}, {1: ["a"]}, r"gts\[1\] must be a list of captions, got tuple"),
+    ],
+)
+def test_cider_raw_captions_errors(gts, res, match):
+    # Bad raw input on the one-call path falls back to the general path, which names the problem.
+    with pytest.raises(ValueError, match=match):
+        Cider(tokenize=True).compute_score(gts, res)
+
+
+def test_cider_raw_captions_small():
+    # Raw captions: tokenized by the PTB rules (case, punctuation, "'s" split) before scoring, same as pre-tokenized.
+    gts = {1: ["A dog's running.", "a dog"], 2: ["Cats!"]}
+    res = {2: ["cats"], 1: [{"caption": "A DOG."}]}
+    tok_gts = {1: ["a dog 's running", "a dog"], 2: ["cats"]}
+    tok_res = {1: ["a dog"], 2: ["cats"]}
+    got = Cider(tokenize=True).compute_score(gts, res)
+    want = Cider().compute_score(tok_gts, tok_res)
+    assert np.array_equal(got[1], want[1])

@@ -13,6 +13,7 @@ from vlkernels.captioning._common import caption_errors, image_item, load, log_t
 from vlkernels.captioning._text import stem_dicts, tokenize_dicts
 
 _DF_FORMAT = "vlkernels.cider_document_frequency"
+_NO_REFERENCE_WORDS = "every reference caption is empty: no document frequency (pycocoevalcap fails too)"
 
 
 class Cider:
@@ -70,10 +71,23 @@ class Cider:
                 reference, a caption that is not a str or not encodable as UTF-8, all references empty
                 (the message names the image; pycocoevalcap raises AssertionError on the same inputs).
         """
+        C = load()
+        if self._tokenize and not self._stem and isinstance(gts, dict) and isinstance(res, dict) and gts:
+            # Plain dicts of raw captions: tokenizer and scorer in one C++ call (no tokenized strs built); any
+            # other layout, or bad input, takes the general path below, which names the problem.
+            if gts.keys() == res.keys():
+                n_img = len(gts)
+                out = C.cap_cider_corpus_raw(
+                    gts, res, self._n, self._sigma, self._cider_d, ref_len_of(n_img), log_table(n_img)
+                )
+                if out is not None:
+                    scores, any_words = out
+                    if not any_words:
+                        raise ValueError(_NO_REFERENCE_WORDS)
+                    return np.mean(scores), scores
         keys, hyps, refs = _prepare(gts, res, self._tokenize, self._stem)
         if not keys:
             raise ValueError("gts and res are empty: no image to score")
-        C = load()
         with caption_errors(image_item(keys)):
             C.cap_check_images(hyps, refs)
             scores = C.cap_cider_corpus(
@@ -81,7 +95,7 @@ class Cider:
             )
         # pycocoevalcap takes max() of an empty df dict here; only an all-zero result can be that case.
         if not scores.any() and not any(c.split() for r in refs for c in r):
-            raise ValueError("every reference caption is empty: no document frequency (pycocoevalcap fails too)")
+            raise ValueError(_NO_REFERENCE_WORDS)
         return np.mean(scores), scores
 
     def method(self) -> str:
