@@ -36,9 +36,8 @@ void launch_rle_write_ends(const uint8_t* masks, int64_t n, MaskStrides ms, cons
       const int64_t k = blk / nchunks, c = blk % nchunks;
       const uint8_t* t = masks + k * ms.sn;
       int64_t* out = ends + offsets[k] + chunk_base[blk];
-      // Thread th writes at the exclusive prefix of the threads before it, i.e. right after what the earlier
-      // (consecutive) ranges wrote: exactly what one sequential call over the whole chunk writes.
-      // Thread th writes at the exclusive scan of the counts of threads 0..th-1: a running sum here.
+      // Thread th writes at the exclusive scan of the counts of threads 0..th-1 (a running sum here), i.e. right
+      // after what the earlier (consecutive) ranges wrote: exactly what one sequential pass over the chunk writes.
       int64_t b, e, prefix = 0;
       for (int th = 0; th < rle::kThreads; ++th) {
         rle::encode_range(c, th, hw, &b, &e);
