@@ -87,7 +87,7 @@ def _cider_karpathy(images: int, device: str):
             },
             baseline="pycocoevalcap",
             check=_check_scores,
-            repeats=1,
+            repeats=3,
             mode="raw",
             notes="raw captions: PTB tokenizer + scorer on both sides (C++ vs Java + Python)",
         ),
