@@ -230,7 +230,10 @@ void build_images(const Tokens& tok, int64_t n_images, int n, bool lookups, Caps
         auto& dst = in_ref[u] ? part.insert.shards[s] : part.lookup.shards[s];
         if (!in_ref[u] && !lookups) continue;
         // 256 output streams: ask for the line two ahead now, so the store does not wait for its read-for-ownership.
-        __builtin_prefetch(dst.data() + dst.size() + 8, 1);
+        // (Integer arithmetic: the address may lie past the vector's storage, where a prefetch is harmless.)
+        __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(dst.data() + dst.size()) +
+                                                         8 * sizeof(DfRecord)),
+                           1);
         dst.push_back(r);
       }
     }
