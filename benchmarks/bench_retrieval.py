@@ -90,19 +90,21 @@ def _coco5k(n_img: int, per: int, d: int, device: str) -> list[Bench]:
         )
     ]
     if n_img <= 1000:  # the seed's code on COCO 1K size here; full size in the retrieval_seed family
-        benches.append(
-            Bench(
-                providers={
-                    "vlkernels": lambda: evaluate(img, txt, lab),
-                    "seed": lambda: _seed_metrics(img.numpy(), txt.numpy(), lab),
-                },
-                baseline="seed",
-                check=_check_seed_keys,
-                repeats=1,
-                notes="the seed task's compute_retrieval_metrics / evaluate_retrieval",
-            )
-        )
+        benches.append(_seed_bench(img, txt, lab, "the seed task's compute_retrieval_metrics / evaluate_retrieval"))
     return benches
+
+
+def _seed_bench(img, txt, lab, notes: str) -> Bench:
+    return Bench(
+        providers={
+            "vlkernels": lambda: evaluate(img, txt, lab),
+            "seed": lambda: _seed_metrics(img.numpy(), txt.numpy(), lab),
+        },
+        baseline="seed",
+        check=_check_seed_keys,
+        repeats=1,
+        notes=notes,
+    )
 
 
 LONG = os.environ.get("VLKERNELS_BENCH_LONG", "0") == "1"
@@ -112,16 +114,7 @@ _long = register if LONG else (lambda *a, **k: lambda fn: fn)
 @_long("retrieval_seed", "coco5k_seed_cpu", quick={"n_img": 1000}, full={"n_img": 5000}, devices=("cpu",))
 def _coco5k_seed(n_img: int, device: str) -> Bench:
     img, txt, lab = _coco(n_img, 5, 512)
-    return Bench(
-        providers={
-            "vlkernels": lambda: evaluate(img, txt, lab),
-            "seed": lambda: _seed_metrics(img.numpy(), txt.numpy(), lab),
-        },
-        baseline="seed",
-        check=_check_seed_keys,
-        repeats=1,
-        notes="the seed task's reference at COCO 5K: about a minute per call on 2 cores",
-    )
+    return _seed_bench(img, txt, lab, "the seed task's reference at COCO 5K: about a minute per call on 2 cores")
 
 
 @register(

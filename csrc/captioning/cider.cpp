@@ -226,9 +226,9 @@ void build_images(const Tokens& tok, int64_t n_images, int n, bool lookups, Caps
       const uint8_t* in_ref = builder.in_ref();
       for (uint32_t u = 0; u < U; ++u) {
         const DfRecord r{keys[u].lo, keys[u].hi, static_cast<uint32_t>(base + u)};
+        if (!in_ref[u] && !lookups) continue;  // (then part.lookup has no shards)
         const int s = DfTable::shard_of(hashes[u]);
         auto& dst = in_ref[u] ? part.insert.shards[s] : part.lookup.shards[s];
-        if (!in_ref[u] && !lookups) continue;
         // 256 output streams: ask for the line two ahead now, so the store does not wait for its read-for-ownership.
         // (Integer arithmetic: the address may lie past the vector's storage, where a prefetch is harmless.)
         __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(dst.data() + dst.size()) +
@@ -246,7 +246,7 @@ void build_images(const Tokens& tok, int64_t n_images, int n, bool lookups, Caps
   std::sort(parts.begin(), parts.end(), [](const auto& x, const auto& y) { return x->begin < y->begin; });
 }
 
-// Counts every shard's reference n-grams (+1 per image) and writes the df handle of each image n-gram. Shards
+// Counts every shard's reference n-grams (+1 per image) and writes the document frequency of each image n-gram. Shards
 // are disjoint, so threads never share a table; each shard's table is small enough to stay in cache.
 void count_documents(Parts& parts, DfTable& df, bool keep_keys) {
   std::vector<uint32_t> shard_max(DfTable::kShards, 0);

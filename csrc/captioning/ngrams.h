@@ -254,7 +254,6 @@ class KeyTable {
     }
     return upsert_tracked(k, h, init, inserted);
   }
-  void prefetch(uint64_t h) const { __builtin_prefetch(&slots_[h & mask_]); }
   // Pointer to the value of `k`, inserting it with value `init` when absent.
   uint32_t* upsert(const Key& k, uint64_t h, uint32_t init, bool* inserted) {
     // Linear probing stays short up to ~3/4 load with a mixed 64-bit hash.
