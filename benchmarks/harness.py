@@ -16,16 +16,20 @@ GB/s or TFLOP/s when the case states its bytes or flops.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import datetime
 import gc
 import importlib
+import io
 import json
+import os
 import pkgutil
 import platform
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -49,6 +53,12 @@ class Bench:
     bytes: float | None = None
     repeats: int | None = None
     notes: str = ""
+    # Human label of this row (e.g. "InfoNCE fwd+bwd"); the case name when empty. Rows of one run must differ.
+    label: str = ""
+
+
+class Skip(Exception):
+    """Raised by a case that cannot run here (an anchor or input data missing); the message says how to get it."""
 
 
 @dataclasses.dataclass
@@ -180,6 +190,48 @@ def device_name(device: str) -> str:
     return platform.processor() or "cpu"
 
 
+_ISA = (
+    "sse4_2",
+    "avx",
+    "avx2",
+    "fma",
+    "bmi2",
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "avx512_vpopcntdq",
+    "avx512vbmi",
+    "avx512_bf16",
+    "avx512_vnni",
+    "amx_tile",
+    "asimd",
+    "sve",
+)
+
+
+def cpu_info() -> dict[str, Any]:
+    """The host CPU: model name, vendor, logical cores and the SIMD flags the C++ kernels may dispatch on. Recorded
+    with every result, because CPU figures do not carry across CPU families."""
+    info: dict[str, Any] = {"model": platform.processor() or platform.machine(), "vendor": None, "isa": []}
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return info
+    for line in text.splitlines():
+        key, _, val = line.partition(":")
+        key, val = key.strip(), val.strip()
+        if key == "model name" and info["model"] in ("", platform.machine(), platform.processor()):
+            info["model"] = val
+        elif key == "vendor_id":
+            info["vendor"] = val
+        elif key in ("flags", "Features"):
+            flags = set(val.split())
+            info["isa"] = [f for f in _ISA if f in flags]
+            break
+    info["logical_cpus"] = os.cpu_count()
+    return info
+
+
 def environment(device: str) -> dict[str, Any]:
     import vlkernels
     from vlkernels._triton import triton_version
@@ -209,36 +261,56 @@ def environment(device: str) -> dict[str, Any]:
         "device": device,
         "device_name": device_name(device),
         "cuda": torch.version.cuda if device == "cuda" else None,
+        "cpu": cpu_info(),
         "versions": versions,
         "git_sha": sha,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
 
 
+def _skipped(case: Case, params: dict, quick: bool, why: str) -> list[dict[str, Any]]:
+    row = {"family": case.family, "case": case.name, "label": case.name, "mode": "-", "params": params}
+    return [{**row, "quick": quick, "baseline": None, "status": f"skipped: {why}", "results": {}, "notes": ""}]
+
+
+@contextlib.contextmanager
+def _quiet_fds():
+    """Silence file descriptors 1 and 2 while an anchor runs: pycocoevalcap's Java tokenizer and scorers print
+    progress lines that would break the report. Python exceptions still propagate and are reported after."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        with contextlib.redirect_stdout(io.StringIO()):
+            yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, devnull):
+            os.close(fd)
+
+
 def run_case(case: Case, device: str, quick: bool, warmup: int = 1, repeats: int = 5) -> list[dict[str, Any]]:
     params = case.quick if quick else case.full
     try:
-        benches = case.fn(**params, device=device)
+        with _quiet_fds():
+            benches = case.fn(**params, device=device)
     except ModuleNotFoundError as e:
         # An anchor library (pycocotools, open_clip, ...) is optional: its case is reported as skipped, not failed.
-        status = f"skipped: needs {e.name} (pip install it to run this case)"
-        return [
-            {
-                "family": case.family,
-                "case": case.name,
-                "mode": "-",
-                "params": params,
-                "quick": quick,
-                "baseline": None,
-                "status": status,
-                "results": {},
-                "notes": "",
-            }
-        ]
+        return _skipped(case, params, quick, f"needs {e.name} (pip install 'vlkernels[bench]' or pip install {e.name})")
+    except Skip as e:
+        return _skipped(case, params, quick, str(e))
     benches = benches if isinstance(benches, list) else [benches]
+    if not benches:
+        return _skipped(case, params, quick, "the case built nothing to run (its input data is missing)")
     rows = []
     for b in benches:
-        outputs = {name: fn() for name, fn in b.providers.items()}
+        with _quiet_fds():
+            outputs = {name: fn() for name, fn in b.providers.items()}
         _sync(device)
         status = "ok"
         if b.check is not None:
@@ -249,10 +321,11 @@ def run_case(case: Case, device: str, quick: bool, warmup: int = 1, repeats: int
         del outputs
         results = {}
         if status == "ok":
-            for name, fn in b.providers.items():
-                results[name] = time_runs(fn, device, warmup, b.repeats or repeats)
-            for name, fn in b.providers.items():
-                results[name]["peak_mem_bytes"] = peak_memory(fn, device)
+            with _quiet_fds():
+                for name, fn in b.providers.items():
+                    results[name] = time_runs(fn, device, warmup, b.repeats or repeats)
+                for name, fn in b.providers.items():
+                    results[name]["peak_mem_bytes"] = peak_memory(fn, device)
         base = results.get(b.baseline) if b.baseline else None
         for r in results.values():
             if base is not None:
@@ -265,6 +338,7 @@ def run_case(case: Case, device: str, quick: bool, warmup: int = 1, repeats: int
             {
                 "family": case.family,
                 "case": case.name,
+                "label": b.label or (case.name if b.mode == "fwd" else f"{case.name} {b.mode}"),
                 "mode": b.mode,
                 "params": params,
                 "quick": quick,
@@ -287,27 +361,63 @@ def _fmt_bytes(n: int | None) -> str:
     return str(n)
 
 
+def _fmt_params(params: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in params.items())
+
+
+def _ours(row: dict[str, Any]) -> str | None:
+    """The vlkernels provider of a row (the one that is not the anchor)."""
+    names = [n for n in row["results"] if n != row["baseline"]]
+    return next((n for n in names if n.startswith("vlkernels")), names[0] if names else None)
+
+
 def format_rows(rows: list[dict[str, Any]]) -> str:
+    """Human report: a title line per row (family · label · parameters), then one line per provider with the median,
+    the spread, peak memory and, for vlkernels providers, the speedup against the anchor named."""
     lines = []
     for row in rows:
-        head = f"{row['family']}/{row['case']} [{row['mode']}] {row['params']}"
+        head = f"{row['family']} · {row['label']} ({_fmt_params(row['params'])})"
         if row["status"] != "ok":
             lines.append(f"{head}: {row['status']}")
             continue
         lines.append(head)
+        base = row["baseline"]
         for name, r in row["results"].items():
             extra = []
-            if "speedup_vs_baseline" in r and r["speedup_vs_baseline"] is not None and name != row["baseline"]:
-                extra.append(f"{r['speedup_vs_baseline']:.2f}x vs {row['baseline']}")
+            sp = r.get("speedup_vs_baseline")
+            if sp is not None and name != base:
+                extra.append(f"{sp:7.2f}x vs {base}")
             if "gbps" in r:
                 extra.append(f"{r['gbps']:.1f} GB/s")
             if "tflops" in r:
                 extra.append(f"{r['tflops']:.2f} TFLOP/s")
+            if "roofline_pct" in r:
+                extra.append(f"{r['roofline_pct']:.0f}% of limit (model)")
             spread = f"[{r['min_s'] * 1e3:.2f}, {r['max_s'] * 1e3:.2f}]"
+            role = " (anchor)" if name == base else ""
             lines.append(
-                f"  {name:<16} median {r['median_s'] * 1e3:10.3f} ms {spread:>22}  "
-                f"peak {_fmt_bytes(r['peak_mem_bytes']):>10}  {'  '.join(extra)}"
+                f"  {name + role:<28} {r['median_s'] * 1e3:10.3f} ms {spread:>20}  "
+                f"peak {_fmt_bytes(r['peak_mem_bytes']):>10}  {'  '.join(extra)}".rstrip()
             )
+    return "\n".join(lines)
+
+
+def summary(rows: list[dict[str, Any]]) -> str:
+    """One line per compared row: speedup of vlkernels against its anchor; skipped rows listed with the reason."""
+    lines = ["", "summary (median time; speedup = anchor / vlkernels, measured side by side in this run):"]
+    for row in rows:
+        what = f"{row['family']} · {row['label']}"
+        if row["status"] != "ok":
+            lines.append(f"  {what:<52} {row['status']}")
+            continue
+        ours, base = _ours(row), row["baseline"]
+        if ours is None or base not in row["results"]:
+            continue
+        r, b = row["results"][ours], row["results"][base]
+        lines.append(
+            f"  {what:<52} {r['median_s'] * 1e3:10.2f} ms vs {base} {b['median_s'] * 1e3:10.2f} ms"
+            f"  {r['speedup_vs_baseline']:8.2f}x"
+        )
     return "\n".join(lines)
 
 
@@ -319,28 +429,53 @@ def write_jsonl(rows: list[dict[str, Any]], env: dict[str, Any], path: Path) -> 
 
 
 def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
+    """One panel per family: horizontal bars of vlkernels' speedup over each row's anchor (log scale), the anchor
+    named on the bar, a line at 1x (parity)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
-    ok = [r for r in rows if r["status"] == "ok"]
-    labels = [f"{r['family']}/{r['case']}\n{r['mode']}" for r in ok]
-    providers = sorted({p for r in ok for p in r["results"]})
-    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(ok)), 4))
-    width = 0.8 / max(1, len(providers))
-    for k, p in enumerate(providers):
-        xs = [i + k * width for i, r in enumerate(ok) if p in r["results"]]
-        ys = [r["results"][p]["median_s"] * 1e3 for r in ok if p in r["results"]]
-        ax.bar(xs, ys, width, label=p)
-    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(ok))], labels, fontsize=8)
-    ax.set_yscale("log")
-    ax.set_ylabel("median time (ms, log)")
-    ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=8)
+    ok = [r for r in rows if r["status"] == "ok" and _ours(r) and r["baseline"] in r["results"]]
+    families = sorted({r["family"] for r in ok})
+    if not families:
+        return
+    heights = [max(1, sum(r["family"] == f for r in ok)) for f in families]
+    fig, axes = plt.subplots(
+        len(families),
+        1,
+        figsize=(10, 1.2 + 0.45 * sum(heights) + 0.6 * len(families)),
+        gridspec_kw={"height_ratios": heights},
+        squeeze=False,
+    )
+    for ax, fam in zip(axes[:, 0], families):
+        fr = [r for r in ok if r["family"] == fam]
+        sp = [r["results"][_ours(r)]["speedup_vs_baseline"] for r in fr]
+        ys = list(range(len(fr)))[::-1]
+        # Bars grow from parity (1x): right = faster than the anchor, left = slower.
+        ax.barh(
+            ys,
+            [abs(v - 1.0) for v in sp],
+            left=[min(v, 1.0) for v in sp],
+            color=["tab:green" if v >= 1 else "tab:red" for v in sp],
+            height=0.6,
+        )
+        ax.set_yticks(ys, [r["label"] for r in fr], fontsize=9)
+        ax.set_xscale("log")
+        ax.axvline(1.0, color="black", linewidth=0.8)
+        for y, v, r in zip(ys, sp, fr):
+            ax.text(max(v, 1.0) * 1.05, y, f"{v:.0f}x vs {r['baseline']}" if v >= 100 else f"{v:.2f}x vs {r['baseline']}", va="center", fontsize=8)
+        lo, hi = min([*sp, 1.0]), max([*sp, 1.0])
+        ax.set_xlim(lo / 2, hi * 8)
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:g}x"))
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.set_title(fam, fontsize=10, loc="left")
+    axes[-1, 0].set_xlabel("speedup over the anchor (log scale; > 1 = vlkernels faster)")
+    fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
@@ -360,7 +495,11 @@ def run(
         echo(f"unknown benchmark family {unknown}; known: {known}")
         return 2
     env = environment(device)
-    echo(f"device: {env['device_name']} | torch {env['versions']['torch']} | vlkernels {env['versions']['vlkernels']}")
+    cpu = env["cpu"]
+    echo(
+        f"device: {env['device_name']} | CPU {cpu['model']} ({cpu.get('logical_cpus')} logical, {' '.join(cpu['isa'])})"
+        f" | torch {env['versions']['torch']} | vlkernels {env['versions']['vlkernels']}"
+    )
     all_rows, failed = [], False
     for fam in selected:
         for case in REGISTRY[fam].values():
@@ -372,6 +511,7 @@ def run(
             all_rows += rows
             if json_path is not None:
                 write_jsonl(rows, env, json_path)
+    echo(summary(all_rows))
     if plot_path is not None and all_rows:
         plot(all_rows, plot_path, f"{env['device_name']} · {env['date']}")
     return 1 if failed else 0
