@@ -465,7 +465,8 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
         ax.set_xscale("log")
         ax.axvline(1.0, color="black", linewidth=0.8)
         for y, v, r in zip(ys, sp, fr):
-            ax.text(max(v, 1.0) * 1.05, y, f"{v:.0f}x vs {r['baseline']}" if v >= 100 else f"{v:.2f}x vs {r['baseline']}", va="center", fontsize=8)
+            ratio = f"{v:.0f}x" if v >= 100 else f"{v:.2f}x"
+            ax.text(max(v, 1.0) * 1.05, y, f"{ratio} vs {r['baseline']}", va="center", fontsize=8)
         lo, hi = min([*sp, 1.0]), max([*sp, 1.0])
         ax.set_xlim(lo / 2, hi * 8)
         ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:g}x"))
