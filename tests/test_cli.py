@@ -67,3 +67,29 @@ def test_bench_case_with_missing_anchor_is_skipped_not_failed(monkeypatch):
     lines = []
     assert harness.run(["fake"], "cpu", True, None, None, echo=lines.append) == 0
     assert any("skipped: needs vlkernels_no_such_anchor" in line for line in lines)
+
+
+def test_version_flag(capsys):
+    import vlkernels
+
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.strip() == f"vlkernels {vlkernels.__version__}"
+
+
+def test_dir_lists_public_names_only():
+    import vlkernels
+
+    names = dir(vlkernels)
+    assert {"ClipLoss", "retrieval", "captioning", "boxes", "__version__"} <= set(names)
+    assert not {"annotations", "version", "PackageNotFoundError", "_ext"} & set(names)
+    assert all(hasattr(vlkernels, n) for n in names)
+
+
+def test_info_names_the_cuda_state_plainly(capsys):
+    assert main(["info"]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if "CUDA kernels" in x)
+    assert "no (built without CUDA) (no GPU visible)" not in line
+    assert "not built" in line or "built" in line

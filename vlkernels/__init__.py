@@ -1,17 +1,16 @@
 """vlkernels: compiled kernels for vision-language training and evaluation."""
 
-from __future__ import annotations
+from importlib import metadata as _metadata
 
-from importlib.metadata import PackageNotFoundError, version
-
-from vlkernels import captioning, contrastive, metrics, ops, retrieval
+from vlkernels import boxes, captioning, contrastive, metrics, ops, retrieval
 from vlkernels._ext import ExtensionError
 from vlkernels.contrastive import ClipLoss, SigLipLoss, info_nce_loss, siglip_loss
 
 try:
-    __version__ = version("vlkernels")
-except PackageNotFoundError:
+    __version__ = _metadata.version("vlkernels")
+except _metadata.PackageNotFoundError:
     __version__ = "0.1.0+src"
+del _metadata
 
 
 def set_num_threads(n: int) -> None:
@@ -32,6 +31,7 @@ __all__ = [
     "ExtensionError",
     "SigLipLoss",
     "__version__",
+    "boxes",
     "captioning",
     "contrastive",
     "get_num_threads",
@@ -42,3 +42,8 @@ __all__ = [
     "set_num_threads",
     "siglip_loss",
 ]
+
+
+def __dir__() -> list[str]:
+    # The public names only: not the private modules (_ext, _triton, ...) that importing the package also binds.
+    return sorted(__all__)

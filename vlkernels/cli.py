@@ -33,16 +33,19 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"vlkernels {vlkernels.__version__}")
     print(f"torch     {torch.__version__} (CUDA build: {torch.version.cuda or 'no'})")
     print(f"triton    {triton_version() or 'not installed'}")
+    gpu = torch.cuda.is_available()
     try:
         C = _ext.load()
         cpp = f"yes (families: {', '.join(C.families)}; {vlkernels.get_num_threads()} threads)"
-        cuda_kernels = "yes" if C.has_cuda else "no (built without CUDA)"
+        if not C.has_cuda:
+            cuda_kernels = "not built (this is a CPU-only build of the extension)"
+        else:
+            cuda_kernels = "built" + ("" if gpu else "; unused here: no GPU visible")
     except _ext.ExtensionError as e:
-        cpp, cuda_kernels = f"NO: {e}", "no"
-    gpu = torch.cuda.is_available()
+        cpp, cuda_kernels = f"NO: {e}", "not available"
     print("backends:")
     print(f"  C++ CPU kernels   {cpp}")
-    print(f"  CUDA kernels      {cuda_kernels}{'' if gpu else ' (no GPU visible)'}")
+    print(f"  CUDA kernels      {cuda_kernels}")
     triton_gpu = "yes" if gpu and triton_version() else "no (needs triton and a CUDA device)"
     print(f"  Triton on GPU     {triton_gpu}")
     try:
@@ -67,7 +70,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import vlkernels
+
     p = argparse.ArgumentParser(prog="vlkernels", description=__doc__)
+    p.add_argument("--version", action="version", version=f"vlkernels {vlkernels.__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     info = sub.add_parser("info", help="versions, available backends and the GPU")
     info.set_defaults(func=cmd_info)
