@@ -138,12 +138,29 @@ class VQAResult:
     question_ids: list | None = None
     """The question id of each entry of ``per_question`` (set by :func:`vqa_evaluate`)."""
 
+    answer_type_labels: list[str] | None = None
+    question_type_labels: list[str] | None = None
+
     def official(self, n: int = 2) -> dict:
-        """The official ``VQAEval.accuracy`` dict: percentages rounded to ``n`` decimals."""
+        """The official ``VQAEval.accuracy`` dict: percentages rounded to ``n`` decimals.
+
+        Computed with the official arithmetic, ``round(100 * sum(acc) / len(acc), n)`` with the sum taken in
+        question order, so exact ties round as vqaEval.py rounds them (``100 * mean`` can differ in the last bit).
+        """
+
+        def pct(values: list[float]) -> float:
+            return round(100 * float(sum(values)) / len(values), n)
+
+        def by_type(labels: list[str] | None) -> dict[str, float]:
+            groups: dict[str, list[float]] = {}
+            for a, t in zip(self.per_question, labels or ()):
+                groups.setdefault(t, []).append(a)
+            return {t: pct(v) for t, v in groups.items()}
+
         return {
-            "overall": round(100 * self.overall, n),
-            "perQuestionType": {k: round(100 * v, n) for k, v in self.per_question_type.items()},
-            "perAnswerType": {k: round(100 * v, n) for k, v in self.per_answer_type.items()},
+            "overall": pct(self.per_question) if self.per_question else float("nan"),
+            "perQuestionType": by_type(self.question_type_labels),
+            "perAnswerType": by_type(self.answer_type_labels),
         }
 
 
@@ -170,11 +187,14 @@ def _question_accuracy(pred: str, gts: list[str]) -> float:
     # digit/article processed), and only when they are not all identical.
     if len(set(gts)) > 1:
         gts = [process_punctuation(g) for g in gts]
-    m = sum(g == pred for g in gts)
-    n = len(gts)
-    # Leave-one-out in closed form: the m subsets that drop a matching answer see m - 1 matches, the other n - m
-    # subsets see m; each subset scores min(1, matches / 3).
-    return (m * min(1.0, (m - 1) / 3) + (n - m) * min(1.0, m / 3)) / n
+    hits = [g == pred for g in gts]
+    m = sum(hits)
+    # Leave-one-out: dropping answer i leaves m - hits[i] matches, scored min(1, matches / 3). Summed in answer order
+    # and divided once, as the official loop does, so the float result is the official one to the last bit.
+    total = 0.0
+    for h in hits:
+        total += min(1.0, (m - h) / 3)
+    return total / len(gts)
 
 
 def vqa_accuracy(
@@ -252,6 +272,8 @@ def vqa_accuracy(
         overall=sum(acc) / n if n else float("nan"),
         per_answer_type=_group_mean(acc, types["answer_types"]) if "answer_types" in types else {},
         per_question_type=_group_mean(acc, types["question_types"]) if "question_types" in types else {},
+        answer_type_labels=types.get("answer_types"),
+        question_type_labels=types.get("question_types"),
     )
 
 
