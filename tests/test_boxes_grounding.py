@@ -210,3 +210,17 @@ def test_moment_retrieval_errors():
         moment_retrieval_metrics([[[0.0, 1.0]]], [[1.0]], [[[0.0, 1.0]]], max_pred_windows=0)
     with pytest.raises(ValueError, match="at least one query"):
         moment_retrieval_metrics([], [], [])
+
+
+def test_moment_retrieval_iou_tie_rule():
+    """Exact IoU ties: the higher ground-truth index is tried first (documented; Moment-DETR's unstable argsort is
+    platform-dependent here). Hand-computed: prediction [4,6] has IoU 2/3 with both [3,6] (index 0) and [4,7] (index
+    1) and takes [4,7]; [5,7] then has IoU 2/3 only with the taken [4,7] and 1/4 with [3,6]: a false positive.
+    Precision (1, 1/2) at recall (1/5, 1/5) -> AP 0.2. The other tie order would give 2 TPs, AP 0.4."""
+    gt = [[3.0, 6.0], [4.0, 7.0], [2.0, 4.0], [3.0, 4.0], [2.0, 5.0]]
+    out = moment_retrieval_metrics([[[4.0, 6.0], [5.0, 7.0]]], [[1.0, 0.9]], [gt], thresholds=(0.5,))
+    assert out["mAP@0.5"] == 20.0
+    # Same windows with the tie broken by geometry (the second GT made slightly better for the first prediction):
+    gt_lower = [[3.0, 6.0], [4.0, 7.01], *gt[2:]]
+    out2 = moment_retrieval_metrics([[[4.0, 6.0], [5.0, 7.0]]], [[1.0, 0.9]], [gt_lower], thresholds=(0.5,))
+    assert out2["mAP@0.5"] == 40.0
