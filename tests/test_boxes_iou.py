@@ -169,7 +169,9 @@ def test_box_iou_validation_errors():
     with pytest.raises(ValueError, match="dtype"):
         box_iou(a, a.float())
     with pytest.raises(ValueError, match="dtype"):
-        box_iou(a.long(), a.long())
+        box_iou(a.bool(), a.bool())
+    with pytest.raises(ValueError, match="share a dtype"):
+        box_iou(a.long(), a.int())
     with pytest.raises(ValueError, match="fmt"):
         box_iou(a, a, fmt="yxyx")
     with pytest.raises(ValueError, match="kind"):
@@ -231,3 +233,58 @@ def test_to_xyxy_ref_roundtrip():
     b = proper_boxes(5)
     xywh = torch.cat([b[:, :2], b[:, 2:] - b[:, :2]], -1)
     torch.testing.assert_close(to_xyxy_ref(xywh, "xywh"), b)
+
+
+# torchvision's own integer cases (test/test_ops.py, TestBoxIou & co: INT_BOXES x INT_BOXES2, atol 1e-4).
+_TV_INT_BOXES = [[0, 0, 100, 100], [0, 0, 50, 50], [200, 200, 300, 300], [0, 0, 25, 25]]
+_TV_INT_BOXES2 = [[0, 0, 100, 100], [0, 0, 50, 50], [200, 200, 300, 300]]
+_TV_DIOU = [[1.0, 0.1875, -0.4444], [0.1875, 1.0, -0.5625], [-0.4444, -0.5625, 1.0], [-0.0781, 0.1875, -0.6267]]
+_TV_INT_EXPECTED = {
+    ("iou", 0.0): [[1.0, 0.25, 0.0], [0.25, 1.0, 0.0], [0.0, 0.0, 1.0], [0.0625, 0.25, 0.0]],
+    ("giou", 0.0): [[1.0, 0.25, -0.7778], [0.25, 1.0, -0.8611], [-0.7778, -0.8611, 1.0], [0.0625, 0.25, -0.8819]],
+    ("diou", 1e-7): [
+        [1.0, 0.1875, -0.4444],
+        [0.1875, 1.0, -0.5625],
+        [-0.4444, -0.5625, 1.0],
+        [-0.0781, 0.1875, -0.6267],
+    ],
+    ("ciou", 1e-7): [
+        [1.0, 0.1875, -0.4444],
+        [0.1875, 1.0, -0.5625],
+        [-0.4444, -0.5625, 1.0],
+        [-0.0781, 0.1875, -0.6267],
+    ],
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.int16, torch.int32, torch.int64])
+@pytest.mark.parametrize("kind_eps", list(_TV_INT_EXPECTED))
+def test_box_iou_integer_boxes_torchvision_cases(dtype, kind_eps):
+    kind, eps = kind_eps
+    out = box_iou(
+        torch.tensor(_TV_INT_BOXES, dtype=dtype), torch.tensor(_TV_INT_BOXES2, dtype=dtype), kind=kind, eps=eps
+    )
+    assert out.dtype == torch.float32  # torchvision: integer areas, true division -> the default float dtype
+    torch.testing.assert_close(out, torch.tensor(_TV_INT_EXPECTED[kind_eps]), rtol=0.0, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64])
+def test_box_iou_integer_boxes_exact(dtype):
+    """IoU of integer boxes is inter/union of exact integers rounded once to fp32 (IEEE division is correctly
+    rounded, and fp64 -> fp32 double rounding of a quotient is innocuous): compare bitwise with that."""
+    g = torch.Generator().manual_seed(3)
+    hi = 100 if dtype in (torch.uint8, torch.int8) else 5000
+    xy = torch.randint(0, hi, (2, 60, 2), generator=g)
+    wh = torch.randint(0, hi // 4, (2, 60, 2), generator=g)
+    boxes = torch.cat([xy, xy + wh], -1).clamp(max=torch.iinfo(dtype).max).to(dtype)
+    a, b = boxes[0].to(torch.int64), boxes[1].to(torch.int64)
+    area = lambda t: (t[:, 2] - t[:, 0]) * (t[:, 3] - t[:, 1])
+    wh_i = (torch.minimum(a[:, None, 2:], b[None, :, 2:]) - torch.maximum(a[:, None, :2], b[None, :, :2])).clamp(min=0)
+    inter = wh_i[..., 0] * wh_i[..., 1]
+    union = area(a)[:, None] + area(b)[None, :] - inter
+    want = (inter.double() / union.double()).float()
+    got = box_iou(boxes[0], boxes[1])
+    assert torch.equal(got.isnan(), want.isnan())
+    assert torch.equal(got.nan_to_num(-1), want.nan_to_num(-1))
+    aligned = box_iou(boxes[0], boxes[1], aligned=True, valid1=40, valid2=40)
+    assert torch.equal(aligned[:40], want.diagonal()[:40]) and bool((aligned[40:] == 0).all())

@@ -153,10 +153,15 @@ def check_pair(x1: torch.Tensor, x2: torch.Tensor, names: tuple[str, str], item:
     return batch_shape, n, m
 
 
-def _check_coords(x1: torch.Tensor, x2: torch.Tensor, names: tuple[str, str], last_dim: int) -> None:
-    """Float coordinates with the expected last dim, on one device, of one dtype."""
+_INT_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+
+
+def _check_coords(
+    x1: torch.Tensor, x2: torch.Tensor, names: tuple[str, str], last_dim: int, dtypes=FLOAT_DTYPES
+) -> None:
+    """Coordinates of an allowed dtype with the expected last dim, on one device, of one dtype."""
     for x, name in zip((x1, x2), names):
-        check_tensor(x, name, dtypes=FLOAT_DTYPES, min_ndim=2, last_dim=last_dim)
+        check_tensor(x, name, dtypes=dtypes, min_ndim=2, last_dim=last_dim)
     check_same_device(**dict(zip(names, (x1, x2))))
     if x1.dtype != x2.dtype:
         raise ValueError(f"{names[0]} and {names[1]} must share a dtype, got {x1.dtype} and {x2.dtype}")
@@ -185,7 +190,7 @@ def box_iou(
     ``alpha = v / (1 - I/U + v + eps)`` (Rezatofighi et al. 2019; Zheng et al. 2020).
 
     Args:
-        boxes1: ``(..., N, 4)`` fp16/bf16/fp32/fp64, CPU or CUDA.
+        boxes1: ``(..., N, 4)`` fp16/bf16/fp32/fp64 or integer (uint8, int8/16/32/64), CPU or CUDA.
         boxes2: ``(..., M, 4)`` (aligned: ``(..., N, 4)``), same leading batch shape, dtype and device.
         fmt: ``"xyxy"``, ``"xywh"`` or ``"cxcywh"`` (converted as torchvision's ``box_convert``).
         kind: ``"iou"``, ``"giou"``, ``"diou"`` or ``"ciou"``.
@@ -197,7 +202,7 @@ def box_iou(
             padding holds.
 
     Returns:
-        ``(..., N, M)`` (``(..., N)`` if aligned): fp32 for fp16/bf16/fp32 inputs, fp64 for fp64.
+        ``(..., N, M)`` (``(..., N)`` if aligned): fp32 for fp16/bf16/fp32 and integer inputs, fp64 for fp64.
 
     Raises:
         ValueError: wrong type, dtype, last dim, rank, mismatched batch shapes/devices/dtypes, NaN or Inf
@@ -205,8 +210,10 @@ def box_iou(
 
     Note:
         Degenerate boxes follow the formulas as torchvision does (zero/negative area, inverted corners; 0/0 ->
-        NaN when eps=0). Halves are upcast before any arithmetic. Multithreaded C++ on CPU (the inner loop
-        over ``boxes2`` vectorizes; no ``N x M x 2`` temporaries), one thread per pair on CUDA. Deterministic.
+        NaN when eps=0). Halves are upcast before any arithmetic. Integer boxes follow torchvision exactly: areas
+        and intersections in integers (8/16-bit upcast to int32), the divisions in fp32; they take the torch
+        formula, not the C++ kernel (O(N·M) temporaries) and are not differentiable.
+        Multithreaded C++ on CPU (the inner loop over ``boxes2`` vectorizes; no ``N x M x 2`` temporaries), one thread per pair on CUDA. Deterministic.
         Differentiable: the backward is autograd through the reference torch formula (``box_iou_ref``; CIoU's
         alpha treated as a constant, as in torchvision), which materializes ``N x M`` temporaries.
 
@@ -215,7 +222,7 @@ def box_iou(
         >>> box_iou(a, b)
         tensor([[0.1429]])
     """
-    _check_coords(boxes1, boxes2, ("boxes1", "boxes2"), 4)
+    _check_coords(boxes1, boxes2, ("boxes1", "boxes2"), 4, dtypes=FLOAT_DTYPES + _INT_DTYPES)
     if fmt not in _FMTS:
         raise ValueError(f"fmt must be one of {sorted(_FMTS)}, got {fmt!r}")
     if kind not in _KINDS:
@@ -227,8 +234,15 @@ def box_iou(
     check_finite(boxes2, "boxes2")
     v1 = _check_valid(valid1, "valid1", batch_shape, n, boxes1.device)
     v2 = _check_valid(valid2, "valid2", batch_shape, m, boxes1.device)
-    dtype = _compute_dtype(boxes1.dtype)
     nb = math.prod(batch_shape)
+    if not boxes1.is_floating_point():
+        # torchvision's _upcast for integers; its arithmetic (integer areas, fp32 divisions) is the torch formula.
+        it = boxes1.dtype if boxes1.dtype in (torch.int32, torch.int64) else torch.int32
+        b1, b2 = boxes1.to(it).reshape(nb, n, 4), boxes2.to(it).reshape(nb, m, 4)
+        out = _box_iou_torch(b1, b2, _FMTS[fmt], _KINDS[kind], bool(aligned), float(eps), v1, v2)
+        out = out.to(torch.float32)
+        return out.reshape(*batch_shape, n) if aligned else out.reshape(*batch_shape, n, m)
+    dtype = _compute_dtype(boxes1.dtype)
     b1 = boxes1.to(dtype).reshape(nb, n, 4).contiguous()
     b2 = boxes2.to(dtype).reshape(nb, m, 4).contiguous()
     out = _BoxIouFunction.apply(b1, b2, _FMTS[fmt], _KINDS[kind], bool(aligned), float(eps), v1, v2)
