@@ -213,7 +213,8 @@ def box_iou(
         NaN when eps=0). Halves are upcast before any arithmetic. Integer boxes follow torchvision exactly: areas
         and intersections in integers (8/16-bit upcast to int32), the divisions in fp32; they take the torch
         formula, not the C++ kernel (O(N·M) temporaries) and are not differentiable.
-        Multithreaded C++ on CPU (the inner loop over ``boxes2`` vectorizes; no ``N x M x 2`` temporaries), one thread per pair on CUDA. Deterministic.
+        Multithreaded C++ on CPU (the inner loop over ``boxes2`` vectorizes; no ``N x M x 2`` temporaries), one
+        thread per pair on CUDA. Deterministic.
         Differentiable: the backward is autograd through the reference torch formula (``box_iou_ref``; CIoU's
         alpha treated as a constant, as in torchvision), which materializes ``N x M`` temporaries.
 
