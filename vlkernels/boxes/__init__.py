@@ -5,6 +5,7 @@ Conventions: ``vlkernels/boxes/README.md``.
 """
 
 from vlkernels.boxes.grounding import moment_retrieval_metrics, rec_accuracy, ris_metrics
+from vlkernels.boxes.highlights import highlight_gt_matrix, highlight_metrics, qvhighlights_eval, temporal_nms
 from vlkernels.boxes.iou import box_iou, segment_iou
 from vlkernels.boxes.masks import mask_iou
 from vlkernels.boxes.rle import RleCounts, rle_area, rle_decode, rle_encode, rle_iou, rle_to_bbox
@@ -12,8 +13,11 @@ from vlkernels.boxes.rle import RleCounts, rle_area, rle_decode, rle_encode, rle
 __all__ = [
     "RleCounts",
     "box_iou",
+    "highlight_gt_matrix",
+    "highlight_metrics",
     "mask_iou",
     "moment_retrieval_metrics",
+    "qvhighlights_eval",
     "rec_accuracy",
     "ris_metrics",
     "rle_area",
@@ -22,4 +26,5 @@ __all__ = [
     "rle_iou",
     "rle_to_bbox",
     "segment_iou",
+    "temporal_nms",
 ]
