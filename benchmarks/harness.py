@@ -93,20 +93,11 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _vm_hwm_bytes() -> int | None:
+def _proc_status_bytes(key: str) -> int | None:
+    """A memory line of /proc/self/status (``VmHWM``: peak RSS, ``VmRSS``: current RSS) in bytes."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
-def _vm_rss_bytes() -> int | None:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(key + ":"):
                 return int(line.split()[1]) * 1024
     except OSError:
         return None
@@ -131,7 +122,7 @@ def _reset_cpu_peak() -> int | None:
         Path("/proc/self/clear_refs").write_text("5")
     except OSError:
         return None
-    return _vm_rss_bytes()
+    return _proc_status_bytes("VmRSS")
 
 
 def time_runs(fn: Callable[[], Any], device: str, warmup: int, repeats: int) -> dict[str, Any]:
@@ -174,7 +165,7 @@ def peak_memory(fn: Callable[[], Any], device: str) -> int | None:
         return torch.cuda.max_memory_allocated() - base
     base = _reset_cpu_peak()
     fn()
-    hwm = _vm_hwm_bytes()
+    hwm = _proc_status_bytes("VmHWM")
     return None if base is None or hwm is None else max(0, hwm - base)
 
 
