@@ -6,9 +6,11 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from vlkernels.captioning._text import tokenize_dicts
-from vlkernels.captioning.cider import Cider, _read_json
-from vlkernels.captioning.metrics import Bleu, Rouge
+import numpy as np
+
+from vlkernels.captioning._common import load, score_images
+from vlkernels.captioning.cider import _NO_REFERENCE_WORDS, _read_json
+from vlkernels.captioning.metrics import bleu_totals
 
 
 def _annotations(obj: Any, name: str) -> list:
@@ -75,19 +77,16 @@ def evaluate_captions(
     if not res:
         raise ValueError("results is empty: no image to evaluate")
     gts = {k: gts_all[k] for k in res}
-    if tokenize:
-        gts, res = tokenize_dicts(gts, res)
-    out: dict[str, Any] = {}
-    per: dict[Any, dict[str, float]] = {k: {} for k in gts}
-    bleu, bleu_img = Bleu(4).compute_score(gts, res, verbose=0)
-    for k in range(4):
-        out[f"Bleu_{k + 1}"] = float(bleu[k])
-        for img, v in zip(gts, bleu_img[k]):
-            per[img][f"Bleu_{k + 1}"] = float(v)
-    for name, scorer in (("ROUGE_L", Rouge()), ("CIDEr", Cider())):
-        mean, scores = scorer.compute_score(gts, res)
-        out[name] = float(mean)
-        for img, v in zip(gts, scores):
-            per[img][name] = float(v)
-    out["per_image"] = per
+    C = load()
+    # One C++ call: read, PTB-tokenize (each dict as one batch, as COCOEvalCap), BLEU + ROUGE-L + CIDEr-D.
+    scores = score_images(gts, res, C.CAP_CIDER | C.CAP_BLEU | C.CAP_ROUGE, tokenize=tokenize)
+    if not scores["any_ref_words"]:
+        raise ValueError(_NO_REFERENCE_WORDS)
+    bleu, bleu_img = bleu_totals(scores["bleu_stats"], scores["bleu"], 4)
+    out: dict[str, Any] = {f"Bleu_{k + 1}": float(bleu[k]) for k in range(4)}
+    out["ROUGE_L"] = float(np.mean(scores["rouge"]))
+    out["CIDEr"] = float(np.mean(scores["cider"]))
+    columns = [(f"Bleu_{k + 1}", bleu_img[k]) for k in range(4)]
+    columns += [("ROUGE_L", scores["rouge"].tolist()), ("CIDEr", scores["cider"].tolist())]
+    out["per_image"] = {img: {name: float(col[i]) for name, col in columns} for i, img in enumerate(gts)}
     return out
