@@ -246,7 +246,7 @@ class CiderD:
         """Builds the scorer from ``{ngram: df}`` (keys: tuples of words as in ruotianluo's pickled
         ``document_frequency``, or space-joined strings) and the number of documents (its ``ref_len``)."""
         self = cls(None, n=n, sigma=sigma, eos=eos)
-        if not isinstance(num_docs, (int, np.integer)) or not 1 <= num_docs < 2**32:
+        if isinstance(num_docs, bool) or not isinstance(num_docs, (int, np.integer)) or not 1 <= num_docs < 2**32:
             raise ValueError(f"num_docs must be an int in [1, 2**32), got {num_docs!r}")
         ngrams, counts = [], []
         for k, v in document_frequency.items():
