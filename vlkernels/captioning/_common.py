@@ -73,7 +73,9 @@ def score_images(
     ``"any_ref_words"``, ``"bleu_stats"``, ``"bleu"``, ``"rouge"``)."""
     m = len(gts)
     with caption_errors(image_item(lambda: list(gts))):
-        return load().cap_score_images(gts, res, tokenize, metrics, n, sigma, cider_d, ref_len_of(max(m, 1)), log_table(m))
+        return load().cap_score_images(
+            gts, res, tokenize, metrics, n, sigma, cider_d, ref_len_of(max(m, 1)), log_table(m)
+        )
 
 
 def log_table(max_df: int) -> np.ndarray:

@@ -77,8 +77,13 @@ class Cider:
         if not gts:
             raise ValueError("gts and res are empty: no image to score")
         out = score_images(
-            gts, res, load().CAP_CIDER, tokenize=self._tokenize and not self._stem, n=self._n,
-            sigma=self._sigma, cider_d=self._cider_d,
+            gts,
+            res,
+            load().CAP_CIDER,
+            tokenize=self._tokenize and not self._stem,
+            n=self._n,
+            sigma=self._sigma,
+            cider_d=self._cider_d,
         )
         if not out["any_ref_words"]:
             raise ValueError(_NO_REFERENCE_WORDS)
@@ -390,6 +395,8 @@ def _flat_item(off: np.ndarray, names: list, where: str) -> Any:
 
 
 def _read_json(path: str | os.PathLike) -> Any:
+    """JSON from a file; every failure a ValueError naming the file. The bytes are dropped before parsing (a big
+    file's text and its objects are what peak memory holds)."""
     try:
         with open(path, "rb") as f:
             raw = f.read()
@@ -399,7 +406,10 @@ def _read_json(path: str | os.PathLike) -> Any:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ValueError(f"{path}: invalid UTF-8 at byte {e.start}") from None
+    del raw
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    except RecursionError:
+        raise ValueError(f"{path}: JSON nested too deeply to read") from None

@@ -66,9 +66,7 @@ class Bleu:
         return "Bleu"
 
 
-def bleu_totals(
-    stats: np.ndarray, per: np.ndarray, n: int, verbose: int = 0
-) -> tuple[list[float], list[list[float]]]:
+def bleu_totals(stats: np.ndarray, per: np.ndarray, n: int, verbose: int = 0) -> tuple[list[float], list[list[float]]]:
     """pycocoevalcap's corpus BLEU from the per-image counts (C++), in its operation order."""
     small, tiny = 1e-9, 1e-15
     testlen, reflen = int(stats[:, 0].sum()), int(stats[:, 1].sum())
