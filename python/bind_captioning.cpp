@@ -1,10 +1,15 @@
-// Caption metrics: CIDEr(-D), BLEU, ROUGE-L. Python objects are read (and validated) with the GIL held; the
-// scoring runs with the GIL released. A malformed caption raises ValueError(("__vlk_caption__", image, position,
-// reason)) which vlkernels.captioning turns into a message naming the image id.
+// Caption metrics: CIDEr(-D), BLEU, ROUGE-L and the SCST document-frequency table. Each public operation is one
+// call: the Python objects are read and checked once, here, with the GIL held, and every object whose memory is read
+// later is held by a strong reference (a caller's thread may replace a caption meanwhile); then the GIL is released
+// for tokenizing and scoring. A malformed input raises ValueError(("__vlk_caption__", item, position, reason)),
+// which vlkernels.captioning turns into a message naming the image. Positions: -1 the candidate, -2 the reference
+// list, >= 0 a reference.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -19,61 +24,216 @@ using vlk::cap::Tokens;
 
 namespace {
 
+// Strong references, dropped on destruction. Declare it before any gil_scoped_release in a scope, so that it is
+// destroyed after the GIL is back.
+class Held {
+ public:
+  Held() = default;
+  Held(const Held&) = delete;
+  Held& operator=(const Held&) = delete;
+  ~Held() {
+    for (PyObject* o : objs_) Py_DECREF(o);
+  }
+  PyObject* hold(PyObject* o) {
+    objs_.push_back(o);
+    Py_INCREF(o);
+    return o;
+  }
+
+ private:
+  std::vector<PyObject*> objs_;
+};
+
 [[noreturn]] void bad_caption(int64_t item, int64_t pos, const std::string& reason) {
   py::tuple args = py::make_tuple("__vlk_caption__", item, pos, reason);
   PyErr_SetObject(PyExc_ValueError, args.ptr());
   throw py::error_already_set();
 }
 
-TextView text_of(PyObject* o, int64_t item, int64_t pos) {
-  if (!PyUnicode_Check(o)) bad_caption(item, pos, std::string("expected str, got ") + Py_TYPE(o)->tp_name);
+std::string type_of(PyObject* o) { return Py_TYPE(o)->tp_name; }
+
+// A str's UTF-8 (cached inside the str, so it lives as long as the held object).
+TextView utf8_of(PyObject* o, Held& held, int64_t item, int64_t pos) {
+  if (!PyUnicode_Check(o)) bad_caption(item, pos, "expected str, got " + type_of(o));
   Py_ssize_t n = 0;
   const char* p = PyUnicode_AsUTF8AndSize(o, &n);
   if (p == nullptr) {
     PyErr_Clear();
     bad_caption(item, pos, "not valid UTF-8 (lone surrogate)");
   }
+  held.hold(o);
   return TextView{p, static_cast<int64_t>(n)};
 }
 
-// Images: hyps[i] = [candidate], refs[i] = [reference, ...] (pycocoevalcap's layout).
+// Images: candidate cand[i], references ref_caps[ref_off[i] .. ref_off[i+1]), all indices into texts.
 struct ImageBatch {
   std::vector<TextView> texts;
   std::vector<int64_t> cand, ref_off{0}, ref_caps;
 };
 
-ImageBatch read_images(const py::list& hyps, const py::list& refs) {
-  ImageBatch b;
-  const int64_t n = static_cast<int64_t>(py::len(hyps));
-  if (static_cast<int64_t>(py::len(refs)) != n) throw py::value_error("hyps and refs differ in length");
-  b.cand.reserve(n);
-  for (int64_t i = 0; i < n; ++i) {
-    PyObject* h = PyList_GET_ITEM(hyps.ptr(), i);
-    PyObject* r = PyList_GET_ITEM(refs.ptr(), i);
-    if (!PyList_Check(h)) bad_caption(i, -1, std::string("candidate must be a list, got ") + Py_TYPE(h)->tp_name);
-    if (PyList_GET_SIZE(h) != 1)
-      bad_caption(i, -1, "candidate list must hold exactly one caption, got " + std::to_string(PyList_GET_SIZE(h)));
-    if (!PyList_Check(r)) bad_caption(i, -2, std::string("references must be a list, got ") + Py_TYPE(r)->tp_name);
-    if (PyList_GET_SIZE(r) == 0) bad_caption(i, -2, "no reference captions");
+// {id: [references]} and {id: [candidate]}: (id, references, candidate) in gts order, the containers held.
+struct Image {
+  PyObject *key, *refs, *cand;
+};
+
+std::vector<Image> read_layout(PyObject* gts, PyObject* res, Held& held) {
+  if (!PyDict_Check(gts) || !PyDict_Check(res)) throw py::type_error("gts and res must be dicts");
+  std::vector<Image> ims;
+  ims.reserve(static_cast<size_t>(PyDict_GET_SIZE(gts)));
+  Py_ssize_t it = 0;
+  PyObject *k, *v;
+  while (PyDict_Next(gts, &it, &k, &v)) ims.push_back(Image{held.hold(k), held.hold(v), nullptr});
+  // A lookup may run a key's __eq__ (Python code): everything read so far is held, the lists are read after.
+  for (Image& im : ims) {
+    PyObject* c = PyDict_GetItemWithError(res, im.key);
+    if (c == nullptr) {
+      if (PyErr_Occurred()) throw py::error_already_set();
+      throw py::value_error("gts and res must have the same image ids");
+    }
+    im.cand = held.hold(c);
+  }
+  if (PyDict_GET_SIZE(res) != static_cast<Py_ssize_t>(ims.size()))
+    throw py::value_error("gts and res must have the same image ids");
+  for (size_t i = 0; i < ims.size(); ++i) {
+    const int64_t item = static_cast<int64_t>(i);
+    if (!PyList_Check(ims[i].cand)) bad_caption(item, -1, "candidate must be a list, got " + type_of(ims[i].cand));
+    if (!PyList_Check(ims[i].refs)) bad_caption(item, -2, "references must be a list, got " + type_of(ims[i].refs));
+    if (PyList_GET_SIZE(ims[i].refs) == 0) bad_caption(item, -2, "no reference captions");
+  }
+  return ims;
+}
+
+void check_one_candidate(PyObject* cand, int64_t item) {
+  if (PyList_GET_SIZE(cand) != 1)
+    bad_caption(item, -1, "candidate list must hold exactly one caption, got " + std::to_string(PyList_GET_SIZE(cand)));
+}
+
+// Pre-tokenized captions (str), split later on whitespace.
+void read_tokenized(const std::vector<Image>& ims, Held& held, ImageBatch& b) {
+  b.cand.reserve(ims.size());
+  for (size_t i = 0; i < ims.size(); ++i) {
+    const int64_t item = static_cast<int64_t>(i);
+    check_one_candidate(ims[i].cand, item);
     b.cand.push_back(static_cast<int64_t>(b.texts.size()));
-    b.texts.push_back(text_of(PyList_GET_ITEM(h, 0), i, -1));
-    for (Py_ssize_t j = 0; j < PyList_GET_SIZE(r); ++j) {
+    b.texts.push_back(utf8_of(PyList_GET_ITEM(ims[i].cand, 0), held, item, -1));
+    for (Py_ssize_t j = 0; j < PyList_GET_SIZE(ims[i].refs); ++j) {
       b.ref_caps.push_back(static_cast<int64_t>(b.texts.size()));
-      b.texts.push_back(text_of(PyList_GET_ITEM(r, j), i, j));
+      b.texts.push_back(utf8_of(PyList_GET_ITEM(ims[i].refs, j), held, item, j));
     }
     b.ref_off.push_back(static_cast<int64_t>(b.ref_caps.size()));
   }
-  return b;
 }
 
-// Flat list of str; errors name the item index.
-std::vector<TextView> read_texts(const py::list& xs, int64_t role = -1) {
-  std::vector<TextView> out(py::len(xs));
-  for (size_t i = 0; i < out.size(); ++i) out[i] = text_of(PyList_GET_ITEM(xs.ptr(), i), static_cast<int64_t>(i), role);
-  return out;
+// The str of a raw caption: a str, or a {"caption": str} dict as pycocoevalcap's PTBTokenizer takes.
+PyObject* raw_caption(PyObject* c, Held& held, int64_t item, int64_t pos) {
+  static PyObject* caption_key = PyUnicode_InternFromString("caption");
+  if (caption_key == nullptr) throw py::error_already_set();
+  held.hold(c);  // the lookup below may run Python code that drops c from its list
+  if (PyDict_Check(c)) {
+    PyObject* s = PyDict_GetItemWithError(c, caption_key);
+    if (s == nullptr) {
+      if (PyErr_Occurred()) throw py::error_already_set();
+      bad_caption(item, pos, "annotation dict has no 'caption' field");
+    }
+    c = s;
+  }
+  if (!PyUnicode_Check(c)) bad_caption(item, pos, "caption must be str, got " + type_of(c));
+  return c;
 }
 
-vlk::cap::CiderOpts opts_of(int n, double sigma, bool cider_d, double ref_len, const py::array_t<double>& logdf) {
+// Raw captions, PTB-tokenized as pycocoevalcap's evaluation does: each dict as one batch in its own key order (the
+// lexer reads a caption's end with the next caption as context), then scored in gts order.
+struct RawBatch {
+  vlk::ptb_py::Captions refs, cands;
+  std::vector<std::pair<int64_t, int64_t>> ref_at, cand_at;  // (image, position) of each caption, for errors
+  std::vector<PyObject*> ref_obj, cand_obj;                   // held by refs / cands
+};
+
+[[noreturn]] void bad_text(const std::vector<PyObject*>& objs, const std::vector<std::pair<int64_t, int64_t>>& at) {
+  for (size_t i = 0; i < objs.size(); ++i) {
+    if (PyUnicode_AsUTF8AndSize(objs[i], nullptr) == nullptr) {
+      PyErr_Clear();
+      bad_caption(at[i].first, at[i].second, "not valid UTF-8 (lone surrogate)");
+    }
+  }
+  throw py::value_error("a caption is not valid text");
+}
+
+void read_raw(const std::vector<Image>& ims, PyObject* res, Held& held, RawBatch& raw, ImageBatch& b) {
+  const int64_t m = static_cast<int64_t>(ims.size());
+  for (int64_t i = 0; i < m; ++i) {
+    PyObject* refs = ims[i].refs;
+    for (Py_ssize_t j = 0; j < PyList_GET_SIZE(refs); ++j) {
+      PyObject* s = raw_caption(PyList_GET_ITEM(refs, j), held, i, j);
+      if (!raw.refs.add(s)) bad_caption(i, j, "not valid text");
+      raw.ref_obj.push_back(s);
+      raw.ref_at.emplace_back(i, j);
+      b.ref_caps.push_back(static_cast<int64_t>(b.ref_caps.size()));
+    }
+    b.ref_off.push_back(static_cast<int64_t>(b.ref_caps.size()));
+  }
+  // The candidates in res' key order: position of each gts image in res.
+  py::dict image_of;
+  for (int64_t i = 0; i < m; ++i)
+    if (PyDict_SetItem(image_of.ptr(), ims[i].key, py::int_(i).ptr()) < 0) throw py::error_already_set();
+  std::vector<Image> in_res;
+  Py_ssize_t it = 0;
+  PyObject *k, *v;
+  while (PyDict_Next(res, &it, &k, &v)) in_res.push_back(Image{held.hold(k), nullptr, nullptr});
+  std::vector<int64_t> res_pos(m, -1);
+  for (size_t p = 0; p < in_res.size(); ++p) {
+    PyObject* at = PyDict_GetItemWithError(image_of.ptr(), in_res[p].key);
+    if (at == nullptr) {
+      if (PyErr_Occurred()) throw py::error_already_set();
+      throw py::value_error("gts and res must have the same image ids");
+    }
+    const int64_t i = PyLong_AsLongLong(at);
+    PyObject* cand = ims[i].cand;
+    check_one_candidate(cand, i);
+    res_pos[i] = static_cast<int64_t>(p);
+    PyObject* s = raw_caption(PyList_GET_ITEM(cand, 0), held, i, -1);
+    if (!raw.cands.add(s)) bad_caption(i, -1, "not valid text");
+    raw.cand_obj.push_back(s);
+    raw.cand_at.emplace_back(i, -1);
+  }
+  const int64_t n_refs = static_cast<int64_t>(b.ref_caps.size());
+  for (int64_t i = 0; i < m; ++i) {
+    if (res_pos[i] < 0) throw py::value_error("gts and res must have the same image ids");
+    b.cand.push_back(n_refs + res_pos[i]);
+  }
+  if (!raw.refs.tokenize()) bad_text(raw.ref_obj, raw.ref_at);
+  if (!raw.cands.tokenize()) bad_text(raw.cand_obj, raw.cand_at);
+}
+
+// Texts of the tokenizer's results: references first, then the candidates (GIL released).
+void raw_texts(const RawBatch& raw, ImageBatch& b) {
+  const vlk::PtbResult& gr = raw.refs.result();
+  const vlk::PtbResult& rr = raw.cands.result();
+  const int64_t n_refs = static_cast<int64_t>(raw.ref_obj.size()), n_cand = static_cast<int64_t>(raw.cand_obj.size());
+  b.texts.reserve(static_cast<size_t>(n_refs + n_cand));
+  for (int64_t i = 0; i < n_refs; ++i) b.texts.push_back(TextView{gr.data(i), gr.size[i]});
+  for (int64_t i = 0; i < n_cand; ++i) b.texts.push_back(TextView{rr.data(i), rr.size[i]});
+}
+
+enum Metric { kCider = 1, kBleu = 2, kRouge = 4 };
+
+// Scores of the pycocoevalcap layout {id: [references]}, {id: [candidate]} in one call. metrics: a Metric mask.
+// Returns {"cider": (m,), "any_ref_words": bool, "bleu_stats": (m, 2 + 2n) int64, "bleu": (m, n), "rouge": (m,)}
+// for the metrics asked.
+py::dict score_images(py::handle gts, py::handle res, bool tokenize, int metrics, int n, double sigma, bool cider_d,
+                      double ref_len, const py::array_t<double, py::array::c_style | py::array::forcecast>& logdf) {
+  if (n < 1 || n > vlk::cap::kMaxN) throw py::value_error("n must be in [1, 4]");
+  Held held;
+  RawBatch raw;
+  ImageBatch b;
+  const std::vector<Image> ims = read_layout(gts.ptr(), res.ptr(), held);
+  if (tokenize)
+    read_raw(ims, res.ptr(), held, raw, b);
+  else
+    read_tokenized(ims, held, b);
+  const int64_t m = static_cast<int64_t>(ims.size());
+  py::array_t<double> cider(m), rouge(m), bleu({m, static_cast<int64_t>(n)});
+  py::array_t<int64_t> stats({m, static_cast<int64_t>(2 + 2 * n)});
   vlk::cap::CiderOpts o;
   o.n = n;
   o.sigma = sigma;
@@ -81,169 +241,147 @@ vlk::cap::CiderOpts opts_of(int n, double sigma, bool cider_d, double ref_len, c
   o.ref_len = ref_len;
   o.logdf = logdf.data();
   o.logdf_size = static_cast<int64_t>(logdf.size());
-  return o;
-}
-
-py::array_t<double> cider_corpus(const py::list& hyps, const py::list& refs, int n, double sigma, bool cider_d,
-                                 double ref_len, const py::array_t<double, py::array::c_style>& logdf) {
-  ImageBatch b = read_images(hyps, refs);
-  const int64_t m = static_cast<int64_t>(b.cand.size());
-  py::array_t<double> out(m);
-  double* po = out.mutable_data();
-  const auto o = opts_of(n, sigma, cider_d, ref_len, logdf);
-  py::gil_scoped_release release;
-  vlk::cap::Vocab vocab;
-  Tokens tok;
-  vlk::cap::tokenize_texts(b.texts, vlk::cap::Split::kWhitespace, vocab, tok);
-  vlk::cap::cider_corpus(tok, b.cand.data(), b.ref_off.data(), b.ref_caps.data(), m, o, po);
-  return out;
-}
-
-// CIDEr(-D) from raw caption dicts, as pycocoevalcap's evaluation computes it (each dict PTB-tokenized as one batch
-// in its own key order, then scored in gts order); the tokenized captions reach the scorer as C++ buffers, never as
-// Python strs. Returns None when the input is not the plain layout (dicts of lists of {"caption": str} or str, one
-// candidate and at least one reference per image, the same keys) or a caption is not valid text: the Python caller
-// then takes its general path, which names the problem. Else (per-image scores in gts order, whether any
-// reference caption has a word).
-py::object cider_corpus_raw(py::handle gts, py::handle res, int n, double sigma, bool cider_d, double ref_len,
-                            const py::array_t<double, py::array::c_style>& logdf) {
-  namespace pp = vlk::ptb_py;
-  pp::Captions g, r;
-  if (!pp::read_caption_dict(gts.ptr(), true, g) || !pp::read_caption_dict(res.ptr(), true, r)) return py::none();
-  const auto& gk = g.keys();
-  const auto& rk = r.keys();
-  if (gk.empty() || gk.size() != rk.size()) return py::none();
-  py::dict cand_of;  // res key -> its caption's index in the res batch
-  for (size_t i = 0; i < rk.size(); ++i) {
-    if (rk[i].second != 1) return py::none();
-    if (PyDict_SetItem(cand_of.ptr(), rk[i].first, py::int_(i).ptr()) < 0) throw py::error_already_set();
-  }
-  int64_t n_refs = 0;
-  for (const auto& [k, count] : gk) n_refs += count;
-  ImageBatch b;
-  b.cand.reserve(gk.size());
-  for (const auto& [k, count] : gk) {
-    if (count == 0) return py::none();
-    PyObject* at = PyDict_GetItemWithError(cand_of.ptr(), k);
-    if (at == nullptr) {
-      if (PyErr_Occurred()) throw py::error_already_set();
-      return py::none();
-    }
-    b.cand.push_back(n_refs + PyLong_AsLongLong(at));
-    for (Py_ssize_t j = 0; j < count; ++j) b.ref_caps.push_back(static_cast<int64_t>(b.ref_caps.size()));
-    b.ref_off.push_back(static_cast<int64_t>(b.ref_caps.size()));
-  }
-  if (!g.tokenize() || !r.tokenize()) return py::none();
-  const int64_t m = static_cast<int64_t>(b.cand.size());
-  py::array_t<double> out(m);
-  double* po = out.mutable_data();
-  const auto o = opts_of(n, sigma, cider_d, ref_len, logdf);
-  bool any_words = false;
-  {
-    py::gil_scoped_release release;
-    const vlk::PtbResult& gr = g.result();
-    const vlk::PtbResult& rr = r.result();
-    b.texts.reserve(static_cast<size_t>(n_refs) + rk.size());
-    for (int64_t i = 0; i < n_refs; ++i) b.texts.push_back(TextView{gr.data(i), gr.size[i]});
-    for (size_t i = 0; i < rk.size(); ++i) b.texts.push_back(TextView{rr.data(i), rr.size[i]});
-    vlk::cap::Vocab vocab;
-    Tokens tok;
-    vlk::cap::tokenize_texts(b.texts, vlk::cap::Split::kWhitespace, vocab, tok);
-    any_words = tok.off[n_refs] > 0;
-    vlk::cap::cider_corpus(tok, b.cand.data(), b.ref_off.data(), b.ref_caps.data(), m, o, po);
-  }
-  return py::make_tuple(out, any_words);
-}
-
-py::tuple bleu_corpus(const py::list& hyps, const py::list& refs, int n) {
-  ImageBatch b = read_images(hyps, refs);
-  const int64_t m = static_cast<int64_t>(b.cand.size());
-  py::array_t<int64_t> stats({m, static_cast<int64_t>(2 + 2 * n)});
-  py::array_t<double> per({m, static_cast<int64_t>(n)});
+  double *pc = cider.mutable_data(), *pr = rouge.mutable_data(), *pb = bleu.mutable_data();
   int64_t* ps = stats.mutable_data();
-  double* pp = per.mutable_data();
+  bool any_ref_words = false;
   {
     py::gil_scoped_release release;
-    vlk::cap::Vocab vocab;
-    Tokens tok;
-    vlk::cap::tokenize_texts(b.texts, vlk::cap::Split::kWhitespace, vocab, tok);
-    vlk::cap::bleu_images(tok, b.cand.data(), b.ref_off.data(), b.ref_caps.data(), m, n, ps, pp);
+    if (tokenize) raw_texts(raw, b);
+    if (metrics & (kCider | kBleu)) {
+      vlk::cap::Vocab vocab;
+      Tokens tok;
+      vlk::cap::tokenize_texts(b.texts, vlk::cap::Split::kWhitespace, vocab, tok);
+      for (int64_t c : b.ref_caps) any_ref_words = any_ref_words || tok.len(c) > 0;
+      if (metrics & kCider)
+        vlk::cap::cider_corpus(tok, b.cand.data(), b.ref_off.data(), b.ref_caps.data(), m, o, pc);
+      if (metrics & kBleu)
+        vlk::cap::bleu_images(tok, b.cand.data(), b.ref_off.data(), b.ref_caps.data(), m, n, ps, pb);
+    }
+    if (metrics & kRouge) {
+      vlk::cap::Vocab vocab;
+      Tokens tok;
+      vlk::cap::tokenize_texts(b.texts, vlk::cap::Split::kSpace, vocab, tok);
+      vlk::cap::rouge_l_images(tok, b.cand.data(), b.ref_off.data(), b.ref_caps.data(), m, 1.2, pr);
+    }
   }
-  return py::make_tuple(stats, per);
-}
-
-py::array_t<double> rouge_corpus(const py::list& hyps, const py::list& refs, double beta) {
-  ImageBatch b = read_images(hyps, refs);
-  const int64_t m = static_cast<int64_t>(b.cand.size());
-  py::array_t<double> out(m);
-  double* po = out.mutable_data();
-  py::gil_scoped_release release;
-  vlk::cap::Vocab vocab;
-  Tokens tok;
-  vlk::cap::tokenize_texts(b.texts, vlk::cap::Split::kSpace, vocab, tok);
-  vlk::cap::rouge_l_images(tok, b.cand.data(), b.ref_off.data(), b.ref_caps.data(), m, beta, po);
+  py::dict out;
+  if (metrics & kCider) {
+    out["cider"] = cider;
+    out["any_ref_words"] = any_ref_words;
+  }
+  if (metrics & kBleu) {
+    out["bleu_stats"] = stats;
+    out["bleu"] = bleu;
+  }
+  if (metrics & kRouge) out["rouge"] = rouge;
   return out;
 }
 
 using I64 = py::array_t<int64_t, py::array::c_style>;
 
-// A caption source is a list of str, or (data, starts, lens) int64 arrays of token ids.
-// role: -1 candidates, -4 flattened references (names the item in errors).
-void tokenize_source(const py::object& src, const vlk::cap::Vocab* frozen, vlk::cap::Vocab& vocab,
-                     vlk::cap::Vocab& extra, Tokens& out, int64_t role) {
+// A caption source of CiderD: a flat list of str (errors name (index, role)), or token-id rows (data, starts, lens)
+// as int64 arrays (checked to lie inside data). Holds what it reads.
+struct Source {
+  std::vector<TextView> texts;
+  I64 data, starts, lens;
+  bool ids = false;
+  int64_t size() const { return ids ? static_cast<int64_t>(starts.size()) : static_cast<int64_t>(texts.size()); }
+};
+
+void read_source(const py::object& src, int64_t role, Held& held, Source& out) {
+  if (PyList_Check(src.ptr())) {
+    PyObject* xs = src.ptr();
+    held.hold(xs);
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(xs); ++i) out.texts.push_back(utf8_of(PyList_GET_ITEM(xs, i), held, i, role));
+    return;
+  }
+  auto tup = src.cast<py::tuple>();
+  if (tup.size() != 3) throw py::value_error("token-id source must be (data, starts, lens)");
+  out.ids = true;
+  out.data = tup[0].cast<I64>();
+  out.starts = tup[1].cast<I64>();
+  out.lens = tup[2].cast<I64>();
+  if (out.starts.ndim() != 1 || out.lens.ndim() != 1 || out.starts.size() != out.lens.size())
+    throw py::value_error("starts and lens must be 1-D of one length");
+  const int64_t total = static_cast<int64_t>(out.data.size());
+  for (py::ssize_t c = 0; c < out.starts.size(); ++c) {
+    const int64_t s = out.starts.data()[c], l = out.lens.data()[c];
+    if (s < 0 || l < 0 || s > total || l > total - s) throw py::value_error("token-id row outside the data array");
+  }
+}
+
+void tokenize_source(const Source& s, const vlk::cap::Vocab* frozen, vlk::cap::Vocab& vocab,
+                     vlk::cap::Vocab& extra, Tokens& out) {
   Tokens t;
-  if (py::isinstance<py::list>(src)) {
-    auto texts = read_texts(src.cast<py::list>(), role);
-    py::gil_scoped_release release;
+  if (!s.ids) {
     if (frozen)
-      vlk::cap::tokenize_texts_frozen(texts, vlk::cap::Split::kWhitespace, *frozen, extra, t);
+      vlk::cap::tokenize_texts_frozen(s.texts, vlk::cap::Split::kWhitespace, *frozen, extra, t);
     else
-      vlk::cap::tokenize_texts(texts, vlk::cap::Split::kWhitespace, vocab, t);
+      vlk::cap::tokenize_texts(s.texts, vlk::cap::Split::kWhitespace, vocab, t);
+  } else if (frozen) {
+    vlk::cap::tokenize_ids_frozen(s.data.data(), s.starts.data(), s.lens.data(), s.size(), *frozen, extra, t);
   } else {
-    auto tup = src.cast<py::tuple>();
-    auto data = tup[0].cast<I64>();
-    auto starts = tup[1].cast<I64>();
-    auto lens = tup[2].cast<I64>();
-    const int64_t count = static_cast<int64_t>(starts.size());
-    py::gil_scoped_release release;
-    if (frozen)
-      vlk::cap::tokenize_ids_frozen(data.data(), starts.data(), lens.data(), count, *frozen, extra, t);
-    else
-      vlk::cap::tokenize_ids(data.data(), starts.data(), lens.data(), count, vocab, t);
+    vlk::cap::tokenize_ids(s.data.data(), s.starts.data(), s.lens.data(), s.size(), vocab, t);
   }
   vlk::cap::append_tokens(out, t);
 }
 
+void check_offsets(const I64& off, int64_t count) {
+  const int64_t* o = off.data();
+  if (off.ndim() != 1 || off.size() < 1 || o[0] != 0 || o[off.size() - 1] != count)
+    throw py::value_error("group offsets must run from 0 to the number of captions");
+  for (py::ssize_t g = 1; g < off.size(); ++g)
+    if (o[g] <= o[g - 1]) bad_caption(g - 1, -2, "no reference captions");
+}
+
 void df_add_documents(vlk::cap::CiderDf& self, const py::object& refs, const I64& ref_off) {
+  Held held;
+  Source src;
+  read_source(refs, -4, held, src);
+  check_offsets(ref_off, src.size());
+  const int64_t ndocs = static_cast<int64_t>(ref_off.size()) - 1;
+  py::gil_scoped_release release;
+  std::unique_lock<std::shared_mutex> lock(self.mutex());
   Tokens tok;
   vlk::cap::Vocab unused;
-  tokenize_source(refs, nullptr, self.vocab(), unused, tok, -4);
-  const int64_t ndocs = static_cast<int64_t>(ref_off.size()) - 1;
+  tokenize_source(src, nullptr, self.vocab(), unused, tok);
   std::vector<int64_t> caps(tok.size());
   for (int64_t i = 0; i < tok.size(); ++i) caps[i] = i;
-  py::gil_scoped_release release;
   self.add_documents(tok, ref_off.data(), caps.data(), ndocs);
 }
 
-void df_set_items(vlk::cap::CiderDf& self, const py::list& ngrams, const py::array_t<int64_t>& counts) {
-  auto texts = read_texts(ngrams);
-  auto c = counts.unchecked<1>();
+// df of n-grams given as "w1 w2 ..." strings; counts are checked against [0, num_docs] (stored as uint32).
+void df_set_items(vlk::cap::CiderDf& self, const py::list& ngrams, const I64& counts, int64_t num_docs) {
+  if (num_docs < 1 || num_docs > static_cast<int64_t>(UINT32_MAX)) throw py::value_error("num_docs must be in [1, 2^32)");
+  if (counts.ndim() != 1 || counts.size() != static_cast<py::ssize_t>(py::len(ngrams)))
+    throw py::value_error("one count per n-gram");
+  Held held;
+  std::unique_lock<std::shared_mutex> lock(self.mutex());
   std::vector<uint32_t> words;
-  for (size_t i = 0; i < texts.size(); ++i) {
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(ngrams.ptr()); ++i) {
+    const TextView t = utf8_of(PyList_GET_ITEM(ngrams.ptr(), i), held, i, -1);
+    const int64_t c = counts.data()[i];
+    if (c < 0 || c > num_docs)
+      bad_caption(i, -1, "document frequency " + std::to_string(c) + " outside [0, num_docs = " +
+                             std::to_string(num_docs) + "]");
     words.clear();
-    vlk::cap::split_words(texts[i], vlk::cap::Split::kWhitespace, [&](const char* p, int64_t n) {
+    vlk::cap::split_words(t, vlk::cap::Split::kWhitespace, [&](const char* p, int64_t n) {
       words.push_back(self.vocab().intern(p, n, vlk::cap::hash_bytes(p, n)));
     });
     if (words.empty() || words.size() > static_cast<size_t>(self.n()))
-      bad_caption(static_cast<int64_t>(i), -1, "n-gram must hold 1 to " + std::to_string(self.n()) + " words");
-    self.set(words.data(), static_cast<int>(words.size()), static_cast<uint32_t>(c(i)));
+      bad_caption(i, -1, "n-gram must hold 1 to " + std::to_string(self.n()) + " words");
+    self.set(words.data(), static_cast<int>(words.size()), static_cast<uint32_t>(c));
   }
+  self.set_num_docs(num_docs);
 }
 
 py::tuple df_items(const vlk::cap::CiderDf& self) {
   std::vector<std::string> ngrams;
   std::vector<uint32_t> counts;
-  self.export_items(ngrams, counts);
+  {
+    std::shared_lock<std::shared_mutex> lock(self.mutex());
+    self.export_items(ngrams, counts);
+  }
   py::array_t<int64_t> c(static_cast<int64_t>(counts.size()));
   for (size_t i = 0; i < counts.size(); ++i) c.mutable_data()[i] = counts[i];
   return py::make_tuple(py::cast(ngrams), c);
@@ -252,124 +390,70 @@ py::tuple df_items(const vlk::cap::CiderDf& self) {
 py::array_t<double> df_score(const vlk::cap::CiderDf& self, const py::object& cands, const py::object& refs,
                              const I64& ref_off, const I64& group, double sigma, double ref_len,
                              const py::array_t<double, py::array::c_style>& logdf) {
+  Held held;
+  Source cs, rs;
+  read_source(cands, -1, held, cs);
+  read_source(refs, -4, held, rs);
+  check_offsets(ref_off, rs.size());
+  const int64_t n_cand = cs.size(), n_refs = rs.size();
+  const int64_t n_groups = static_cast<int64_t>(ref_off.size()) - 1;
+  if (group.ndim() != 1 || static_cast<int64_t>(group.size()) != n_cand)
+    throw py::value_error("ref_index must have one entry per candidate");
+  for (int64_t i = 0; i < n_cand; ++i)
+    if (group.data()[i] < 0 || group.data()[i] >= n_groups) throw py::value_error("ref_index out of range");
+  vlk::cap::CiderOpts o;
+  o.n = self.n();
+  o.sigma = sigma;
+  o.cider_d = true;
+  o.ref_len = ref_len;
+  o.logdf = logdf.data();
+  o.logdf_size = static_cast<int64_t>(logdf.size());
+  py::array_t<double> out(n_cand);
+  double* po = out.mutable_data();
+  py::gil_scoped_release release;
+  std::shared_lock<std::shared_mutex> lock(self.mutex());
   Tokens tok;
   vlk::cap::Vocab extra, unused;
-  tokenize_source(cands, &self.vocab(), unused, extra, tok, -1);
-  const int64_t n_cand = tok.size();
-  tokenize_source(refs, &self.vocab(), unused, extra, tok, -4);
-  const int64_t n_refs = tok.size() - n_cand;
-  const int64_t n_groups = static_cast<int64_t>(ref_off.size()) - 1;
-  if (static_cast<int64_t>(group.size()) != n_cand) throw py::value_error("group must have one entry per candidate");
+  tokenize_source(cs, &self.vocab(), unused, extra, tok);
+  tokenize_source(rs, &self.vocab(), unused, extra, tok);
   std::vector<int64_t> cand(n_cand), ref_caps(n_refs);
   for (int64_t i = 0; i < n_cand; ++i) cand[i] = i;
   for (int64_t i = 0; i < n_refs; ++i) ref_caps[i] = n_cand + i;
-  py::array_t<double> out(n_cand);
-  double* po = out.mutable_data();
-  const auto o = opts_of(self.n(), sigma, true, ref_len, logdf);
-  py::gil_scoped_release release;
   self.score(tok, cand.data(), n_cand, group.data(), ref_off.data(), ref_caps.data(), n_groups, o, po);
   return out;
 }
 
+// A reader of the table that another thread may be filling (add_documents runs without the GIL).
+template <typename R>
+R locked(const vlk::cap::CiderDf& d, R (vlk::cap::CiderDf::*get)() const) {
+  std::shared_lock<std::shared_mutex> lock(d.mutex());
+  return (d.*get)();
+}
+
 // Python's str.split() on one string, for tests of the whitespace rule.
 py::list split_words(const py::str& s, bool space_only) {
+  Held held;
   py::list out;
-  vlk::cap::split_words(text_of(s.ptr(), 0, -1),
+  vlk::cap::split_words(utf8_of(s.ptr(), held, 0, -1),
                         space_only ? vlk::cap::Split::kSpace : vlk::cap::Split::kWhitespace,
                         [&](const char* p, int64_t n) { out.append(py::str(p, static_cast<size_t>(n))); });
   return out;
 }
 
-// Validation without C++ exceptions (plain CPython functions returning NULL with a ValueError set): Python calls
-// these before the scorers, so bad input never unwinds through C++ (some sanitizer runtimes cannot intercept a
-// throw from a module loaded after them).
-bool set_caption_error(int64_t item, int64_t pos, const std::string& reason) {
-  PyObject* args = Py_BuildValue("(sLLs)", "__vlk_caption__", static_cast<long long>(item),
-                                 static_cast<long long>(pos), reason.c_str());
-  if (args != nullptr) {
-    PyErr_SetObject(PyExc_ValueError, args);
-    Py_DECREF(args);
-  }
-  return false;
-}
-
-bool check_text(PyObject* o, int64_t item, int64_t pos) {
-  if (!PyUnicode_Check(o)) return set_caption_error(item, pos, std::string("expected str, got ") + Py_TYPE(o)->tp_name);
-  Py_ssize_t n = 0;
-  if (PyUnicode_AsUTF8AndSize(o, &n) == nullptr) {
-    PyErr_Clear();
-    return set_caption_error(item, pos, "not valid UTF-8 (lone surrogate)");
-  }
-  return true;
-}
-
-PyObject* check_images(PyObject*, PyObject* args) {
-  PyObject *hyps, *refs;
-  if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &hyps, &PyList_Type, &refs)) return nullptr;
-  const Py_ssize_t n = PyList_GET_SIZE(hyps);
-  if (PyList_GET_SIZE(refs) != n) {
-    PyErr_SetString(PyExc_ValueError, "hyps and refs differ in length");
-    return nullptr;
-  }
-  for (Py_ssize_t i = 0; i < n; ++i) {
-    PyObject* h = PyList_GET_ITEM(hyps, i);
-    PyObject* r = PyList_GET_ITEM(refs, i);
-    if (!PyList_Check(h)) {
-      set_caption_error(i, -1, std::string("candidate must be a list, got ") + Py_TYPE(h)->tp_name);
-      return nullptr;
-    }
-    if (PyList_GET_SIZE(h) != 1) {
-      set_caption_error(i, -1, "candidate list must hold exactly one caption, got " +
-                                   std::to_string(PyList_GET_SIZE(h)));
-      return nullptr;
-    }
-    if (!PyList_Check(r)) {
-      set_caption_error(i, -2, std::string("references must be a list, got ") + Py_TYPE(r)->tp_name);
-      return nullptr;
-    }
-    if (PyList_GET_SIZE(r) == 0) {
-      set_caption_error(i, -2, "no reference captions");
-      return nullptr;
-    }
-    if (!check_text(PyList_GET_ITEM(h, 0), i, -1)) return nullptr;
-    for (Py_ssize_t j = 0; j < PyList_GET_SIZE(r); ++j)
-      if (!check_text(PyList_GET_ITEM(r, j), i, j)) return nullptr;
-  }
-  Py_RETURN_NONE;
-}
-
-PyObject* check_texts(PyObject*, PyObject* args) {
-  PyObject* xs;
-  long long role;
-  if (!PyArg_ParseTuple(args, "O!L", &PyList_Type, &xs, &role)) return nullptr;
-  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(xs); ++i)
-    if (!check_text(PyList_GET_ITEM(xs, i), i, role)) return nullptr;
-  Py_RETURN_NONE;
-}
-
-PyMethodDef check_defs[] = {
-    {"cap_check_images", check_images, METH_VARARGS, "Validates pycocoevalcap-style caption lists."},
-    {"cap_check_texts", check_texts, METH_VARARGS, "Validates a flat list of captions."},
-    {nullptr, nullptr, 0, nullptr},
-};
-
 }  // namespace
 
 VLK_BIND(captioning) {
-  for (PyMethodDef* d = check_defs; d->ml_name != nullptr; ++d)
-    m.add_object(d->ml_name, py::reinterpret_steal<py::object>(PyCFunction_New(d, nullptr)));
-  m.def("cap_cider_corpus", &cider_corpus);
-  m.def("cap_cider_corpus_raw", &cider_corpus_raw);
-  m.def("cap_bleu_corpus", &bleu_corpus);
-  m.def("cap_rouge_corpus", &rouge_corpus);
+  m.attr("CAP_CIDER") = static_cast<int>(kCider);
+  m.attr("CAP_BLEU") = static_cast<int>(kBleu);
+  m.attr("CAP_ROUGE") = static_cast<int>(kRouge);
+  m.def("cap_score_images", &score_images);
   m.def("cap_split_words", &split_words);
   py::class_<vlk::cap::CiderDf>(m, "CapCiderDf")
       .def(py::init<int>())
       .def_property_readonly("n", &vlk::cap::CiderDf::n)
-      .def_property_readonly("num_docs", &vlk::cap::CiderDf::num_docs)
-      .def_property_readonly("max_df", &vlk::cap::CiderDf::max_df)
-      .def("__len__", &vlk::cap::CiderDf::size)
-      .def("set_num_docs", &vlk::cap::CiderDf::set_num_docs)
+      .def_property_readonly("num_docs", [](const vlk::cap::CiderDf& d) { return locked(d, &vlk::cap::CiderDf::num_docs); })
+      .def_property_readonly("max_df", [](const vlk::cap::CiderDf& d) { return locked(d, &vlk::cap::CiderDf::max_df); })
+      .def("__len__", [](const vlk::cap::CiderDf& d) { return locked(d, &vlk::cap::CiderDf::size); })
       .def("add_documents", &df_add_documents)
       .def("set_items", &df_set_items)
       .def("items", &df_items)

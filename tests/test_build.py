@@ -23,6 +23,8 @@ SANITIZED_TESTS = [
     "tests/test_boxes_grounding.py",
     "tests/test_captioning.py",
     "tests/test_captioning_api.py",
+    "tests/test_captioning_safety.py",
+    "tests/test_captioning_cli.py",
     "tests/test_retrieval.py",
 ]
 

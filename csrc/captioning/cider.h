@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,8 @@ class CiderDf {
   // Sets df of one n-gram (words interned with vocab()), as loaded from a file.
   void set(const uint32_t* words, int k, uint32_t df);
   void set_num_docs(int64_t d) { num_docs_ = d; }
+  // Writers (add_documents, set) hold it exclusively, score() shared: the bindings call them without the GIL.
+  std::shared_mutex& mutex() const { return mutex_; }
   // "w1 w2 ..." strings and counts of every n-gram (for saving).
   void export_items(std::vector<std::string>& ngrams, std::vector<uint32_t>& counts) const;
   // Candidate b is scored against the references ref_caps[ref_off[g] .. ref_off[g+1]) of g = group[b];
@@ -52,6 +55,7 @@ class CiderDf {
   int64_t num_docs_ = 0;
   Vocab vocab_;
   DfTable df_;
+  mutable std::shared_mutex mutex_;
 };
 
 // BLEU (pycocoevalcap BleuScorer, option "closest"): per image counts and per-image BLEU-1..n.

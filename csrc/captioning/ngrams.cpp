@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <unordered_map>
 #include <utility>
 
 #include "core/parallel.h"
@@ -188,10 +189,11 @@ void NgramBuilder::build(const Tokens& tok, const int64_t* caps, int ncap, int n
   const size_t words = (E * sizeof(ImageNgrams::Entry) + 7) / 8 + (group_.size() * sizeof(uint32_t) + 7) / 8;
   uint64_t* cursor = arena.alloc(words);
   out.entries = Span<ImageNgrams::Entry>{reinterpret_cast<ImageNgrams::Entry*>(cursor), E};
-  std::memcpy(cursor, entries, E * sizeof(ImageNgrams::Entry));
+  // An image without a word has no entry, and entries_ may never have been allocated (memcpy from null is UB).
+  if (E > 0) std::memcpy(cursor, entries, E * sizeof(ImageNgrams::Entry));
   cursor += (E * sizeof(ImageNgrams::Entry) + 7) / 8;
   out.group = Span<uint32_t>{reinterpret_cast<uint32_t*>(cursor), group_.size()};
-  std::memcpy(cursor, group_.data(), group_.size() * sizeof(uint32_t));
+  if (!group_.empty()) std::memcpy(cursor, group_.data(), group_.size() * sizeof(uint32_t));
   out.df = Span<uint32_t>{};
   out.num_ngrams = U;
   out.ncap = ncap;
@@ -212,7 +214,7 @@ void ids_to_words(const int64_t* data, const int64_t* starts, const int64_t* len
   out.ids.resize(out.off[count]);
   constexpr int64_t kFlat = 1 << 20;
   std::vector<uint32_t> flat;
-  std::vector<std::pair<int64_t, uint32_t>> spill;
+  std::unordered_map<int64_t, uint32_t> spill;  // ids outside [0, kFlat): hashed, so any id mix stays linear
   for (int64_t c = 0; c < count; ++c) {
     const int64_t* t = data + starts[c];
     uint32_t* o = out.ids.data() + out.off[c];
@@ -226,11 +228,10 @@ void ids_to_words(const int64_t* data, const int64_t* starts, const int64_t* len
         }
         o[j] = flat[id];
       } else {
-        auto it = std::find_if(spill.begin(), spill.end(), [&](const auto& p) { return p.first == id; });
+        auto it = spill.find(id);
         if (it == spill.end()) {
           const std::string s = std::to_string(id);
-          spill.emplace_back(id, resolve(s.data(), static_cast<int64_t>(s.size())));
-          it = spill.end() - 1;
+          it = spill.emplace(id, resolve(s.data(), static_cast<int64_t>(s.size()))).first;
         }
         o[j] = it->second;
       }

@@ -17,11 +17,13 @@ def load() -> Any:
     return _ext.load()
 
 
-def image_item(names: Sequence[Any], what: str = "image") -> Callable[[int, int], str]:
-    """Names item `item` of the C++ layer: pos -1 = its candidate, -2 = its reference list, >= 0 = reference."""
+def image_item(names: Sequence[Any] | Callable[[], Sequence[Any]], what: str = "image") -> Callable[[int, int], str]:
+    """Names item `item` of the C++ layer: pos -1 = its candidate, -2 = its reference list, >= 0 = reference.
+    ``names`` may be a callable returning the names (evaluated only when an error is named)."""
 
     def name(item: int, pos: int) -> str:
-        where = f"{what} {names[item]!r}"
+        seq = names() if callable(names) else names
+        where = f"{what} {seq[item]!r}"
         if pos == -1:
             where += " candidate"
         elif pos == -2:
@@ -46,8 +48,8 @@ def caption_errors(name: Callable[[int, int], str]) -> Iterator[None]:
         raise
 
 
-def split_dicts(gts: Mapping[Any, Any], res: Mapping[Any, Any]) -> tuple[list[Any], list[Any], list[Any]]:
-    """(image ids in gts order, candidate lists, reference lists) after pycocoevalcap's key check."""
+def check_dicts(gts: Any, res: Any) -> tuple[dict, dict]:
+    """pycocoevalcap's key check, as a ValueError; returns both as plain dicts in their own key order."""
     if not isinstance(gts, Mapping) or not isinstance(res, Mapping):
         raise ValueError(
             f"gts and res must be dicts {{image_id: [captions]}}, got {type(gts).__name__} and {type(res).__name__}"
@@ -59,8 +61,21 @@ def split_dicts(gts: Mapping[Any, Any], res: Mapping[Any, Any]) -> tuple[list[An
             "gts and res must have the same image ids (pycocoevalcap asserts gts.keys() == res.keys()): "
             f"ids without a candidate {missing}, candidates without references {extra} (first 5 shown)"
         )
-    keys = list(gts.keys())
-    return keys, [res[k] for k in keys], [gts[k] for k in keys]
+    return (gts if type(gts) is dict else dict(gts)), (res if type(res) is dict else dict(res))
+
+
+def score_images(
+    gts: dict, res: dict, metrics: int, *, tokenize: bool, n: int = 4, sigma: float = 6.0, cider_d: bool = True
+) -> dict[str, Any]:
+    """The pycocoevalcap layout (dicts from :func:`check_dicts`) read, checked, tokenized (``tokenize``: raw str or
+    ``{"caption": str}`` captions through the PTB tokenizer) and scored in one C++ call. ``metrics`` is a mask of
+    ``CAP_CIDER | CAP_BLEU | CAP_ROUGE``; returns the C++ layer's dict of per-image arrays (``"cider"``,
+    ``"any_ref_words"``, ``"bleu_stats"``, ``"bleu"``, ``"rouge"``)."""
+    m = len(gts)
+    with caption_errors(image_item(lambda: list(gts))):
+        return load().cap_score_images(
+            gts, res, tokenize, metrics, n, sigma, cider_d, ref_len_of(max(m, 1)), log_table(m)
+        )
 
 
 def log_table(max_df: int) -> np.ndarray:

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from vlkernels.captioning._common import caption_errors, image_item, load, log_table, ref_len_of, split_dicts
+from vlkernels.captioning._common import caption_errors, check_dicts, load, log_table, ref_len_of, score_images
 from vlkernels.captioning._text import stem_dicts, tokenize_dicts
 
 _DF_FORMAT = "vlkernels.cider_document_frequency"
@@ -51,6 +51,8 @@ class Cider:
             raise ValueError(f"n must be an int in [1, 4], got {n!r}")
         self._n = n
         self._sigma = float(sigma)
+        if self._cider_d:
+            _check_sigma(self._sigma)
         self._tokenize = tokenize
         self._stem = stem
 
@@ -71,31 +73,21 @@ class Cider:
                 reference, a caption that is not a str or not encodable as UTF-8, all references empty
                 (the message names the image; pycocoevalcap raises AssertionError on the same inputs).
         """
-        C = load()
-        if self._tokenize and not self._stem and isinstance(gts, dict) and isinstance(res, dict) and gts:
-            # Plain dicts of raw captions: tokenizer and scorer in one C++ call (no tokenized strs built); any
-            # other layout, or bad input, takes the general path below, which names the problem.
-            if gts.keys() == res.keys():
-                n_img = len(gts)
-                out = C.cap_cider_corpus_raw(
-                    gts, res, self._n, self._sigma, self._cider_d, ref_len_of(n_img), log_table(n_img)
-                )
-                if out is not None:
-                    scores, any_words = out
-                    if not any_words:
-                        raise ValueError(_NO_REFERENCE_WORDS)
-                    return np.mean(scores), scores
-        keys, hyps, refs = _prepare(gts, res, self._tokenize, self._stem)
-        if not keys:
+        gts, res = prepare_dicts(gts, res, self._tokenize, self._stem)
+        if not gts:
             raise ValueError("gts and res are empty: no image to score")
-        with caption_errors(image_item(keys)):
-            C.cap_check_images(hyps, refs)
-            scores = C.cap_cider_corpus(
-                hyps, refs, self._n, self._sigma, self._cider_d, ref_len_of(len(keys)), log_table(len(keys))
-            )
-        # pycocoevalcap takes max() of an empty df dict here; only an all-zero result can be that case.
-        if not scores.any() and not any(c.split() for r in refs for c in r):
+        out = score_images(
+            gts,
+            res,
+            load().CAP_CIDER,
+            tokenize=self._tokenize and not self._stem,
+            n=self._n,
+            sigma=self._sigma,
+            cider_d=self._cider_d,
+        )
+        if not out["any_ref_words"]:
             raise ValueError(_NO_REFERENCE_WORDS)
+        scores = out["cider"]
         return np.mean(scores), scores
 
     def method(self) -> str:
@@ -119,25 +111,35 @@ class CiderOriginal(Cider):
     _cider_d = False
 
 
-def _prepare(gts: Mapping, res: Mapping, tokenize: bool, stem: bool) -> tuple[list, list, list]:
-    keys, hyps, refs = split_dicts(gts, res)
-    if tokenize or stem:
+def prepare_dicts(gts: Any, res: Any, tokenize: bool, stem: bool) -> tuple[dict, dict]:
+    """Checked plain dicts for the C++ layer. Stemming (nltk, Python) needs the words first: then the PTB tokenizer
+    runs here and the stemmed dicts reach the scorer pre-tokenized; otherwise the scorer call tokenizes."""
+    gts, res = check_dicts(gts, res)
+    if stem:
         if tokenize:
             gts, res = tokenize_dicts(gts, res)
-        if stem:
-            gts, res = stem_dicts(gts, res)
-        keys, hyps, refs = split_dicts(gts, res)
-    return keys, hyps, refs
+        gts, res = stem_dicts(gts, res)
+    return gts, res
+
+
+def _check_sigma(sigma: float) -> None:
+    # pycocoevalcap divides by 2 * sigma**2 (ZeroDivisionError at 0; NaN scores for NaN).
+    if not sigma > 0:
+        raise ValueError(f"sigma must be a positive number (the length penalty's standard deviation), got {sigma!r}")
 
 
 def _as_int_rows(x: Any, where: str) -> np.ndarray:
     if hasattr(x, "detach"):  # torch tensor, any device
         x = x.detach().cpu().numpy()
+    if isinstance(x, (list, tuple)) and any(isinstance(c, str) for c in x):
+        raise ValueError(f"{where}: str captions mixed with token ids; give one kind for all captions")
     a = np.asarray(x)
     if a.ndim == 1:
         a = a[None, :]
     if a.ndim != 2 or not (np.issubdtype(a.dtype, np.integer) or a.size == 0):
         raise ValueError(f"{where}: token ids must be a 2-D integer array (rows, T), got shape {a.shape} {a.dtype}")
+    if a.dtype == np.uint64 and a.size and int(a.max()) >= 2**63:
+        raise ValueError(f"{where}: token ids must be below 2**63, got {int(a.max())}")
     return np.ascontiguousarray(a, dtype=np.int64)
 
 
@@ -166,13 +168,15 @@ def _row_spans(rows: list[np.ndarray]) -> list[tuple[int, int]]:
     return out
 
 
+def _is_text(captions: Any) -> bool:
+    """Whether a caption collection holds str captions (decided by its first caption; the rest is checked later)."""
+    return isinstance(captions, (list, tuple)) and bool(captions) and isinstance(captions[0], str)
+
+
 def _source(captions: Any, where: str, eos: int | None) -> tuple[Any, int]:
-    """A caption source for the C++ layer: a list of str, or (data, starts, lens) for token-id rows."""
-    if isinstance(captions, (list, tuple)) and all(isinstance(c, str) for c in captions):
+    """A caption source for the C++ layer: a list of str (checked there), or (data, starts, lens) for token-id rows."""
+    if _is_text(captions) or (isinstance(captions, (list, tuple)) and not captions):
         return list(captions), len(captions)
-    if isinstance(captions, (list, tuple)) and any(isinstance(c, str) for c in captions):
-        bad = next(i for i, c in enumerate(captions) if not isinstance(c, str))
-        raise ValueError(f"{where}[{bad}]: caption must be str, got {type(captions[bad]).__name__}")
     rows = _as_int_rows(captions, where)
     src = _id_source([rows], eos)
     return src, rows.shape[0]
@@ -209,6 +213,7 @@ class CiderD:
         if not isinstance(n, int) or not 1 <= n <= 4:
             raise ValueError(f"n must be an int in [1, 4], got {n!r}")
         self.sigma = float(sigma)
+        _check_sigma(self.sigma)
         self.eos = eos
         self._df = load().CapCiderDf(n)
         if refs is not None:
@@ -218,8 +223,6 @@ class CiderD:
             names = list(refs.keys()) if isinstance(refs, Mapping) else list(range(len(groups)))
             src, off = self._groups(groups, names, "refs")
             with caption_errors(_flat_item(off, names, "refs")):
-                if isinstance(src, list):
-                    load().cap_check_texts(src, -4)
                 self._df.add_documents(src, off)
         self._logdf: np.ndarray | None = None
 
@@ -248,8 +251,8 @@ class CiderD:
         """Builds the scorer from ``{ngram: df}`` (keys: tuples of words as in ruotianluo's pickled
         ``document_frequency``, or space-joined strings) and the number of documents (its ``ref_len``)."""
         self = cls(None, n=n, sigma=sigma, eos=eos)
-        if not isinstance(num_docs, (int, np.integer)) or num_docs < 1:
-            raise ValueError(f"num_docs must be a positive int, got {num_docs!r}")
+        if isinstance(num_docs, bool) or not isinstance(num_docs, (int, np.integer)) or not 1 <= num_docs < 2**32:
+            raise ValueError(f"num_docs must be an int in [1, 2**32), got {num_docs!r}")
         ngrams, counts = [], []
         for k, v in document_frequency.items():
             if isinstance(k, tuple):
@@ -258,17 +261,19 @@ class CiderD:
                 k = " ".join(k)
             if not isinstance(k, str):
                 raise ValueError(f"document_frequency key {k!r}: expected a tuple of words or a str")
-            if float(v) != int(v) or v < 0:
-                raise ValueError(f"document_frequency[{k!r}] = {v!r}: expected a non-negative whole number")
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or v != v:
+                raise ValueError(f"document_frequency[{k!r}] = {v!r}: expected a whole number in [0, num_docs]")
+            if float(v) != int(v) or not 0 <= v <= num_docs:
+                raise ValueError(
+                    f"document_frequency[{k!r}] = {v!r}: expected a whole number in [0, num_docs = {num_docs}]"
+                )
             ngrams.append(k)
             counts.append(int(v))
         for k in ngrams:
             if not 1 <= len(k.split()) <= n:
                 raise ValueError(f"document_frequency key {k!r}: an n-gram must hold 1 to {n} words")
         with caption_errors(lambda i, pos: f"document_frequency key {ngrams[i]!r}"):
-            load().cap_check_texts(ngrams, -1)
-            self._df.set_items(ngrams, np.asarray(counts, dtype=np.int64))
-        self._df.set_num_docs(int(num_docs))
+            self._df.set_items(ngrams, np.asarray(counts, dtype=np.int64), int(num_docs))
         return self
 
     def document_frequency(self) -> dict[str, int]:
@@ -342,27 +347,29 @@ class CiderD:
         if self._logdf is None or self._logdf.shape[0] <= self._df.max_df:
             self._logdf = log_table(int(self._df.max_df))
         with caption_errors(_flat_item(off, list(range(len(groups))), "refs")):
-            if isinstance(hyp_src, list):
-                load().cap_check_texts(hyp_src, -1)
-            if isinstance(src, list):
-                load().cap_check_texts(src, -4)
             return self._df.score(hyp_src, src, off, index, self.sigma, ref_len_of(self.num_docs), self._logdf)
 
     def _groups(self, groups: list, names: list, where: str) -> tuple[Any, np.ndarray]:
-        """Flattens reference groups into one caption source and group offsets."""
+        """Flattens reference groups into one caption source and group offsets. The first caption decides the kind
+        (str or token ids); every group must then hold that kind (str captions are checked by the C++ reader)."""
         sizes = []
-        if all(isinstance(g, (list, tuple)) and all(isinstance(c, str) for c in g) for g in groups):
-            flat = []
-            for g in groups:
+        first = next((g for g in groups if not isinstance(g, (list, tuple)) or g), None)
+        if _is_text(first):
+            flat: list = []
+            for name, g in zip(names, groups):
+                if not isinstance(g, (list, tuple)):
+                    raise ValueError(
+                        f"{where}[{name!r}]: expected a list of str captions like the other groups, "
+                        f"got {type(g).__name__}"
+                    )
+                if g and not isinstance(g[0], str):
+                    raise ValueError(f"{where}[{name!r}]: str captions mixed with token ids; give one kind for all")
                 flat.extend(g)
                 sizes.append(len(g))
             src: Any = flat
         else:
             rows = []
             for name, g in zip(names, groups):
-                if isinstance(g, (list, tuple)) and any(isinstance(c, str) for c in g):
-                    bad = next(c for c in g if not isinstance(c, str))
-                    raise ValueError(f"{where}[{name!r}]: caption must be str, got {type(bad).__name__}")
                 r = _as_int_rows(g, f"{where}[{name!r}]")
                 rows.append(r)
                 sizes.append(r.shape[0])
@@ -388,6 +395,8 @@ def _flat_item(off: np.ndarray, names: list, where: str) -> Any:
 
 
 def _read_json(path: str | os.PathLike) -> Any:
+    """JSON from a file; every failure a ValueError naming the file. The bytes are dropped before parsing (a big
+    file's text and its objects are what peak memory holds)."""
     try:
         with open(path, "rb") as f:
             raw = f.read()
@@ -397,7 +406,10 @@ def _read_json(path: str | os.PathLike) -> Any:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ValueError(f"{path}: invalid UTF-8 at byte {e.start}") from None
+    del raw
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    except RecursionError:
+        raise ValueError(f"{path}: JSON nested too deeply to read") from None

@@ -6,28 +6,73 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from vlkernels.captioning._text import tokenize_dicts
-from vlkernels.captioning.cider import Cider, _read_json
-from vlkernels.captioning.metrics import Bleu, Rouge
+import numpy as np
+
+from vlkernels.captioning._common import load, score_images
+from vlkernels.captioning.cider import _NO_REFERENCE_WORDS, _read_json
+from vlkernels.captioning.metrics import bleu_totals
 
 
-def _annotations(obj: Any, name: str) -> list:
+def _loaded(obj: Any, name: str) -> tuple[Any, str]:
+    """(the JSON of a path, or obj itself; the name errors use)."""
     if isinstance(obj, (str, os.PathLike)):
-        obj = _read_json(obj)
-    if isinstance(obj, Mapping):
-        if "annotations" not in obj:
-            raise ValueError(f"{name}: a COCO annotation file needs an 'annotations' list")
-        obj = obj["annotations"]
+        return _read_json(obj), str(obj)
+    return obj, name
+
+
+def _image_id(x: Any, where: str) -> Any:
+    # COCO ids are ints; strs are accepted (e.g. file names). Anything else is not a usable dict key or id.
+    if isinstance(x, bool) or not isinstance(x, (int, str)):
+        raise ValueError(f"{where}: image_id must be an int or str, got {type(x).__name__} {x!r:.40}")
+    return x
+
+
+def _records(obj: Any, name: str) -> Sequence:
     if not isinstance(obj, Sequence) or isinstance(obj, (str, bytes)):
         raise ValueError(f"{name}: expected a list of {{'image_id', 'caption'}} records, got {type(obj).__name__}")
-    for i, a in enumerate(obj):
-        if not isinstance(a, Mapping) or "image_id" not in a or "caption" not in a:
-            raise ValueError(f"{name}[{i}]: record must be a dict with 'image_id' and 'caption'")
-        if not isinstance(a["caption"], str):
-            raise ValueError(
-                f"{name}[{i}] (image {a['image_id']!r}): caption must be str, got {type(a['caption']).__name__}"
-            )
-    return list(obj)
+    return obj
+
+
+def _record(a: Any, name: str, i: int) -> tuple[Any, str]:
+    if not isinstance(a, Mapping) or "image_id" not in a or "caption" not in a:
+        raise ValueError(f"{name}[{i}]: record must be a dict with 'image_id' and 'caption'")
+    img = _image_id(a["image_id"], f"{name}[{i}]")
+    if not isinstance(a["caption"], str):
+        raise ValueError(f"{name}[{i}] (image {img!r}): caption must be str, got {type(a['caption']).__name__}")
+    return img, a["caption"]
+
+
+def _references(obj: Any, name: str) -> dict[Any, list[str]]:
+    """{image_id: [captions]} from a COCO captions file (its dict), a list of records, or that dict itself."""
+    if isinstance(obj, Mapping) and "annotations" not in obj and ("images" in obj or "info" in obj):
+        raise ValueError(f"{name}: a COCO annotation file needs an 'annotations' list")
+    if isinstance(obj, Mapping) and "annotations" not in obj:
+        # pycocoevalcap's gts layout {image_id: [caption, ...]} (e.g. Karpathy-split reference files).
+        out = {}
+        for k, v in obj.items():
+            if not isinstance(v, list) or not all(isinstance(c, str) for c in v):
+                raise ValueError(
+                    f"{name}[{k!r}]: a {{image_id: [captions]}} reference file needs a list of str per image, "
+                    f"got {type(v).__name__} (or a COCO annotation file with an 'annotations' list)"
+                )
+            out[k] = v
+        return out
+    if isinstance(obj, Mapping):
+        obj = obj["annotations"]
+    gts: dict[Any, list[str]] = {}
+    for i, a in enumerate(_records(obj, name)):
+        img, cap = _record(a, name, i)
+        gts.setdefault(img, []).append(cap)
+    return gts
+
+
+def _results(obj: Any, name: str) -> list[tuple[Any, str]]:
+    if isinstance(obj, Mapping):
+        hint = " (this looks like an annotation file: pass it first)" if "annotations" in obj else ""
+        raise ValueError(
+            f"{name}: a results file is a list of {{'image_id', 'caption'}} records, one per image, got a dict{hint}"
+        )
+    return [_record(r, name, i) for i, r in enumerate(_records(obj, name))]
 
 
 def evaluate_captions(
@@ -42,8 +87,8 @@ def evaluate_captions(
     pycocoevalcap's example); their references are every annotation with that ``image_id``.
 
     Args:
-        annotations: a COCO captions file (path, or its dict with ``"annotations"``), or a list of
-            ``{"image_id", "caption"}`` records.
+        annotations: a COCO captions file (path, or its dict with ``"annotations"``), a list of
+            ``{"image_id", "caption"}`` records, or a ``{image_id: [caption, ...]}`` dict (or a JSON file of one).
         results: a results file (path) or list of ``{"image_id", "caption"}``, one per image.
         tokenize: PTB-tokenize both sides first (default True, as COCOEvalCap).
 
@@ -51,43 +96,40 @@ def evaluate_captions(
         ``{"Bleu_1".."Bleu_4", "ROUGE_L", "CIDEr": float, "per_image": {image_id: {metric: float}}}``.
 
     Raises:
-        ValueError: unreadable / malformed JSON or invalid UTF-8 (naming the file), records without
-            ``image_id``/``caption``, non-str captions, two results for one image, a result whose image has no
-            annotation.
+        ValueError: unreadable / malformed / too deeply nested JSON or invalid UTF-8 (naming the file), records
+            without ``image_id``/``caption``, an ``image_id`` that is not an int or str, non-str captions, a
+            results dict instead of a list, two results for one image, a result whose image has no annotation.
 
     Example:
         >>> evaluate_captions([{"image_id": 1, "caption": "a dog"}], [{"image_id": 1, "caption": "a dog"}],
         ...                   tokenize=False)["ROUGE_L"]
         1.0
     """
-    anns = _annotations(annotations, str(annotations) if isinstance(annotations, (str, os.PathLike)) else "annotations")
-    ress = _annotations(results, str(results) if isinstance(results, (str, os.PathLike)) else "results")
-    gts_all: dict[Any, list[str]] = {}
-    for a in anns:
-        gts_all.setdefault(a["image_id"], []).append(a["caption"])
+    gts_all = _references(*_loaded(annotations, "annotations"))
+    ress = _results(*_loaded(results, "results"))
     res: dict[Any, list[str]] = {}
-    for r in ress:
-        if r["image_id"] in res:
-            raise ValueError(f"results: image {r['image_id']!r} has more than one caption")
-        if r["image_id"] not in gts_all:
-            raise ValueError(f"results: image {r['image_id']!r} has no reference caption in the annotations")
-        res[r["image_id"]] = [r["caption"]]
+    for img, cap in ress:
+        if img in res:
+            raise ValueError(f"results: image {img!r} has more than one caption")
+        if img not in gts_all:
+            other = str(img) if isinstance(img, int) else (int(img) if img.isdigit() else None)
+            hint = f" (the annotations have {other!r}: ids must have one type)" if other in gts_all else ""
+            raise ValueError(f"results: image {img!r} has no reference caption in the annotations{hint}")
+        res[img] = [cap]
+    del ress
     if not res:
         raise ValueError("results is empty: no image to evaluate")
     gts = {k: gts_all[k] for k in res}
-    if tokenize:
-        gts, res = tokenize_dicts(gts, res)
-    out: dict[str, Any] = {}
-    per: dict[Any, dict[str, float]] = {k: {} for k in gts}
-    bleu, bleu_img = Bleu(4).compute_score(gts, res, verbose=0)
-    for k in range(4):
-        out[f"Bleu_{k + 1}"] = float(bleu[k])
-        for img, v in zip(gts, bleu_img[k]):
-            per[img][f"Bleu_{k + 1}"] = float(v)
-    for name, scorer in (("ROUGE_L", Rouge()), ("CIDEr", Cider())):
-        mean, scores = scorer.compute_score(gts, res)
-        out[name] = float(mean)
-        for img, v in zip(gts, scores):
-            per[img][name] = float(v)
-    out["per_image"] = per
+    C = load()
+    # One C++ call: read, PTB-tokenize (each dict as one batch, as COCOEvalCap), BLEU + ROUGE-L + CIDEr-D.
+    scores = score_images(gts, res, C.CAP_CIDER | C.CAP_BLEU | C.CAP_ROUGE, tokenize=tokenize)
+    if not scores["any_ref_words"]:
+        raise ValueError(_NO_REFERENCE_WORDS)
+    bleu, bleu_img = bleu_totals(scores["bleu_stats"], scores["bleu"], 4)
+    out: dict[str, Any] = {f"Bleu_{k + 1}": float(bleu[k]) for k in range(4)}
+    out["ROUGE_L"] = float(np.mean(scores["rouge"]))
+    out["CIDEr"] = float(np.mean(scores["cider"]))
+    columns = [(f"Bleu_{k + 1}", bleu_img[k]) for k in range(4)]
+    columns += [("ROUGE_L", scores["rouge"].tolist()), ("CIDEr", scores["cider"].tolist())]
+    out["per_image"] = {img: {name: float(col[i]) for name, col in columns} for i, img in enumerate(gts)}
     return out

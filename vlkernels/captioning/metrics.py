@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from vlkernels.captioning._common import caption_errors, image_item, load
-from vlkernels.captioning.cider import _prepare
+from vlkernels.captioning._common import load, score_images
+from vlkernels.captioning.cider import prepare_dicts
 
 
 class Bleu:
@@ -58,31 +58,33 @@ class Bleu:
         Raises:
             ValueError: as :meth:`vlkernels.captioning.Cider.compute_score`.
         """
-        keys, hyps, refs = _prepare(gts, res, self._tokenize, False)
-        n = self._n
-        with caption_errors(image_item(keys)):
-            load().cap_check_images(hyps, refs)
-            stats, per = load().cap_bleu_corpus(hyps, refs, n)
-        small, tiny = 1e-9, 1e-15
-        testlen, reflen = int(stats[:, 0].sum()), int(stats[:, 1].sum())
-        guess = [int(v) for v in stats[:, 2 : 2 + n].sum(axis=0)] if len(keys) else [0] * n
-        correct = [int(v) for v in stats[:, 2 + n :].sum(axis=0)] if len(keys) else [0] * n
-        # pycocoevalcap's corpus formula, in its operation order.
-        bleus, bleu = [], 1.0
-        for k in range(n):
-            bleu *= float(correct[k] + tiny) / (guess[k] + small)
-            bleus.append(bleu ** (1.0 / (k + 1)))
-        ratio = (testlen + tiny) / (reflen + small)
-        if ratio < 1:
-            for k in range(n):
-                bleus[k] *= math.exp(1 - 1 / ratio)
-        if verbose > 0:
-            print({"testlen": testlen, "reflen": reflen, "guess": guess, "correct": correct})
-            print("ratio:", ratio)
-        return bleus, [per[:, k].tolist() for k in range(n)]
+        gts, res = prepare_dicts(gts, res, False, False)
+        out = score_images(gts, res, load().CAP_BLEU, tokenize=self._tokenize, n=self._n)
+        return bleu_totals(out["bleu_stats"], out["bleu"], self._n, verbose)
 
     def method(self) -> str:
         return "Bleu"
+
+
+def bleu_totals(stats: np.ndarray, per: np.ndarray, n: int, verbose: int = 0) -> tuple[list[float], list[list[float]]]:
+    """pycocoevalcap's corpus BLEU from the per-image counts (C++), in its operation order."""
+    small, tiny = 1e-9, 1e-15
+    testlen, reflen = int(stats[:, 0].sum()), int(stats[:, 1].sum())
+    guess = [int(v) for v in stats[:, 2 : 2 + n].sum(axis=0)] if len(stats) else [0] * n
+    correct = [int(v) for v in stats[:, 2 + n :].sum(axis=0)] if len(stats) else [0] * n
+    # pycocoevalcap's corpus formula, in its operation order.
+    bleus, bleu = [], 1.0
+    for k in range(n):
+        bleu *= float(correct[k] + tiny) / (guess[k] + small)
+        bleus.append(bleu ** (1.0 / (k + 1)))
+    ratio = (testlen + tiny) / (reflen + small)
+    if ratio < 1:
+        for k in range(n):
+            bleus[k] *= math.exp(1 - 1 / ratio)
+    if verbose > 0:
+        print({"testlen": testlen, "reflen": reflen, "guess": guess, "correct": correct})
+        print("ratio:", ratio)
+    return bleus, [per[:, k].tolist() for k in range(n)]
 
 
 class Rouge:
@@ -111,10 +113,8 @@ class Rouge:
 
     def compute_score(self, gts: Mapping[Any, list], res: Mapping[Any, list]) -> tuple[np.float64, np.ndarray]:
         """Mean ROUGE-L and the per-image array (``gts`` key order). Raises ValueError as ``Cider``."""
-        keys, hyps, refs = _prepare(gts, res, self._tokenize, False)
-        with caption_errors(image_item(keys)):
-            load().cap_check_images(hyps, refs)
-            scores = load().cap_rouge_corpus(hyps, refs, self.beta)
+        gts, res = prepare_dicts(gts, res, False, False)
+        scores = score_images(gts, res, load().CAP_ROUGE, tokenize=self._tokenize)["rouge"]
         return np.mean(scores), scores
 
     def method(self) -> str:

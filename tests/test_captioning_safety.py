@@ -1,0 +1,178 @@
+"""Caption metrics under hostile input: captions replaced by another thread mid-call, images without a word,
+out-of-range document frequencies and token ids, degenerate sigma, mixed caption kinds, many large token ids."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from vlkernels.captioning import Bleu, Cider, CiderD, CiderOriginal, Rouge
+from vlkernels.captioning.reference import ciderd_ref, document_frequency_ref
+
+pc_cider = pytest.importorskip("pycocoevalcap.cider.cider")
+WORDS = ["a", "dog", "runs", "on", "the", "grass", "cat", "sits", "red", "ball"]
+
+
+def _caption(rng, k):
+    # A fresh str object each time (joined at run time), owned only by the list it is put in.
+    return " ".join(WORDS[int(i)] for i in rng.integers(0, len(WORDS), size=k))
+
+
+def _corpus(rng, n_img, refs=5, length=30):
+    gts = {i: [_caption(rng, length) for _ in range(refs)] for i in range(n_img)}
+    res = {i: [_caption(rng, length)] for i in range(n_img)}
+    return gts, res
+
+
+def _mutating(lists, stop):
+    """Replaces the captions of `lists` with new strs until stopped: the old strs are freed at once."""
+    rng = np.random.default_rng(1)
+    n = 0
+    while not stop.is_set():
+        lst = lists[n % len(lists)]
+        lst[n % len(lst)] = _caption(rng, 30)
+        n += 1
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda g, r: Cider().compute_score(g, r),
+        lambda g, r: CiderOriginal().compute_score(g, r),
+        lambda g, r: Bleu().compute_score(g, r, verbose=0),
+        lambda g, r: Rouge().compute_score(g, r),
+        lambda g, r: Cider(tokenize=True).compute_score(g, r),
+        lambda g, r: CiderD(list(g.values())).score([v[0] for v in r.values()], list(g.values())),
+    ],
+    ids=["Cider", "CiderOriginal", "Bleu", "Rouge", "Cider_tokenize", "CiderD"],
+)
+def test_captions_replaced_by_another_thread_mid_call(call):
+    # Regression (heap-use-after-free under ASan): the scorers read the captions' memory with the GIL released,
+    # so they must hold the strs they read; a thread replacing captions meanwhile frees the old ones.
+    gts, res = _corpus(np.random.default_rng(0), 1500)
+    lists = list(gts.values()) + list(res.values())
+    stop = threading.Event()
+    t = threading.Thread(target=_mutating, args=(lists, stop))
+    t.start()
+    try:
+        for _ in range(3):
+            out = call(gts, res)
+    finally:
+        stop.set()
+        t.join()
+    assert out is not None
+
+
+def test_ciderd_table_filled_while_scoring():
+    # add_documents (no GIL) against score (no GIL) on one table: the table's lock keeps both consistent.
+    rng = np.random.default_rng(2)
+    scorer = CiderD([[_caption(rng, 12)] for _ in range(200)])
+    stop = threading.Event()
+    errors = []
+
+    def fill():
+        r = np.random.default_rng(3)
+        while not stop.is_set():
+            scorer._df.add_documents([_caption(r, 12) for _ in range(50)], np.arange(51, dtype=np.int64))
+
+    t = threading.Thread(target=fill)
+    t.start()
+    try:
+        for _ in range(20):
+            try:
+                scorer.score([_caption(rng, 12) for _ in range(50)], [[_caption(rng, 12)] for _ in range(50)])
+            except IndexError as e:  # the table grew past the log table made for it: a clean error, then retried
+                errors.append(e)
+    finally:
+        stop.set()
+        t.join()
+    assert len(errors) < 20
+
+
+def test_images_without_a_word_like_pycocoevalcap():
+    # An image whose captions are all empty (no n-gram at all) is legal input (UBSan: no memcpy from null).
+    gts = {1: [""], 2: ["a b"], 3: ["a b c", ""]}
+    res = {1: [""], 2: ["a b"], 3: [""]}
+    np.testing.assert_array_equal(Cider().compute_score(gts, res)[1], pc_cider.Cider().compute_score(gts, res)[1])
+    corpus = [[""], ["a b"]]
+    scorer = CiderD(corpus)
+    cands, refs = ["", "a b"], [[""], ["a b"]]
+    want = ciderd_ref(cands, refs, document_frequency_ref(corpus), len(corpus))
+    np.testing.assert_allclose(scorer.score(cands, refs), want, rtol=0, atol=1e-12)
+
+
+def test_document_frequency_range_checked():
+    for df, num_docs, match in [
+        ({"a": 2**32}, 3, r"whole number in \[0, num_docs = 3\]"),
+        ({"a": 4}, 3, r"whole number in \[0, num_docs = 3\]"),
+        ({"a": -1}, 3, "whole number"),
+        ({"a": float("nan")}, 3, "whole number"),
+        ({"a": 1}, 2**32, r"num_docs must be an int in \[1, 2\*\*32\)"),
+        ({"a": 1}, True, "num_docs must be an int"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            CiderD.from_document_frequency(df, num_docs)
+    # The largest legal value is kept exactly (no truncation to 32 bits on the way).
+    top = 2**32 - 1
+    assert CiderD.from_document_frequency({"a": top, "a b": 1}, top).document_frequency() == {"a": top, "a b": 1}
+
+
+@pytest.mark.parametrize("sigma", [0.0, float("nan"), -1.0])
+def test_sigma_must_be_positive(sigma):
+    with pytest.raises(ValueError, match="sigma must be a positive number"):
+        Cider(sigma=sigma)
+    with pytest.raises(ValueError, match="sigma must be a positive number"):
+        CiderD([["a b"]], sigma=sigma)
+    if sigma == 0:  # pycocoevalcap fails there too (it divides by 2 * sigma**2)
+        with pytest.raises(ZeroDivisionError):
+            pc_cider.Cider(sigma=sigma).compute_score({1: ["a b c"]}, {1: ["a b"]})
+    CiderOriginal(sigma=sigma)  # no length penalty: sigma is not used
+
+
+def test_uint64_token_ids():
+    big = np.array([[2**63, 5, 0]], dtype=np.uint64)
+    scorer = CiderD([np.array([[5, 6, 0]])])
+    with pytest.raises(ValueError, match=r"token ids must be below 2\*\*63"):
+        scorer.score(big, [np.array([[5, 0]])])
+    ok = np.array([[2**63 - 1, 5, 0]], dtype=np.uint64)
+    text = [f"{2**63 - 1} 5 0"]
+    assert scorer.score(ok, [["5 6 0"]]) == scorer.score(text, [["5 6 0"]])
+
+
+def test_ciderd_mixed_caption_kinds_named():
+    with pytest.raises(ValueError, match=r"refs\[1\]: expected a list of str captions like the other groups"):
+        CiderD([["a b"], np.array([[1, 2]])])
+    with pytest.raises(ValueError, match=r"refs\[1\]: str captions mixed with token ids"):
+        CiderD([np.array([[1, 2]]), ["a b"]])
+    with pytest.raises(ValueError, match=r"refs\[1\]: str captions mixed with token ids"):
+        CiderD([["a b"], [[1, 2]]])
+    scorer = CiderD([["a b"], ["c d"]])
+    with pytest.raises(ValueError, match=r"candidates: str captions mixed with token ids"):
+        scorer.score([[1, 2], "a b"], [["a b"], ["c d"]])
+
+
+def _time_large_ids(count):
+    ids = (np.int64(1) << 40) + np.arange(count, dtype=np.int64)
+    refs = [ids.reshape(-1, 8)]
+    t = time.perf_counter()
+    CiderD(refs, eos=None)
+    return time.perf_counter() - t
+
+
+def test_large_token_ids_scale_linearly():
+    # Ids outside the flat cache go through a hash map: 4x the distinct ids costs about 4x the time.
+    for _ in range(2):
+        _time_large_ids(20_000)
+    small = min(_time_large_ids(25_000) for _ in range(3))
+    large = min(_time_large_ids(100_000) for _ in range(3))
+    assert large <= 5.5 * small + 0.02, (small, large)
+
+
+def test_large_token_ids_score_as_their_decimal_words():
+    ids = np.array([[2**40, 2**50 + 3, 7, 0], [2**40, 9, 9, 0]], dtype=np.int64)
+    words = [" ".join(str(int(v)) for v in row) for row in ids]
+    corpus_ids, corpus_words = [ids], [words]
+    a = CiderD(corpus_ids, eos=None).score(ids, [ids[::-1]] * 2)
+    b = CiderD(corpus_words).score(words, [words[::-1]] * 2)
+    np.testing.assert_array_equal(a, b)
