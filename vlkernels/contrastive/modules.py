@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from vlkernels.contrastive import distributed as vdist
-from vlkernels.contrastive.losses import info_nce_shard, needs_grad, validate_pair
+from vlkernels.contrastive.losses import info_nce_shard, loss_dtype, needs_grad, validate_pair
 from vlkernels.contrastive.ops import siglip_fused
 
 SIGLIP_DIST_IMPLS = ("bidir", "shift", "reduce", "gather")
@@ -100,6 +100,7 @@ class ClipLoss(nn.Module):
                 total = share.detach().clone()
                 torch.distributed.all_reduce(total)
                 loss = loss + (total - loss).detach()
+        loss = loss.to(loss_dtype(x, logit_scale, logit_bias))
         return {"contrastive_loss": loss} if output_dict else loss
 
 
@@ -185,4 +186,5 @@ class SigLipLoss(nn.Module):
                 if remainder:
                     texts, groups = vdist.shift(to_right, right, left), vdist.shift(g_right, right, left)
                     loss = loss + block(texts, groups, (r - n_bidir - 1) % w)
+        loss = loss.to(loss_dtype(x, logit_scale, logit_bias))
         return {"contrastive_loss": loss} if output_dict else loss
