@@ -192,7 +192,7 @@ def info_nce_loss(
     columns without any positive are left out of their mean (N, M then count only the others).
 
     Args:
-        image_features: ``(N, D)`` fp32/fp16/bf16, any strides, need not be unit-norm.
+        image_features: ``(N, D)`` fp32/fp16/bf16/float64, any strides, need not be unit-norm.
         text_features: ``(M, D)`` same dtype and device. ``M == N`` unless groups are given.
         logit_scale: the *exp'd* temperature ``s`` (0-dim or one-element tensor, differentiable, or a float).
         logit_bias: optional ``b``; the loss does not depend on it (its gradient is exactly 0), accepted for parity.
@@ -203,15 +203,20 @@ def info_nce_loss(
         check_finite: raise ValueError on NaN/Inf inputs (a host sync) instead of returning NaN.
 
     Returns:
-        0-dim fp32 loss.
+        0-dim loss in open_clip's dtype: that of ``logit_scale * features (+ logit_bias)`` under torch's promotion
+        (fp16/bf16 features with a float or 0-dim fp32 scale give an fp16/bf16 loss). Computed in fp32 (float64 for
+        float64 features); each direction's cross-entropy is >= 0 (the positive logit's value comes from the same
+        products as the log-sum-exp).
 
     Raises:
         ValueError: wrong types or dtypes, mixed feature dtypes, mismatched D, an empty batch, N != M without groups,
-            a scale/bias with more than one value, bad groups or ε, non-finite inputs with ``check_finite``.
+            a scale/bias with more than one value, bad groups or ε, groups without any positive pair (no image
+            and text share an id), non-finite inputs with ``check_finite``.
 
     Note:
         Memory O((N + M)·D). Triton on CUDA (and under ``TRITON_INTERPRET=1``), fp32 accumulation; the chunked
-        torch path on CPU (4 GEMM units, deterministic). One GEMM unit = the flops of ``x·yᵀ``. Triton paths:
+        torch path on CPU and for float64 on every device (4 GEMM units, deterministic). One GEMM unit = the flops
+        of ``x·yᵀ``. Triton paths:
 
         - default: forward 1 unit (row and column log-sum-exp in one pass), backward one sweep that recomputes each
           logit tile once and forms dx (in the program's own fp32 rows) and dy (fp32 atomics into an extra
@@ -254,14 +259,15 @@ def siglip_loss(
     (Zhai et al. 2023, SigLIP), ``z_ij = +1`` for positives (the diagonal, or equal group ids) and ``-1`` otherwise.
 
     Args:
-        image_features: ``(N, D)`` fp32/fp16/bf16, any strides.
+        image_features: ``(N, D)`` fp32/fp16/bf16/float64, any strides.
         text_features: ``(M, D)`` same dtype and device; ``M == N`` unless groups are given.
         logit_scale: the exp'd scale ``s`` (tensor or float). logit_bias: ``b`` (tensor, float or None).
         image_groups, text_groups: optional ``(N,)``/``(M,)`` int64 ids defining several positives per row.
         check_finite: raise on NaN/Inf inputs instead of returning NaN.
 
     Returns:
-        0-dim fp32 loss (normalized by N, the number of images, as open_clip).
+        0-dim loss (normalized by N, the number of images, as open_clip) in open_clip's dtype, as
+        :func:`info_nce_loss`.
 
     Raises:
         ValueError: as :func:`info_nce_loss`.
