@@ -40,13 +40,13 @@ DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 # products exactly) at half the tile, since every stage costs twice the bytes.
 _HALF_SM90 = {
     "fwd": Tiles(128, 128, 64, 8, 3),
-    "sweep": Tiles(128, 128, 64, 8, 2),
-    "dual": Tiles(128, 128, 64, 8, 2),
+    "sweep": Tiles(128, 64, 64, 8, 2),
+    "dual": Tiles(128, 64, 64, 8, 2),
 }
 _HALF_SM80 = {
     "fwd": Tiles(128, 128, 64, 8, 3),
-    "sweep": Tiles(128, 128, 64, 8, 2),
-    "dual": Tiles(128, 128, 64, 8, 2),
+    "sweep": Tiles(128, 64, 64, 8, 2),
+    "dual": Tiles(128, 64, 64, 8, 2),
 }
 _FP32 = {
     "fwd": Tiles(64, 128, 32, 8, 2),
@@ -110,12 +110,14 @@ def kernel_specs() -> list[KernelSpec]:
             # fp32 runs exact IEEE FMA dots: no tensor-core instruction is expected (or possible) there.
             gemm = dtype != "fp32"
             t = table["fwd"]
+            consts = dict(BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_K=t.block_k, PRECISION=precision, UPCAST=False)
             sig = {n: "*fp32" for n in ("scale_ptr", "row_lse_ptr", "diag_ptr", "col_max_ptr", "col_sum_ptr")}
             sig.update({"a_ptr": f"*{dtype}", "b_ptr": f"*{dtype}"})
             # Sizes, strides and offsets below 2³¹ arrive as i32 (Triton's specialization); the kernels index in int64.
-            ints = ("n_rows", "n_cols", "n_dims", "num_programs", "stride_am", "stride_ad", "stride_bn", "stride_bd")
+            # The launchers pass row-contiguous features, and Triton specializes a stride of 1 as a constant.
+            ints = ("n_rows", "n_cols", "n_dims", "num_programs", "stride_am", "stride_bn")
             sig.update({n: "i32" for n in (*ints, "diag_offset")})
-            consts = dict(BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_K=t.block_k, PRECISION=precision, UPCAST=False)
+            consts.update(stride_ad=1, stride_bd=1)
             specs.append(KernelSpec("contrastive", fwd_kernel, arch, dtype, sig, consts, t.num_warps, t.num_stages,
                                     gemm, label="lse_pair fwd"))  # fmt: skip
             for label, kind, loss, given in _sweep_variants():
@@ -147,6 +149,7 @@ def kernel_specs() -> list[KernelSpec]:
                     else:
                         consts[f"{ptr}_ptr"] = None
                 sig.update({n: "i32" for n in (*ints[:3], *ints[4:], "offset_a", "offset_b")})
+                consts.update(stride_ad=1, stride_bd=1)
                 sig["inv_norm"] = "fp32"
                 specs.append(KernelSpec("contrastive", sweep_kernel, arch, dtype, sig, consts, t.num_warps,
                                         t.num_stages, gemm, label=label, extra={"kind": kind}))  # fmt: skip
