@@ -6,27 +6,14 @@ CPU, 5 on the deterministic Triton path; SigLIP 3, 3 and 4. Each row's notes nam
 from __future__ import annotations
 
 import contextlib
-import importlib.util
-import sysconfig
-from pathlib import Path
 
 import torch
 
 import vlkernels
 from vlkernels.contrastive.ops import GEMM_UNITS, grad_path
+from vlkernels.testing import open_clip_loss_module
 
 from .harness import Bench, register
-
-
-def _open_clip_loss():
-    """open_clip's loss.py loaded by path (importing open_clip itself needs torchvision); None when absent."""
-    path = Path(sysconfig.get_paths()["purelib"]) / "open_clip" / "loss.py"
-    if not path.is_file():
-        return None
-    spec = importlib.util.spec_from_file_location("open_clip_loss_bench", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _inputs(n: int, d: int, dtype: torch.dtype, device: str):
@@ -83,7 +70,7 @@ def _check(rtol: float, atol: float):
 
 
 def _cases(n: int, d: int, dtype: torch.dtype, device: str, repeats: int | None) -> list[Bench]:
-    oc = _open_clip_loss()
+    oc = open_clip_loss_module()
     x, y, s, b = _inputs(n, d, dtype, device)
     gemm_flops = 2.0 * n * n * d
     tol = (1e-4, 1e-6) if dtype == torch.float32 else (3e-2, 1e-3)

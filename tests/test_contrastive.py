@@ -10,44 +10,37 @@ from __future__ import annotations
 import math
 import os
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from test_contrastive_dist import open_clip_loss_module
 
 import vlkernels
 from vlkernels._triton import triton_installed
-from vlkernels.contrastive import ops as cops
+from vlkernels.contrastive import configs
 from vlkernels.contrastive.reference import info_nce_loss_ref, siglip_loss_ref
-from vlkernels.testing import assert_close_lowp
+from vlkernels.testing import (
+    assert_close_lowp,
+    assert_losses_within_bounds,
+    assert_within_bounds,
+    contrastive_error_bounds,
+    contrastive_inputs,
+    interpreter_blas_dot,
+    loss_and_grads,
+    open_clip_loss_module,
+)
 
 if triton_installed():
     # Triton decides interpreted vs compiled when a kernel module is imported: do it now, while TRITON_INTERPRET
     # still has conftest's value (the CPU-backend tests switch it off for their duration).
     import vlkernels.contrastive.kernels
 
+make_inputs, run = contrastive_inputs, loss_and_grads
+
 
 @pytest.fixture(autouse=True)
-def _fast_interpreter_dot(monkeypatch):
-    """Triton 3.9's interpreter runs tl.dot as np.matmul(..., dtype=...), numpy's slow non-BLAS loop (~1000x).
-    For fp32 operands the BLAS product is the same math; other dtypes keep the interpreter's own code."""
-    if not triton_installed():
-        return
-    from triton.runtime import interpreter
-
-    orig = interpreter.InterpreterBuilder.create_dot
-
-    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
-        if a.data.dtype == b.data.dtype == d.data.dtype == np.float32:
-            return interpreter.TensorHandle(np.matmul(a.data, b.data) + d.data, d.dtype.scalar)
-        return orig(self, a, b, d, input_precision, max_num_imprecise_acc)
-
-    monkeypatch.setattr(interpreter.InterpreterBuilder, "create_dot", create_dot)
-
-
-# fp32 kernels against the fp64 open_clip reference: loss and gradients (relative to the tensor's largest entry).
-TOL = {"loss": {"rtol": 1e-5, "atol": 1e-6}, "grad": {"rtol": 1e-4, "atol": 2e-6}}
+def _fast_interpreter_dot():
+    with interpreter_blas_dot():
+        yield
 
 
 @pytest.fixture(params=["triton", "cpu"])
@@ -62,33 +55,15 @@ def backend(request, monkeypatch):
 
 @pytest.fixture(scope="module")
 def oc():
-    return open_clip_loss_module()
+    mod = open_clip_loss_module()
+    if mod is None:
+        pytest.skip("open-clip-torch is not installed (its loss.py is the reference)")
+    return mod
 
 
-def make_inputs(n, d, scale, m=None, seed=0, bias=-5.0):
-    """Non-normalized features: random directions with row norms spread over [0.5, 2]."""
-    g = torch.Generator().manual_seed(seed)
-    m = n if m is None else m
-    x = torch.randn(n, d, generator=g, dtype=torch.float64) / math.sqrt(d) * (0.5 + 1.5 * torch.rand(n, 1, generator=g))
-    y = torch.randn(m, d, generator=g, dtype=torch.float64) / math.sqrt(d) * (0.5 + 1.5 * torch.rand(m, 1, generator=g))
-    return x, y, torch.tensor(float(scale), dtype=torch.float64), torch.tensor(bias, dtype=torch.float64)
-
-
-def run(fn, x, y, s, b, dtype=None, device="cpu", **kw):
-    """loss and grads of (x, y, s, b); features cast to dtype (leaves in that dtype), scale/bias as given."""
-    feats = [t.to(device=device, dtype=dtype or t.dtype).detach().requires_grad_() for t in (x, y)]
-    params = [t.to(device).detach().requires_grad_() for t in (s, b)]
-    loss = fn(*feats, *params, **kw)
-    loss.backward(torch.tensor(0.7, dtype=loss.dtype, device=device))  # a non-unit upstream gradient
-    return [loss.detach()] + [t.grad for t in (*feats, *params)]
-
-
-def assert_fp32(actual, expected, names=("loss", "d image", "d text", "d scale", "d bias")):
-    for a, e, name in zip(actual, expected, names):
-        a, e = a.detach().double().cpu(), e.detach().double()
-        tol = TOL["loss"] if name == "loss" else TOL["grad"]
-        atol = tol["atol"] * max(1.0, float(e.abs().max()))
-        torch.testing.assert_close(a, e, rtol=tol["rtol"], atol=atol, msg=lambda m, name=name: f"{name}: {m}")
+def check(loss, actual, expected, x, y, s, b, **kw):
+    """fp32 results against the fp64 reference, within the error bound of vlkernels.testing (from the inputs)."""
+    assert_losses_within_bounds(loss, actual, expected, x, y, s, b, **kw)
 
 
 CPU_GRID = [(1, 64, 1.0), (1, 1000, 100.0), (37, 96, 14.3), (37, 768, 100.0), (300, 64, 50.0), (300, 1000, 1.0)]
@@ -112,7 +87,14 @@ def test_losses_match_open_clip_fp32(backend, oc, loss_name, case, monkeypatch):
     ours_fn = vlkernels.ClipLoss() if loss_name == "clip" else vlkernels.SigLipLoss()
     expected = run(theirs_fn, x, y, sc, b)
     actual = run(ours_fn, x, y, sc.float(), b.float(), dtype=torch.float32, device=_device(backend))
-    assert_fp32(actual, expected)
+    check(KIND[loss_name], actual, expected, x, y, sc, b)
+
+
+KIND = {"clip": "info_nce", "siglip": "siglip"}
+
+
+def _pairs(oc):
+    return (("info_nce", oc.ClipLoss(), vlkernels.ClipLoss()), ("siglip", oc.SigLipLoss(), vlkernels.SigLipLoss()))
 
 
 def _device(backend):
@@ -146,7 +128,7 @@ def test_info_nce_loss_groups_and_smoothing_vs_formula(backend):
         dev = _device(backend)
         kw_dev = {"image_groups": gx.to(dev), "text_groups": gy.to(dev), "label_smoothing": eps}
         actual = run(vlkernels.info_nce_loss, x, y, s.float(), b.float(), dtype=torch.float32, device=dev, **kw_dev)
-        assert_fp32(actual, expected)
+        check("info_nce", actual, expected, x, y, s, b, **kw)
 
 
 def test_info_nce_loss_smoothing_matches_torch_cross_entropy(backend):
@@ -162,7 +144,7 @@ def test_info_nce_loss_smoothing_matches_torch_cross_entropy(backend):
     actual = run(
         vlkernels.info_nce_loss, x, y, s.float(), b.float(), torch.float32, _device(backend), label_smoothing=0.3
     )
-    assert_fp32(actual, expected)
+    check("info_nce", actual, expected, x, y, s, b, label_smoothing=0.3)
 
 
 def test_siglip_loss_groups_vs_formula(backend):
@@ -172,25 +154,28 @@ def test_siglip_loss_groups_vs_formula(backend):
     dev = _device(backend)
     actual = run(vlkernels.siglip_loss, x, y, s.float(), b.float(), torch.float32, dev, image_groups=gx.to(dev),
                  text_groups=gy.to(dev))  # fmt: skip
-    assert_fp32(actual, expected)
+    check("siglip", actual, expected, x, y, s, b, image_groups=gx, text_groups=gy)
+
+
+REFS = (("info_nce", info_nce_loss_ref, vlkernels.info_nce_loss), ("siglip", siglip_loss_ref, vlkernels.siglip_loss))
 
 
 def test_losses_many_tiles(monkeypatch, oc):
     """Triton with 16-wide tiles: many row/column tiles, several row blocks per forward program, ragged edges."""
     if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("Triton kernels need a GPU or TRITON_INTERPRET=1")
-    small = {k: (16, 16, 16, 4) for k in cops.BLOCKS}
-    monkeypatch.setattr(cops, "BLOCKS", small)
+    small = {k: configs.Tiles(16, 16, 16, 4, 1) for k in configs.INTERPRETER}
+    monkeypatch.setattr(configs, "INTERPRETER", small)
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     x, y, s, b = make_inputs(70, 20, 25.0, seed=8)
-    for theirs, ours in ((oc.ClipLoss(), vlkernels.ClipLoss()), (oc.SigLipLoss(), vlkernels.SigLipLoss())):
-        assert_fp32(run(ours, x, y, s.float(), b.float(), torch.float32, dev), run(theirs, x, y, s, b))
+    for kind, theirs, ours in _pairs(oc):
+        check(kind, run(ours, x, y, s.float(), b.float(), torch.float32, dev), run(theirs, x, y, s, b), x, y, s, b)
     x, y, s, b = make_inputs(40, 20, 8.0, m=50, seed=9)
     gx, gy = torch.randint(0, 15, (40,)), torch.randint(0, 15, (50,))
-    for ref, ours in ((info_nce_loss_ref, vlkernels.info_nce_loss), (siglip_loss_ref, vlkernels.siglip_loss)):
+    for kind, ref, ours in REFS:
         expected = run(ref, x, y, s, b, image_groups=gx, text_groups=gy)
         got = run(ours, x, y, s.float(), b.float(), torch.float32, dev, image_groups=gx.to(dev), text_groups=gy.to(dev))
-        assert_fp32(got, expected)
+        check(kind, got, expected, x, y, s, b, image_groups=gx, text_groups=gy)
 
 
 def test_losses_cpu_path_many_chunks(monkeypatch, oc):
@@ -202,20 +187,22 @@ def test_losses_cpu_path_many_chunks(monkeypatch, oc):
     monkeypatch.setattr(cpu, "CHUNK_ELEMS", 3 * 70)
     monkeypatch.setattr(cpu, "FACTOR_COLS", 7)
     x, y, s, b = make_inputs(70, 20, 25.0, seed=17)
-    for theirs, ours in ((oc.ClipLoss(), vlkernels.ClipLoss()), (oc.SigLipLoss(), vlkernels.SigLipLoss())):
-        assert_fp32(run(ours, x, y, s.float(), b.float(), torch.float32), run(theirs, x, y, s, b))
+    for kind, theirs, ours in _pairs(oc):
+        check(kind, run(ours, x, y, s.float(), b.float(), torch.float32), run(theirs, x, y, s, b), x, y, s, b)
+        # Logits up to ~7500: the fp32 error of the logits alone is u·|ℓ| ≈ 5e-4, the bound scales with it.
         xe, ye = x * torch.linspace(0.1, 30, 70, dtype=torch.float64)[:, None], y * 20
-        assert_fp32(run(ours, xe, ye, s.float(), b.float(), torch.float32), run(theirs, xe, ye, s, b))
+        check(kind, run(ours, xe, ye, s.float(), b.float(), torch.float32), run(theirs, xe, ye, s, b), xe, ye, s, b)
     gx, gy = torch.randint(0, 20, (70,)), torch.randint(0, 20, (70,))
-    for ref, ours in ((info_nce_loss_ref, vlkernels.info_nce_loss), (siglip_loss_ref, vlkernels.siglip_loss)):
+    for kind, ref, ours in REFS:
         expected = run(ref, x, y, s, b, image_groups=gx, text_groups=gy)
-        assert_fp32(run(ours, x, y, s.float(), b.float(), torch.float32, image_groups=gx, text_groups=gy), expected)
+        got = run(ours, x, y, s.float(), b.float(), torch.float32, image_groups=gx, text_groups=gy)
+        check(kind, got, expected, x, y, s, b, image_groups=gx, text_groups=gy)
 
 
 def test_losses_non_contiguous_inputs(backend, oc):
     x, y, s, b = make_inputs(37, 96, 10.0, seed=10)
     dev = _device(backend)
-    for theirs, ours in ((oc.ClipLoss(), vlkernels.ClipLoss()), (oc.SigLipLoss(), vlkernels.SigLipLoss())):
+    for kind, theirs, ours in _pairs(oc):
         expected = run(theirs, x, y, s, b)
 
         def strided(xs, ys, sc, bi, ours=ours):
@@ -224,7 +211,7 @@ def test_losses_non_contiguous_inputs(backend, oc):
             yw = torch.cat([ys, ys], dim=1)[:, : ys.shape[1]]
             return ours(xt, yw, sc, bi)
 
-        assert_fp32(run(strided, x, y, s.float(), b.float(), torch.float32, dev), expected)
+        check(kind, run(strided, x, y, s.float(), b.float(), torch.float32, dev), expected, x, y, s, b)
 
 
 def test_clip_loss_signature_and_returns(oc):
@@ -234,22 +221,25 @@ def test_clip_loss_signature_and_returns(oc):
     out = ours(image_features=xf, text_features=yf, logit_scale=sf, logit_bias=None, output_dict=True)
     assert set(out) == {"contrastive_loss"} and out["contrastive_loss"].dim() == 0
     ref = theirs(x, y, s)
-    torch.testing.assert_close(out["contrastive_loss"].double(), ref, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(ours(xf, yf, 5.0).double(), ref, rtol=1e-5, atol=1e-6)  # a float scale
+    bound = contrastive_error_bounds("info_nce", x, y, s)["loss"]
+    assert_within_bounds(out["contrastive_loss"], ref, bound, "loss")
+    assert_within_bounds(ours(xf, yf, 5.0), ref, bound, "loss, float scale")
     sig = vlkernels.SigLipLoss()(xf, yf, logit_scale=sf, logit_bias=b.float(), output_dict=True)["contrastive_loss"]
-    torch.testing.assert_close(sig.double(), oc.SigLipLoss()(x, y, s, b), rtol=1e-5, atol=1e-6)
+    assert_within_bounds(sig, oc.SigLipLoss()(x, y, s, b), contrastive_error_bounds("siglip", x, y, s, b)["loss"])
 
 
 def test_losses_scale_from_log_parameter(backend):
     """The usual model wiring: logit_scale = log_scale.exp() (a 1-element parameter); its gradient flows through."""
     x, y, _, b = make_inputs(20, 24, 1.0, seed=12)
     dev = _device(backend)
-    for ours, ref in ((vlkernels.info_nce_loss, info_nce_loss_ref), (vlkernels.siglip_loss, siglip_loss_ref)):
+    for kind, ref, ours in REFS:
         p = torch.full((1,), math.log(30.0), device=dev, requires_grad=True)
         ours(x.float().to(dev), y.float().to(dev), p.exp(), b.float().to(dev)).backward()
         q = torch.full((1,), math.log(30.0), dtype=torch.float64, requires_grad=True)
         ref(x, y, q.exp(), b).backward()
-        torch.testing.assert_close(p.grad.double().cpu(), q.grad, rtol=1e-4, atol=1e-6)
+        # d/d log s = s·d/ds: the ds bound times s, plus the roundings of exp and of the product (4u relative).
+        bound = 30.0 * contrastive_error_bounds(kind, x, y, 30.0, b)["d scale"] + 4 * 2.0**-24 * q.grad.abs()
+        assert_within_bounds(p.grad, q.grad, bound, f"{kind} d log-scale")
 
 
 @pytest.mark.parametrize("bad", ["nan_image", "inf_text", "nan_scale"])
@@ -274,9 +264,10 @@ def test_losses_non_positive_scale_follow_the_formula(backend, oc, scale):
     x, y, _, b = make_inputs(17, 24, 1.0, seed=14)
     s = torch.tensor(scale, dtype=torch.float64)
     dev = _device(backend)
-    for theirs, ours in ((oc.ClipLoss(), vlkernels.ClipLoss()), (oc.SigLipLoss(), vlkernels.SigLipLoss())):
-        assert_fp32(run(ours, x, y, s.float(), b.float(), torch.float32, dev), run(theirs, x, y, s, b))
+    for kind, theirs, ours in _pairs(oc):
+        check(kind, run(ours, x, y, s.float(), b.float(), torch.float32, dev), run(theirs, x, y, s, b), x, y, s, b)
     if scale == 0.0:
+        # All logits are exactly 0: log(17) from a sum of 17 ones, a few fp32 roundings (16u covers them).
         assert math.isclose(float(vlkernels.info_nce_loss(x.float(), y.float(), 0.0)), math.log(17), rel_tol=1e-6)
 
 
@@ -287,15 +278,16 @@ def test_losses_extreme_logits(backend, oc, spread):
     x, y, s, b = make_inputs(150, 32, 100.0, seed=16)
     x = x * torch.linspace(0.1, spread, 150, dtype=torch.float64)[:, None]
     y = y * torch.linspace(spread, 0.1, 150, dtype=torch.float64)[:, None]
-    for theirs, ours in ((oc.ClipLoss(), vlkernels.ClipLoss()), (oc.SigLipLoss(), vlkernels.SigLipLoss())):
-        assert_fp32(run(ours, x, y, s.float(), b.float(), torch.float32, _device(backend)), run(theirs, x, y, s, b))
+    for kind, theirs, ours in _pairs(oc):
+        actual = run(ours, x, y, s.float(), b.float(), torch.float32, _device(backend))
+        check(kind, actual, run(theirs, x, y, s, b), x, y, s, b)
 
 
 def test_siglip_loss_without_grad_matches():
     x, y, s, b = make_inputs(30, 20, 10.0, seed=15)
     with torch.no_grad():
         a = vlkernels.siglip_loss(x.float(), y.float(), s.float(), b.float())
-    torch.testing.assert_close(a.double(), siglip_loss_ref(x, y, s, b), rtol=1e-5, atol=1e-6)
+    assert_within_bounds(a, siglip_loss_ref(x, y, s, b), contrastive_error_bounds("siglip", x, y, s, b)["loss"])
 
 
 def _bad_calls():
@@ -306,7 +298,6 @@ def _bad_calls():
         "not a tensor": (lambda: f(x.tolist(), y, s), "must be a torch.Tensor"),
         "D differs": (lambda: f(x, torch.randn(4, 9), s), "feature dimensions differ"),
         "dtype mix": (lambda: f(x, y.half(), s), "same dtype"),
-        "float64": (lambda: f(x.double(), y.double(), s), "expected one of"),
         "int features": (lambda: f(x.long(), y.long(), s), "expected one of"),
         "1-D": (lambda: f(x[0], y[0], s), "2 dimensions"),
         "empty": (lambda: f(x[:0], y[:0], s), "empty batch"),
@@ -360,75 +351,51 @@ def test_losses_torch_compile_fullgraph_matches_eager():
 
     eager = grads(step)
     compiled = grads(torch.compile(step, fullgraph=True, backend="aot_eager"))
+    # Both run the same ops in the same order (aot_eager only traces); the slack covers a decomposition reordering a
+    # reduction, far below any formula error.
     for e, c in zip(eager, compiled):
         torch.testing.assert_close(c, e, rtol=1e-5, atol=1e-6)
 
 
 AOT_SCRIPT = r"""
-import sys
+import os, re, subprocess, sys, tempfile
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from vlkernels.contrastive.kernels import _contrastive_grad_kernel, _lse_pair_fwd_kernel
-from vlkernels.contrastive.ops import BLOCKS
+from vlkernels.contrastive.configs import kernel_specs
 
-def compile_for(fn, dtype, consts, arch, warps):
-    # A constexpr left out would silently compile as a runtime integer argument.
-    assert {n for n in fn.arg_names if n.isupper()} == set(consts), sorted(consts)
-    sig = {}
-    for name in fn.arg_names:
-        if name in consts:
-            sig[name] = "constexpr"
-        elif name in ("a_ptr", "b_ptr"):
-            sig[name] = "*" + dtype
-        elif name in ("grp_a_ptr", "grp_b_ptr"):
-            sig[name] = "*i64"
-        elif name.endswith("_ptr"):
-            sig[name] = "*fp32"
-        elif name == "inv_norm":
-            sig[name] = "fp32"
-        else:
-            sig[name] = "i64" if name.startswith(("stride", "offset")) else "i32"
-    return triton.compile(ASTSource(fn, sig, constexprs=consts), target=GPUTarget("cuda", arch, 32),
-                          options={"num_warps": warps})
-
-def check(fn, dtype, consts, arch, warps):
-    k = compile_for(fn, dtype, consts, arch, warps)
-    # Shared memory is checked only at launch; the opt-in limits per block are 163 KiB (sm_80) and 227 KiB (sm_90).
-    limit = {80: 163, 90: 227}[arch] * 1024
-    assert k.metadata.shared <= limit, (fn.__name__, consts, k.metadata.shared)
-
-def blocks(kind):
-    m, n, k, warps = BLOCKS["cuda_" + kind]
-    return dict(BLOCK_M=m, BLOCK_N=n, BLOCK_K=k, UPCAST=False, PRECISION="tf32"), warps
-
-fwd, warps = blocks("fwd")
-check(_lse_pair_fwd_kernel, "bf16", fwd, 90, warps)
-grad, warps = blocks("grad")
-def flags(**kw):
-    base = dict(SIGLIP=False, HAS_BIAS=False, HAS_GROUPS=False, WRITE_LOSS=False, WRITE_DS=True, ACC_A=True)
-    return {**base, "ACC_B": False, **kw}
-
-check(_contrastive_grad_kernel, "bf16", dict(grad, **flags()), 90, warps)
-check(_contrastive_grad_kernel, "fp16", dict(grad, **flags(SIGLIP=True, HAS_BIAS=True, WRITE_LOSS=True)), 80, warps)
-check(_contrastive_grad_kernel, "bf16", dict(grad, **flags(SIGLIP=True, HAS_GROUPS=True, WRITE_DS=False)), 80, warps)
-check(_contrastive_grad_kernel, "bf16", dict(grad, **flags(SIGLIP=True, WRITE_LOSS=True, WRITE_DS=False,
-                                                                ACC_A=False)), 90, warps)
-# The one-sweep (atomic) configs: sm_80 has the smaller shared memory, sm_90 the other MMA path.
-dual, dual_warps = blocks("dual")
-check(_contrastive_grad_kernel, "bf16", dict(dual, **flags(ACC_B=True)), 80, dual_warps)
-check(_contrastive_grad_kernel, "fp16", dict(dual, **flags(SIGLIP=True, HAS_BIAS=True, WRITE_LOSS=True, ACC_B=True)),
-      90, dual_warps)
-dual32, dual32_warps = blocks("dual_fp32")
-check(_contrastive_grad_kernel, "fp32", dict(dual32, **flags(ACC_B=True), PRECISION="ieee"), 80, dual32_warps)
-print("compiled")
+BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+# Shared memory is checked only at launch; the opt-in limits per block are 163 KiB (sm_80) and 227 KiB (sm_90).
+LIMIT = {80: 163 * 1024, 90: 227 * 1024}
+WANT = {80: "HMMA", 90: "HGMMA"}
+for spec in kernel_specs():
+    given = set(spec.signature) | set(spec.constexprs)
+    assert set(spec.kernel.arg_names) == given, (spec.name, set(spec.kernel.arg_names) ^ given)
+    sig = dict(spec.signature, **{k: "constexpr" for k in spec.constexprs})
+    k = triton.compile(ASTSource(spec.kernel, sig, constexprs=spec.constexprs), target=GPUTarget("cuda", spec.arch, 32),
+                       options={"num_warps": spec.num_warps, "num_stages": spec.num_stages})
+    assert k.metadata.shared <= LIMIT[spec.arch], (spec.name, k.metadata.shared)
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(k.asm["cubin"])
+        f.flush()
+        tool = os.path.join(BIN, "cuobjdump")
+        sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True).stdout
+        res = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True).stdout
+    mma = "HGMMA" if "HGMMA" in sass else "HMMA" if "HMMA" in sass else "none"
+    if spec.gemm:
+        assert mma == WANT[spec.arch], (spec.name, mma)
+    stack = max(int(v) for v in re.findall(r"STACK:(\d+)", res) or ["0"])
+    print(f"{spec.name}: shared {k.metadata.shared} B, {mma}, stack {stack} B", flush=True)
+print("compiled", len(kernel_specs()))
 """
 
 
 @pytest.mark.slow
 def test_kernels_compile_for_sm80_sm90():
-    """No GPU in CI: compile the Triton kernels (compiled mode, not the interpreter) to sm_80/sm_90 cubins with the
-    GPU tile shapes, so a kernel that only the interpreter accepts fails here."""
+    """No GPU in CI: compile every (kernel, arch, dtype, config) of configs.kernel_specs() offline for sm_80/sm_90
+    (compiled mode, not the interpreter): shared memory within the opt-in limits, tensor-core instructions in the
+    SASS of every 16-bit GEMM kernel (HMMA on sm_80, warpgroup HGMMA on sm_90). Register spills are printed, not
+    asserted: the 128-row tiles spill today (README, "GPU tiles")."""
     import subprocess
     import sys
     from pathlib import Path
@@ -439,6 +406,6 @@ def test_kernels_compile_for_sm80_sm90():
     env["TRITON_DEFAULT_FP_FUSION"] = "1"
     root = Path(__file__).resolve().parent.parent
     r = subprocess.run([sys.executable, "-c", AOT_SCRIPT], capture_output=True, text=True, cwd=root, env=env)
-    if r.returncode != 0 and ("GPUTarget" in r.stderr or ("ptxas" in r.stderr and "not found" in r.stderr)):
+    if r.returncode != 0 and ("GPUTarget" in r.stderr or ("cuobjdump" in r.stderr and "No such file" in r.stderr)):
         pytest.skip(f"this Triton cannot compile for CUDA offline: {r.stderr[-300:]}")
     assert r.returncode == 0 and "compiled" in r.stdout, r.stderr[-4000:]

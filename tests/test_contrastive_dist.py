@@ -7,16 +7,16 @@ global one. open_clip's own distributed losses run in the same workers, for its 
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import socket
-import sysconfig
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+from vlkernels import testing
 
 N_PER_RANK, D = 6, 24
 
@@ -25,12 +25,9 @@ SIGLIP_MODES = ["bidir", "shift", "gather", "reduce"]
 
 
 def open_clip_loss_module():
-    path = Path(sysconfig.get_paths()["purelib"]) / "open_clip" / "loss.py"
-    if not path.is_file():
+    mod = testing.open_clip_loss_module()
+    if mod is None:
         pytest.skip("open-clip-torch is not installed (its loss.py is the reference)")
-    spec = importlib.util.spec_from_file_location("open_clip_loss_reference", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
     return mod
 
 

@@ -13,15 +13,31 @@ import os
 
 import pytest
 import torch
-from test_contrastive import _fast_interpreter_dot, assert_fp32, make_inputs, run  # noqa: F401 (autouse fixture)
-from test_contrastive_dist import open_clip_loss_module
 
 import vlkernels
+from vlkernels.contrastive import configs
 from vlkernels.contrastive import ops as cops
 from vlkernels.contrastive.reference import info_nce_loss_ref, siglip_loss_ref
-from vlkernels.testing import assert_close_lowp
+from vlkernels.testing import (
+    assert_close_lowp,
+    assert_losses_within_bounds,
+    assert_within_bounds,
+    contrastive_error_bounds,
+    contrastive_inputs,
+    interpreter_blas_dot,
+    loss_and_grads,
+    open_clip_loss_module,
+)
+
+make_inputs, run = contrastive_inputs, loss_and_grads
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@pytest.fixture(autouse=True)
+def _fast_interpreter_dot():
+    with interpreter_blas_dot():
+        yield
 
 
 @pytest.fixture(autouse=True)
@@ -45,7 +61,10 @@ def path(request):
 
 @pytest.fixture(scope="module")
 def oc():
-    return open_clip_loss_module()
+    mod = open_clip_loss_module()
+    if mod is None:
+        pytest.skip("open-clip-torch is not installed (its loss.py is the reference)")
+    return mod
 
 
 @pytest.fixture
@@ -54,9 +73,9 @@ def sweeps(monkeypatch):
     calls = []
     orig = cops._grad_rows
 
-    def spy(a, b, scale, **kw):
+    def spy(a, b, scale, grad_tile, **kw):
         calls.append((a.shape[0], b.shape[0], kw.get("acc_a", True), kw.get("acc_b", False)))
-        return orig(a, b, scale, **kw)
+        return orig(a, b, scale, grad_tile, **kw)
 
     monkeypatch.setattr(cops, "_grad_rows", spy)
     return calls
@@ -66,13 +85,17 @@ def _pair(name, oc):
     return (oc.ClipLoss(), vlkernels.ClipLoss()) if name == "clip" else (oc.SigLipLoss(), vlkernels.SigLipLoss())
 
 
+KIND = {"clip": "info_nce", "siglip": "siglip"}
+
+
 @pytest.mark.parametrize("loss_name", ["clip", "siglip"])
 @pytest.mark.parametrize(("n", "d", "s"), [(37, 96, 14.3), (37, 1000, 60.0)])
 def test_paths_match_open_clip_fp32(path, oc, loss_name, n, d, s):
     theirs, ours = _pair(loss_name, oc)
     x, y, sc, b = make_inputs(n, d, s, seed=n + d)
     expected = run(theirs, x, y, sc, b)
-    assert_fp32(run(ours, x, y, sc.float(), b.float(), torch.float32, DEV), expected)
+    assert_losses_within_bounds(KIND[loss_name], run(ours, x, y, sc.float(), b.float(), torch.float32, DEV), expected,
+                                x, y, sc, b)  # fmt: skip
 
 
 @pytest.mark.parametrize("loss_name", ["clip", "siglip"])
@@ -87,31 +110,36 @@ def test_paths_bf16_low_precision_rule(path, oc, loss_name):
         floor = 1e-3 * float(exact[k].abs().max()) + 1e-12
         assert_close_lowp(got[k].cpu(), exact[k], base[k], floor=floor, name=name)
     assert got[1].dtype == got[2].dtype == torch.bfloat16
-    # The scale and bias gradients are reduced from fp32 G: their only error is the rounding of the inputs to bf16.
-    rounded = run(theirs, x.bfloat16().double(), y.bfloat16().double(), s, b)
-    for k in (3, 4) if loss_name == "siglip" else (3,):
-        torch.testing.assert_close(got[k].double().cpu(), rounded[k], rtol=2e-5, atol=1e-7)
+    # The scale and bias gradients are reduced from fp32 G: beyond the rounding of the inputs to bf16 (taken out by
+    # running the reference on the rounded inputs) their error is that of an fp32 computation.
+    xr, yr = x.bfloat16().double(), y.bfloat16().double()
+    rounded = run(theirs, xr, yr, s, b)
+    bounds = contrastive_error_bounds(KIND[loss_name], xr, yr, s, b, upstream=0.75)
+    for k, name in ((3, "d scale"), (4, "d bias")) if loss_name == "siglip" else ((3, "d scale"),):
+        assert_within_bounds(got[k], rounded[k], bounds[name], name)
 
 
 def test_paths_many_tiles_rectangular_groups_smoothing(path, oc, monkeypatch):
     """16-wide tiles: every program wraps around its staggered column order; ragged edges on both operands;
     rectangular M > N with group ids (several positives, images and captions without any) and label smoothing."""
-    monkeypatch.setattr(cops, "BLOCKS", {k: (16, 16, 16, 4) for k in cops.BLOCKS})
+    monkeypatch.setattr(configs, "INTERPRETER", {k: configs.Tiles(16, 16, 16, 4, 1) for k in configs.INTERPRETER})
     x, y, s, b = make_inputs(70, 20, 25.0, seed=22)
-    for theirs, ours in (_pair("clip", oc), _pair("siglip", oc)):
-        assert_fp32(run(ours, x, y, s.float(), b.float(), torch.float32, DEV), run(theirs, x, y, s, b))
+    for name in ("clip", "siglip"):
+        theirs, ours = _pair(name, oc)
+        got = run(ours, x, y, s.float(), b.float(), torch.float32, DEV)
+        assert_losses_within_bounds(KIND[name], got, run(theirs, x, y, s, b), x, y, s, b)
     x, y, s, b = make_inputs(37, 24, 8.0, m=53, seed=23)
     gx = torch.arange(37) % 30
     gy = torch.cat([torch.arange(28).repeat_interleave(2)[:48], torch.tensor([40, 41, 42, 43, 44])])
     cases = [
-        (info_nce_loss_ref, vlkernels.info_nce_loss, {"label_smoothing": 0.1}),
-        (siglip_loss_ref, vlkernels.siglip_loss, {}),
+        ("info_nce", info_nce_loss_ref, vlkernels.info_nce_loss, {"label_smoothing": 0.1}),
+        ("siglip", siglip_loss_ref, vlkernels.siglip_loss, {}),
     ]
-    for ref, ours, extra in cases:
+    for kind, ref, ours, extra in cases:
         expected = run(ref, x, y, s, b, image_groups=gx, text_groups=gy, **extra)
         got = run(ours, x, y, s.float(), b.float(), torch.float32, DEV, image_groups=gx.to(DEV),
                   text_groups=gy.to(DEV), **extra)  # fmt: skip
-        assert_fp32(got, expected)
+        assert_losses_within_bounds(kind, got, expected, x, y, s, b, image_groups=gx, text_groups=gy, **extra)
 
 
 def test_paths_gemm_sweeps(path, sweeps):

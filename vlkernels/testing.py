@@ -72,3 +72,185 @@ def assert_topk_equal(
             if end < k and got != want:
                 raise AssertionError(f"row {row}, ranks {start}..{end - 1}: indices {sorted(got)} != {sorted(want)}")
             start = end
+
+
+# Contrastive losses: open_clip's loss.py as the anchor, and the fp32 error bounds the losses are checked against.
+
+
+def open_clip_loss_module():
+    """open_clip's own ``loss.py`` loaded by path (importing the ``open_clip`` package needs torchvision and model
+    code the losses do not use); None when open-clip-torch is not installed."""
+    import importlib.util
+    import sysconfig
+    from pathlib import Path
+
+    path = Path(sysconfig.get_paths()["purelib"]) / "open_clip" / "loss.py"
+    if not path.is_file():
+        return None
+    spec = importlib.util.spec_from_file_location("open_clip_loss_reference", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# Unit roundoff of the computed (fp32) result plus that of the fp64 reference it is compared with.
+UNIT_ROUNDOFF = 2.0**-24 + 2.0**-53
+
+
+def contrastive_error_bounds(
+    loss: str,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    scale: torch.Tensor | float,
+    bias: torch.Tensor | float | None = None,
+    *,
+    image_groups: torch.Tensor | None = None,
+    text_groups: torch.Tensor | None = None,
+    label_smoothing: float = 0.0,
+    upstream: float = 1.0,
+    u: float = UNIT_ROUNDOFF,
+) -> dict[str, torch.Tensor]:
+    """First-order worst-case bounds on the absolute error of an fp32 InfoNCE (``loss="info_nce"``) or SigLIP
+    (``"siglip"``) loss and its gradients, from the inputs alone (fp64 ``(N, D)``/``(M, D)`` features).
+
+    Every rounding is charged at ``u`` times the magnitude of what it rounds, whatever the summation order (so the
+    bound holds for any BLAS): a logit ``ℓ_ij = s⟨x_i, y_j⟩ + b`` is off by at most
+    ``Δ_ij = (D + 4)·u·(|s|·Σ_k |x_ik y_jk| + |b|)`` (input rounding, the D-term dot, scale, bias); a softmax
+    probability by ``p·(2·max_j Δ_ij + L·u)`` and a sigmoid by ``σ·(Δ_ij + 8u)``, where ``L = N + M + D + 8`` is the
+    longest chain of dependent roundings of any reduction in the losses (a row of M, a column of N, a dot of D).
+    The gradient ``G = ∂L/∂ℓ`` with its error ``E = δG + L·u·|G|`` then bounds ``dx`` by ``|s|·E·|y|``, ``dy`` by
+    ``|s|·Eᵀ·|x|``, ``ds`` by ``Σ E∘|x||y|ᵀ`` and ``db`` by ``Σ E`` (``|G|`` of InfoNCE counts the softmax and target
+    terms separately: they cancel). Returns tensors keyed ``loss``, ``d image``, ``d text``, ``d scale``,
+    ``d bias`` (gradients scaled by ``upstream``).
+    """
+    x, y = x.double(), y.double()
+    s = float(scale)
+    b = 0.0 if bias is None else float(bias)
+    n, d = x.shape
+    m = y.shape[0]
+    length = n + m + d + 8
+    abs_dot = x.abs() @ y.abs().T
+    logits = s * (x @ y.T) + b
+    delta = (d + 4) * u * (abs(s) * abs_dot + abs(b))
+    if image_groups is None:
+        pos = torch.eye(n, m, dtype=torch.bool)
+    else:
+        pos = image_groups[:, None].cpu() == text_groups[None, :].cpu()
+    if loss == "info_nce":
+        eps = label_smoothing
+        p_row, p_col = torch.softmax(logits, dim=1), torch.softmax(logits, dim=0)
+        cnt_row, cnt_col = pos.sum(1), pos.sum(0)
+        w_row, w_col = (cnt_row > 0).double(), (cnt_col > 0).double()
+        q_row = (1 - eps) * pos / cnt_row.clamp_min(1)[:, None] + eps / m
+        q_col = (1 - eps) * pos / cnt_col.clamp_min(1)[None, :] + eps / n
+        d_row = upstream * 0.5 * w_row / w_row.sum()
+        d_col = upstream * 0.5 * w_col / w_col.sum()
+        rho, kappa = delta.max(dim=1).values, delta.max(dim=0).values
+        g_abs = d_row[:, None] * (p_row + q_row) + d_col[None, :] * (p_col + q_col)
+        err_g = d_row[:, None] * p_row * (2 * rho[:, None] + length * u)
+        err_g = err_g + d_col[None, :] * p_col * (2 * kappa[None, :] + length * u)
+        lse_row, lse_col = torch.logsumexp(logits, 1), torch.logsumexp(logits, 0)
+        lin_row, lin_col = (q_row * logits.abs()).sum(1), (q_col * logits.abs()).sum(0)
+        err_row = 2 * rho + length * u * (1 + lse_row.abs() + lin_row)
+        err_col = 2 * kappa + length * u * (1 + lse_col.abs() + lin_col)
+        err_loss = 0.5 * ((w_row * err_row).sum() / w_row.sum() + (w_col * err_col).sum() / w_col.sum())
+    elif loss == "siglip":
+        t = torch.where(pos, -logits, logits)
+        sig = torch.sigmoid(t)
+        g_abs = upstream * sig / n
+        err_g = g_abs * (delta + 8 * u)
+        err_loss = ((sig * delta).sum() + length * u * torch.nn.functional.softplus(t).sum()) / n
+    else:
+        raise ValueError(f"loss must be 'info_nce' or 'siglip', got {loss!r}")
+    err = err_g + length * u * g_abs
+    return {
+        "loss": err_loss,
+        "d image": abs(s) * err @ y.abs(),
+        "d text": abs(s) * err.T @ x.abs(),
+        "d scale": (err * abs_dot).sum(),
+        "d bias": err.sum(),
+    }
+
+
+def assert_within_bounds(
+    actual: torch.Tensor, expected: torch.Tensor, bound: torch.Tensor | float, name: str = "output"
+) -> None:
+    """|actual - expected| <= bound element-wise (bound broadcast), computed in fp64; names the worst element."""
+    a, e = actual.detach().double().cpu(), expected.detach().double().cpu()
+    if a.shape != e.shape:
+        raise AssertionError(f"{name}: shape {tuple(a.shape)} != expected {tuple(e.shape)}")
+    bound = torch.as_tensor(bound, dtype=torch.float64).cpu()
+    excess = (a - e).abs() - bound
+    if a.numel() and not bool((excess <= 0).all()):
+        k = int(torch.nan_to_num(excess, nan=float("inf")).reshape(-1).argmax())
+        idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(k), a.shape)) if a.dim() else ()
+        ab = bound.expand_as(a).reshape(-1)[k] if bound.dim() else bound
+        raise AssertionError(
+            f"{name}: {int((~(excess <= 0)).sum())}/{a.numel()} elements outside the error bound; worst at {idx}: "
+            f"got {float(a.reshape(-1)[k]):.9g}, expected {float(e.reshape(-1)[k]):.9g}, bound {float(ab):.3g}"
+        )
+
+
+LOSS_OUTPUTS = ("loss", "d image", "d text", "d scale", "d bias")
+
+
+def contrastive_inputs(n: int, d: int, scale: float, m: int | None = None, seed: int = 0, bias: float = -5.0):
+    """fp64 ``(x, y, s, b)`` for the loss tests: random directions with row norms spread over [0.5, 2] (not
+    unit-norm, as the losses allow)."""
+    import math
+
+    g = torch.Generator().manual_seed(seed)
+    m = n if m is None else m
+    x = torch.randn(n, d, generator=g, dtype=torch.float64) / math.sqrt(d) * (0.5 + 1.5 * torch.rand(n, 1, generator=g))
+    y = torch.randn(m, d, generator=g, dtype=torch.float64) / math.sqrt(d) * (0.5 + 1.5 * torch.rand(m, 1, generator=g))
+    return x, y, torch.tensor(float(scale), dtype=torch.float64), torch.tensor(bias, dtype=torch.float64)
+
+
+def loss_and_grads(fn, x, y, s, b, dtype=None, device="cpu", upstream: float = 0.75, **kw) -> list[torch.Tensor]:
+    """``[loss, d x, d y, d s, d b]`` of ``fn(x, y, s, b, **kw)`` with features cast to ``dtype`` (leaves in that
+    dtype) and a non-unit upstream gradient (0.75: exact in every float dtype, so a low-precision loss receives it
+    unrounded)."""
+    feats = [t.to(device=device, dtype=dtype or t.dtype).detach().requires_grad_() for t in (x, y)]
+    params = [t.to(device).detach().requires_grad_() for t in (s, b)]
+    loss = fn(*feats, *params, **kw)
+    loss.backward(torch.tensor(upstream, dtype=loss.dtype, device=device))
+    return [loss.detach()] + [t.grad for t in (*feats, *params)]
+
+
+def assert_losses_within_bounds(loss: str, actual, expected, x, y, s, b, upstream: float = 0.75, **kw) -> None:
+    """Each of ``loss_and_grads``' outputs within :func:`contrastive_error_bounds` of the fp64 ``expected``."""
+    bounds = contrastive_error_bounds(loss, x, y, s, b, upstream=upstream, **kw)
+    for a, e, name in zip(actual, expected, LOSS_OUTPUTS):
+        assert_within_bounds(a, e, bounds[name], name)
+
+
+class interpreter_blas_dot:
+    """Context manager: under ``TRITON_INTERPRET=1``, run fp32 ``tl.dot`` through numpy's BLAS matmul (Triton 3.9's
+    interpreter uses ``np.matmul(..., dtype=...)``, numpy's non-BLAS loop, ~1000× slower); other dtypes keep the
+    interpreter's own code. The same math: an fp32 product accumulated in fp32."""
+
+    def __enter__(self):
+        import importlib.util
+
+        self._orig = None
+        if importlib.util.find_spec("triton") is None:
+            return self
+        import numpy as np
+        from triton.runtime import interpreter
+
+        orig = self._orig = interpreter.InterpreterBuilder.create_dot
+
+        def create_dot(builder, a, b, d, input_precision, max_num_imprecise_acc):
+            if a.data.dtype == b.data.dtype == d.data.dtype == np.float32:
+                return interpreter.TensorHandle(np.matmul(a.data, b.data) + d.data, d.dtype.scalar)
+            return orig(builder, a, b, d, input_precision, max_num_imprecise_acc)
+
+        interpreter.InterpreterBuilder.create_dot = create_dot
+        return self
+
+    def __exit__(self, *exc):
+        if self._orig is not None:
+            from triton.runtime import interpreter
+
+            interpreter.InterpreterBuilder.create_dot = self._orig
+        return False

@@ -1,5 +1,16 @@
+import torch
 import triton
 import triton.language as tl
+
+
+def _precision(t: torch.Tensor) -> str:
+    # fp32 operands: IEEE products (TF32 would cost ~1e-3 relative error); fp16/bf16 ignore the setting.
+    return "ieee" if t.dtype == torch.float32 else "tf32"
+
+
+def _upcast(t: torch.Tensor) -> bool:
+    # Triton 3.9's interpreter multiplies bf16 operands of tl.dot as raw uint16; compute their exact fp32 products.
+    return t.dtype == torch.bfloat16 and t.device.type != "cuda"
 
 
 # One [BLOCK_M, BLOCK_N] tile of A·Bᵀ, unscaled (the scale gradient needs the raw dot products): a K-loop over D in
@@ -60,13 +71,22 @@ def _softplus_sigmoid(t):
 
 # Grid: (P,), P <= number of row blocks. Program p walks row blocks p, p+P, ...; for each it streams every column
 # tile of s·A·Bᵀ once, keeping the row log-sum-exp online in registers and merging the tile's per-column
-# (max, sum exp) into its own scratch row p, so both directions' normalizers cost one pass and O(P·M) memory.
+# (max, sum exp) into its own scratch row p, so both directions' normalizers cost one pass and O(P·M) memory. It also
+# stores each row's entry at column row + diag_offset (the diagonal positives' logits) from the same products, so a
+# cross-entropy lse - logit computed from them is never negative.
+@triton.heuristics(
+    {
+        "PRECISION": lambda args: _precision(args["a_ptr"]),
+        "UPCAST": lambda args: _upcast(args["a_ptr"]),
+    }
+)
 @triton.jit
 def _lse_pair_fwd_kernel(
     a_ptr,
     b_ptr,
     scale_ptr,
     row_lse_ptr,
+    diag_ptr,
     col_max_ptr,
     col_sum_ptr,
     n_rows,
@@ -76,6 +96,7 @@ def _lse_pair_fwd_kernel(
     stride_ad,
     stride_bn,
     stride_bd,
+    diag_offset,
     num_programs,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -92,6 +113,7 @@ def _lse_pair_fwd_kernel(
         mask_m = offs_m < n_rows
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+        diag_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         for cb in range(0, n_cols, BLOCK_N):
             offs_n = cb + tl.arange(0, BLOCK_N).to(tl.int64)
             mask_n = offs_n < n_cols
@@ -99,7 +121,10 @@ def _lse_pair_fwd_kernel(
                 a_ptr, b_ptr, offs_m, offs_n, mask_m, mask_n, n_dims, stride_am, stride_ad, stride_bn, stride_bd,
                 BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST,
             ) * scale  # fmt: skip
-            s = tl.where(mask_m[:, None] & mask_n[None, :], s, float("-inf"))
+            valid = mask_m[:, None] & mask_n[None, :]
+            on_diag = valid & (offs_n[None, :] == offs_m[:, None] + diag_offset)
+            diag_i += tl.sum(tl.where(on_diag, s, 0.0), axis=1)
+            s = tl.where(valid, s, float("-inf"))
             # Padded rows/columns have max -inf; a finite stand-in keeps exp(-inf - (-inf)) from becoming NaN.
             m_new = tl.maximum(m_i, tl.max(s, axis=1))
             m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -115,32 +140,125 @@ def _lse_pair_fwd_kernel(
             # The next row block re-reads these columns, possibly in other threads of this program.
             tl.debug_barrier()
         tl.store(row_lse_ptr + offs_m, m_i + tl.log(l_i), mask=mask_m)
+        tl.store(diag_ptr + offs_m, diag_i, mask=mask_m)
 
 
-# Grid: (cdiv(n_rows, BLOCK_M),). One program owns a block of A rows: it recomputes every tile of s·A·Bᵀ once, turns
-# it into the loss gradient G (InfoNCE from the saved log-sum-exps, SigLIP from the sigmoid) and, with ACC_A,
-# accumulates G·B into its own fp32 rows of acc_ptr (no other program touches them: deterministic). With ACC_B it also
-# adds Gᵀ·A into the fp32 rows of accb_ptr with atomics (every row block contributes to every B row: the one-sweep
-# backward, 3 GEMM units per sweep, summation order not fixed). Without ACC_B it is called a second time with A and B
-# swapped for B's gradient (G has the same form transposed): 2 + 2 units, deterministic. WRITE_DS stores the per-row
-# partials Σ_j G_ij⟨a_i, b_j⟩ of the scale gradient (fp32 G, not the rounded one), reduced afterwards in a fixed order.
+# The per-loss gradient tiles. Each takes the scaled logit tile s·⟨a_i, b_j⟩ (fp32, [BLOCK_M, BLOCK_N]), the row and
+# column indices, two per-row and two per-column vectors, an optional bias pointer, the global index offsets and the
+# loss's normalizer, and returns (G, per-element loss) with G = ∂L/∂logit (0 outside the masks). A new loss is one
+# more function of this signature (and its launcher); the sweep kernel below is shared.
+
+
+# InfoNCE from the saved log-sum-exps: G = d_a·exp(ℓ - lse_a) + d_b·exp(ℓ - lse_b) (row and column softmax). The
+# loss itself comes from the forward (lse_pair), so the element loss is 0.
 @triton.jit
-def _contrastive_grad_kernel(
+def _info_nce_grad_tile(
+    s, offs_m, offs_n, mask_m, mask_n, lse_a_ptr, d_a_ptr, lse_b_ptr, d_b_ptr, bias_ptr, offset_a, offset_b, inv_norm
+):
+    b_lse_a = tl.load(lse_a_ptr + offs_m, mask=mask_m, other=0.0)
+    b_da = tl.load(d_a_ptr + offs_m, mask=mask_m, other=0.0)
+    b_lse_b = tl.load(lse_b_ptr + offs_n, mask=mask_n, other=0.0)
+    b_db = tl.load(d_b_ptr + offs_n, mask=mask_n, other=0.0)
+    g = b_da[:, None] * tl.exp(s - b_lse_a[:, None]) + b_db[None, :] * tl.exp(s - b_lse_b[None, :])
+    g = tl.where(mask_m[:, None] & mask_n[None, :], g, 0.0)
+    return g, tl.zeros_like(g)
+
+
+# SigLIP: positives are equal group ids (row/column vectors given) or equal global indices (offset_a + i ==
+# offset_b + j). t = -z·(ℓ + b), z = +1 on positives; element loss softplus(t)·inv_norm, G = -z·sigmoid(t)·inv_norm.
+@triton.jit
+def _siglip_grad_tile(
+    s, offs_m, offs_n, mask_m, mask_n, grp_a_ptr, unused_a_ptr, grp_b_ptr, unused_b_ptr, bias_ptr, offset_a,
+    offset_b, inv_norm,
+):  # fmt: skip
+    if grp_a_ptr is None:
+        pos = (offs_m[:, None] + offset_a) == (offs_n[None, :] + offset_b)
+    else:
+        b_ga = tl.load(grp_a_ptr + offs_m, mask=mask_m, other=-1)
+        b_gb = tl.load(grp_b_ptr + offs_n, mask=mask_n, other=-2)
+        pos = b_ga[:, None] == b_gb[None, :]
+    logit = s
+    if bias_ptr is not None:
+        logit = s + tl.load(bias_ptr).to(tl.float32)
+    t = tl.where(pos, -logit, logit)
+    softplus, sigmoid = _softplus_sigmoid(t)
+    mask = mask_m[:, None] & mask_n[None, :]
+    g = tl.where(mask, tl.where(pos, -sigmoid, sigmoid) * inv_norm, 0.0)
+    return g, tl.where(mask, softplus * inv_norm, 0.0)
+
+
+# The row (or column) accumulation of a sweep, D in BLOCK_K slices: dst[offs_dst, k] += g·src[offs_src, k] in fp32.
+# ATOMIC adds with relaxed fp32 atomics (rows other programs also write); otherwise a plain read-modify-write of rows
+# only this program owns.
+@triton.jit
+def _accumulate(
+    g,
+    src_ptr,
+    dst_ptr,
+    offs_src,
+    offs_dst,
+    mask_src,
+    mask_dst,
+    n_dims,
+    stride_src,
+    stride_src_d,
+    stride_dst,
+    BLOCK_K: tl.constexpr,
+    PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
+    ATOMIC: tl.constexpr,
+):
+    for k in range(0, n_dims, BLOCK_K):
+        offs_k = (k + tl.arange(0, BLOCK_K)).to(tl.int64)
+        mask_k = offs_k < n_dims
+        b_src = tl.load(
+            src_ptr + offs_src[:, None] * stride_src + offs_k[None, :] * stride_src_d,
+            mask=mask_src[:, None] & mask_k[None, :],
+            other=0.0,
+        )
+        if UPCAST:
+            b_src = b_src.to(tl.float32)
+        dst_ptrs = dst_ptr + offs_dst[:, None] * stride_dst + offs_k[None, :]
+        mask_d = mask_dst[:, None] & mask_k[None, :]
+        if ATOMIC:
+            tl.atomic_add(dst_ptrs, tl.dot(g, b_src, input_precision=PRECISION), mask=mask_d, sem="relaxed")
+        else:
+            b_acc = tl.load(dst_ptrs, mask=mask_d, other=0.0)
+            tl.store(dst_ptrs, tl.dot(g, b_src, b_acc, input_precision=PRECISION), mask=mask_d)
+
+
+# Grid: (cdiv(n_rows, BLOCK_M),). One program owns a block of A rows: it recomputes every tile of s·A·Bᵀ once and
+# turns it into the loss gradient G with GRAD_TILE (one of the *_grad_tile functions above). What it writes follows
+# from the pointers given (None = not wanted): acc_ptr gets G·B in the program's own fp32 rows (deterministic);
+# accb_ptr gets Gᵀ·A by atomics (every row block adds into every B row: the one-sweep backward, summation order not
+# fixed; without it the launcher sweeps again with A and B swapped); dsum_ptr the per-row partials Σ_j G_ij⟨a_i, b_j⟩
+# of the scale gradient (fp32 G, before rounding); loss_ptr / gsum_ptr the per-row element-loss and G sums.
+@triton.heuristics(
+    {
+        "ACC_A": lambda args: args["acc_ptr"] is not None,
+        "ACC_B": lambda args: args["accb_ptr"] is not None,
+        "WRITE_LOSS": lambda args: args["loss_ptr"] is not None,
+        "WRITE_GSUM": lambda args: args["gsum_ptr"] is not None,
+        "WRITE_DS": lambda args: args["dsum_ptr"] is not None,
+        "PRECISION": lambda args: _precision(args["a_ptr"]),
+        "UPCAST": lambda args: _upcast(args["a_ptr"]),
+    }
+)
+@triton.jit
+def _grad_sweep_kernel(
     a_ptr,
     b_ptr,
     scale_ptr,
+    row0_ptr,
+    row1_ptr,
+    col0_ptr,
+    col1_ptr,
+    bias_ptr,
     acc_ptr,
     accb_ptr,
-    lse_a_ptr,
-    lse_b_ptr,
-    d_a_ptr,
-    d_b_ptr,
-    bias_ptr,
-    grp_a_ptr,
-    grp_b_ptr,
+    dsum_ptr,
     loss_ptr,
     gsum_ptr,
-    dsum_ptr,
     n_rows,
     n_cols,
     n_dims,
@@ -148,21 +266,18 @@ def _contrastive_grad_kernel(
     stride_ad,
     stride_bn,
     stride_bd,
-    stride_acc,
-    stride_accb,
     offset_a,
     offset_b,
     inv_norm,
-    SIGLIP: tl.constexpr,
-    HAS_BIAS: tl.constexpr,
-    HAS_GROUPS: tl.constexpr,
-    WRITE_LOSS: tl.constexpr,
-    WRITE_DS: tl.constexpr,
-    ACC_A: tl.constexpr,
-    ACC_B: tl.constexpr,
+    GRAD_TILE: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    ACC_A: tl.constexpr,
+    ACC_B: tl.constexpr,
+    WRITE_LOSS: tl.constexpr,
+    WRITE_GSUM: tl.constexpr,
+    WRITE_DS: tl.constexpr,
     PRECISION: tl.constexpr,
     UPCAST: tl.constexpr,
 ):
@@ -170,50 +285,27 @@ def _contrastive_grad_kernel(
     scale = tl.load(scale_ptr).to(tl.float32)
     offs_m = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
     mask_m = offs_m < n_rows
-    if SIGLIP:
-        bias = 0.0
-        if HAS_BIAS:
-            bias = tl.load(bias_ptr).to(tl.float32)
-        if HAS_GROUPS:
-            b_ga = tl.load(grp_a_ptr + offs_m, mask=mask_m, other=-1)
-        loss_rows = tl.zeros([BLOCK_M], dtype=tl.float32)
-        g_rows = tl.zeros([BLOCK_M], dtype=tl.float32)
-    else:
-        b_lse_a = tl.load(lse_a_ptr + offs_m, mask=mask_m, other=0.0)
-        b_da = tl.load(d_a_ptr + offs_m, mask=mask_m, other=0.0)
+    loss_rows = tl.zeros([BLOCK_M], dtype=tl.float32)
+    g_rows = tl.zeros([BLOCK_M], dtype=tl.float32)
     ds_rows = tl.zeros([BLOCK_M], dtype=tl.float32)
     num_col_tiles = tl.cdiv(n_cols, BLOCK_N)
     # With atomics, program p starts at column tile p (mod the count) so concurrent programs add into different B rows.
     start = pid_m % num_col_tiles if ACC_B else 0
     for tile in range(0, num_col_tiles):
-        cb = ((start + tile) % num_col_tiles) * BLOCK_N
-        offs_n = cb + tl.arange(0, BLOCK_N).to(tl.int64)
+        offs_n = ((start + tile) % num_col_tiles) * BLOCK_N + tl.arange(0, BLOCK_N).to(tl.int64)
         mask_n = offs_n < n_cols
-        mask = mask_m[:, None] & mask_n[None, :]
         raw = _dot_tile(
             a_ptr, b_ptr, offs_m, offs_n, mask_m, mask_n, n_dims, stride_am, stride_ad, stride_bn, stride_bd,
             BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST,
         )  # fmt: skip
-        s = raw * scale
-        if SIGLIP:
-            if HAS_GROUPS:
-                b_gb = tl.load(grp_b_ptr + offs_n, mask=mask_n, other=-2)
-                pos = b_ga[:, None] == b_gb[None, :]
-            else:
-                pos = (offs_m[:, None] + offset_a) == (offs_n[None, :] + offset_b)
-            # t = -z·(s·xy + b): positives z = +1, negatives z = -1; dloss/dlogit = -z·sigmoid(t) / n.
-            logit = s + bias
-            t = tl.where(pos, -logit, logit)
-            softplus, sigmoid = _softplus_sigmoid(t)
-            g = tl.where(mask, tl.where(pos, -sigmoid, sigmoid) * inv_norm, 0.0)
-            if WRITE_LOSS:
-                loss_rows += tl.sum(tl.where(mask, softplus, 0.0), axis=1)
-                g_rows += tl.sum(g, axis=1)
-        else:
-            b_lse_b = tl.load(lse_b_ptr + offs_n, mask=mask_n, other=0.0)
-            b_db = tl.load(d_b_ptr + offs_n, mask=mask_n, other=0.0)
-            g = b_da[:, None] * tl.exp(s - b_lse_a[:, None]) + b_db[None, :] * tl.exp(s - b_lse_b[None, :])
-            g = tl.where(mask, g, 0.0)
+        g, elem_loss = GRAD_TILE(
+            raw * scale, offs_m, offs_n, mask_m, mask_n, row0_ptr, row1_ptr, col0_ptr, col1_ptr, bias_ptr, offset_a,
+            offset_b, inv_norm,
+        )  # fmt: skip
+        if WRITE_LOSS:
+            loss_rows += tl.sum(elem_loss, axis=1)
+        if WRITE_GSUM:
+            g_rows += tl.sum(g, axis=1)
         if WRITE_DS:
             # ∂L/∂s = Σ G_ij ⟨a_i, b_j⟩ from the fp32 G and dot products, before G is rounded for the GEMMs.
             ds_rows += tl.sum(g * raw, axis=1)
@@ -221,39 +313,22 @@ def _contrastive_grad_kernel(
             g = g.to(b_ptr.dtype.element_ty)
             if UPCAST:
                 g = g.to(tl.float32)
-            for k in range(0, n_dims, BLOCK_K):
-                offs_k = (k + tl.arange(0, BLOCK_K)).to(tl.int64)
-                mask_k = offs_k < n_dims
-                if ACC_A:
-                    b_b = tl.load(
-                        b_ptr + offs_n[:, None] * stride_bn + offs_k[None, :] * stride_bd,
-                        mask=mask_n[:, None] & mask_k[None, :],
-                        other=0.0,
-                    )
-                    if UPCAST:
-                        b_b = b_b.to(tl.float32)
-                    acc_ptrs = acc_ptr + offs_m[:, None] * stride_acc + offs_k[None, :]
-                    mask_acc = mask_m[:, None] & mask_k[None, :]
-                    b_acc = tl.load(acc_ptrs, mask=mask_acc, other=0.0)
-                    b_acc = tl.dot(g, b_b, b_acc, input_precision=PRECISION)
-                    tl.store(acc_ptrs, b_acc, mask=mask_acc)
-                if ACC_B:
-                    b_a = tl.load(
-                        a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ad,
-                        mask=mask_m[:, None] & mask_k[None, :],
-                        other=0.0,
-                    )
-                    if UPCAST:
-                        b_a = b_a.to(tl.float32)
-                    # [BLOCK_N, BLOCK_K] partial of B's gradient; padded rows of G are 0, so masked A rows add nothing.
-                    part = tl.dot(tl.trans(g), b_a, input_precision=PRECISION)
-                    accb_ptrs = accb_ptr + offs_n[:, None] * stride_accb + offs_k[None, :]
-                    tl.atomic_add(accb_ptrs, part, mask=mask_n[:, None] & mask_k[None, :], sem="relaxed")
+            if ACC_A:
+                _accumulate(
+                    g, b_ptr, acc_ptr, offs_n, offs_m, mask_n, mask_m, n_dims, stride_bn, stride_bd, n_dims,
+                    BLOCK_K, PRECISION, UPCAST, False,
+                )  # fmt: skip
+            if ACC_B:
+                # [BLOCK_N, BLOCK_K] partials of B's gradient; padded rows of G are 0, so masked A rows add nothing.
+                _accumulate(
+                    tl.trans(g), a_ptr, accb_ptr, offs_m, offs_n, mask_m, mask_n, n_dims, stride_am, stride_ad,
+                    n_dims, BLOCK_K, PRECISION, UPCAST, True,
+                )  # fmt: skip
             # The next column tile re-reads these accumulator rows, possibly in other threads of this program.
             tl.debug_barrier()
     if WRITE_DS:
         tl.store(dsum_ptr + offs_m, ds_rows, mask=mask_m)
-    if SIGLIP:
-        if WRITE_LOSS:
-            tl.store(loss_ptr + offs_m, loss_rows, mask=mask_m)
-            tl.store(gsum_ptr + offs_m, g_rows, mask=mask_m)
+    if WRITE_LOSS:
+        tl.store(loss_ptr + offs_m, loss_rows, mask=mask_m)
+    if WRITE_GSUM:
+        tl.store(gsum_ptr + offs_m, g_rows, mask=mask_m)

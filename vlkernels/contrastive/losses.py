@@ -7,15 +7,29 @@ from collections.abc import Callable
 import torch
 
 from vlkernels._validate import check_finite, check_same_device, check_tensor
+from vlkernels.contrastive.cpu import acc_dtype
 from vlkernels.contrastive.ops import lse_pair, siglip_fused
 
-FEATURE_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+FEATURE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def loss_dtype(features: torch.Tensor, logit_scale, logit_bias) -> torch.dtype:
+    """The dtype open_clip's losses return: that of ``logit_scale * features @ features.T + logit_bias`` under
+    torch's promotion rules (a Python number or a 0-dim tensor does not promote a 2-D tensor of its category, so
+    fp16/bf16 features with a 0-dim fp32 scale give an fp16/bf16 loss; a ``(1,)``-shaped fp32 scale gives fp32)."""
+    logits = torch.empty((1, 1), dtype=features.dtype, device="meta")
+    for v in (logit_scale, logit_bias):
+        if isinstance(v, torch.Tensor):
+            logits = logits * torch.empty(v.shape, dtype=v.dtype, device="meta")
+    return logits.dtype
 
 
 def _scalar(value, name: str, like: torch.Tensor) -> torch.Tensor:
-    """A differentiable 0-dim fp32 view of a scalar parameter (logit_scale arrives exp'd; logit_bias as is)."""
+    """A differentiable 0-dim view of a scalar parameter in the features' accumulation dtype (fp32, or float64 for
+    float64 features); logit_scale arrives exp'd, logit_bias as is."""
+    acc = acc_dtype(like.dtype)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return torch.tensor(float(value), dtype=torch.float32, device=like.device)
+        return torch.tensor(float(value), dtype=acc, device=like.device)
     if not isinstance(value, torch.Tensor):
         raise ValueError(f"{name} must be a float or a one-element tensor, got {type(value).__name__}")
     if value.numel() != 1:
@@ -23,7 +37,7 @@ def _scalar(value, name: str, like: torch.Tensor) -> torch.Tensor:
     if not value.is_floating_point():
         raise ValueError(f"{name} must be a floating-point tensor, got dtype {str(value.dtype).replace('torch.', '')}")
     check_same_device(features=like, **{name: value})
-    return value.reshape(()).float()
+    return value.reshape(()).to(acc)
 
 
 def _check_groups(groups, name: str, n: int, like: torch.Tensor) -> torch.Tensor | None:
@@ -105,10 +119,11 @@ def info_nce_shard(
     """
     n, m = x.shape[0], y.shape[0]
     big_n, big_m = all_x.shape[0], all_y.shape[0]
-    row_lse, col_part = lse_pair(x, all_y, s)
+    row_lse, col_part, diag = lse_pair(x, all_y, s, row_offset)
     col_all = col_part if combine_cols is None else combine_cols(col_part)
     col_lse = col_all[col_offset : col_offset + m]
-    xf, yf, all_xf, all_yf = x.float(), y.float(), all_x.float(), all_y.float()
+    acc = row_lse.dtype
+    xf, yf, all_xf, all_yf = x.to(acc), y.to(acc), all_x.to(acc), all_y.to(acc)
     if gx is None:
         # One positive per row and column: the same global index.
         t_row, w_row, n_valid = all_yf[row_offset : row_offset + n], None, big_n
@@ -119,22 +134,39 @@ def info_nce_shard(
         t_row = sum_y / cnt_row.clamp_min(1)[:, None]
         t_col = sum_x / cnt_col.clamp_min(1)[:, None]
         # Rows (columns) with no positive are left out of the mean, like an ignored label.
-        w_row, w_col = (cnt_row > 0).float(), (cnt_col > 0).float()
+        w_row, w_col = (cnt_row > 0).to(acc), (cnt_col > 0).to(acc)
         _, all_cnt_row = group_sums(all_gx, all_gy, all_yf[:, :0])
         _, all_cnt_col = group_sums(all_gy, all_gx, all_xf[:, :0])
-        n_valid = (all_cnt_row > 0).sum().clamp_min(1)
-        m_valid = (all_cnt_col > 0).sum().clamp_min(1)
+        n_valid, m_valid = (all_cnt_row > 0).sum(), (all_cnt_col > 0).sum()
+        # Group ids already cost a host sync (torch.unique); a batch without any positive pair has no loss to give.
+        if int(n_valid) == 0:
+            raise ValueError(
+                "no image and text share a group id (image_groups and text_groups have no common value): "
+                "InfoNCE needs at least one positive pair"
+            )
+    # Σ_j q_ij·logit_ij is linear in x_i: its gradient comes from these dot products with the targets t.
+    pos_row, pos_col = s * torch.linalg.vecdot(xf, t_row), s * torch.linalg.vecdot(yf, t_col)
+    if gx is None and row_offset == col_offset:
+        # The positive logit's value comes from the same products as the log-sum-exp (which is >= it exactly):
+        # a confident pair's cross-entropy is then 0, not a rounding difference of two dot products.
+        pos_row = pos_row + (diag - pos_row).detach()
+        pos_col = pos_col + (diag - pos_col).detach()
     if smoothing > 0:
-        # Target q = (1-ε)·uniform over the positives + ε/M over all columns; Σ_j q_ij·logit_ij is linear in x_i.
-        t_row = (1 - smoothing) * t_row + smoothing * all_yf.mean(0)
-        t_col = (1 - smoothing) * t_col + smoothing * all_xf.mean(0)
-    bias = 0.0 if b is None else b
-    # Cross-entropy = logsumexp_j(logit_ij) - Σ_j q_ij·logit_ij; the bias enters both sides (its gradient is 0).
-    row_loss = (row_lse + bias) - (s * torch.linalg.vecdot(xf, t_row) + bias)
-    col_loss = (col_lse + bias) - (s * torch.linalg.vecdot(yf, t_col) + bias)
+        # Target q = (1-ε)·uniform over the positives + ε/M over all columns.
+        pos_row = (1 - smoothing) * pos_row + smoothing * s * torch.linalg.vecdot(xf, all_yf.mean(0))
+        pos_col = (1 - smoothing) * pos_col + smoothing * s * torch.linalg.vecdot(yf, all_xf.mean(0))
+    # The bias enters both sides of the cross-entropy and cancels; (b - b) keeps it in the graph with a gradient of
+    # exactly 0 (open_clip's is rounding noise around 0).
+    zero = 0.0 if b is None else b - b
+    row_loss, col_loss = _non_negative(row_lse - pos_row + zero), _non_negative(col_lse - pos_col + zero)
     if w_row is not None:
         row_loss, col_loss = row_loss * w_row, col_loss * w_col
     return 0.5 * (row_loss.sum() / n_valid + col_loss.sum() / m_valid)
+
+
+def _non_negative(ce: torch.Tensor) -> torch.Tensor:
+    """A cross-entropy's value clamped at 0 (it is >= 0; only rounding can push it below), gradient unchanged."""
+    return ce + (ce.clamp_min(0) - ce).detach()
 
 
 def info_nce_loss(
@@ -160,7 +192,7 @@ def info_nce_loss(
     columns without any positive are left out of their mean (N, M then count only the others).
 
     Args:
-        image_features: ``(N, D)`` fp32/fp16/bf16, any strides, need not be unit-norm.
+        image_features: ``(N, D)`` fp32/fp16/bf16/float64, any strides, need not be unit-norm.
         text_features: ``(M, D)`` same dtype and device. ``M == N`` unless groups are given.
         logit_scale: the *exp'd* temperature ``s`` (0-dim or one-element tensor, differentiable, or a float).
         logit_bias: optional ``b``; the loss does not depend on it (its gradient is exactly 0), accepted for parity.
@@ -171,15 +203,20 @@ def info_nce_loss(
         check_finite: raise ValueError on NaN/Inf inputs (a host sync) instead of returning NaN.
 
     Returns:
-        0-dim fp32 loss.
+        0-dim loss in open_clip's dtype: that of ``logit_scale * features (+ logit_bias)`` under torch's promotion
+        (fp16/bf16 features with a float or 0-dim fp32 scale give an fp16/bf16 loss). Computed in fp32 (float64 for
+        float64 features); each direction's cross-entropy is >= 0 (the positive logit's value comes from the same
+        products as the log-sum-exp).
 
     Raises:
         ValueError: wrong types or dtypes, mixed feature dtypes, mismatched D, an empty batch, N != M without groups,
-            a scale/bias with more than one value, bad groups or ε, non-finite inputs with ``check_finite``.
+            a scale/bias with more than one value, bad groups or ε, groups without any positive pair (no image
+            and text share an id), non-finite inputs with ``check_finite``.
 
     Note:
         Memory O((N + M)·D). Triton on CUDA (and under ``TRITON_INTERPRET=1``), fp32 accumulation; the chunked
-        torch path on CPU (4 GEMM units, deterministic). One GEMM unit = the flops of ``x·yᵀ``. Triton paths:
+        torch path on CPU and for float64 on every device (4 GEMM units, deterministic). One GEMM unit = the flops
+        of ``x·yᵀ``. Triton paths:
 
         - default: forward 1 unit (row and column log-sum-exp in one pass), backward one sweep that recomputes each
           logit tile once and forms dx (in the program's own fp32 rows) and dy (fp32 atomics into an extra
@@ -201,7 +238,8 @@ def info_nce_loss(
     )
     if not 0.0 <= float(label_smoothing) < 1.0:
         raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
-    return info_nce_shard(x, y, x, y, s, b, gx, gy, gx, gy, 0, 0, float(label_smoothing))
+    loss = info_nce_shard(x, y, x, y, s, b, gx, gy, gx, gy, 0, 0, float(label_smoothing))
+    return loss.to(loss_dtype(x, logit_scale, logit_bias))
 
 
 def siglip_loss(
@@ -221,14 +259,15 @@ def siglip_loss(
     (Zhai et al. 2023, SigLIP), ``z_ij = +1`` for positives (the diagonal, or equal group ids) and ``-1`` otherwise.
 
     Args:
-        image_features: ``(N, D)`` fp32/fp16/bf16, any strides.
+        image_features: ``(N, D)`` fp32/fp16/bf16/float64, any strides.
         text_features: ``(M, D)`` same dtype and device; ``M == N`` unless groups are given.
         logit_scale: the exp'd scale ``s`` (tensor or float). logit_bias: ``b`` (tensor, float or None).
         image_groups, text_groups: optional ``(N,)``/``(M,)`` int64 ids defining several positives per row.
         check_finite: raise on NaN/Inf inputs instead of returning NaN.
 
     Returns:
-        0-dim fp32 loss (normalized by N, the number of images, as open_clip).
+        0-dim loss (normalized by N, the number of images, as open_clip) in open_clip's dtype, as
+        :func:`info_nce_loss`.
 
     Raises:
         ValueError: as :func:`info_nce_loss`.
@@ -249,7 +288,8 @@ def siglip_loss(
     x, y, s, b, gx, gy = validate_pair(
         image_features, text_features, logit_scale, logit_bias, image_groups, text_groups, check_finite
     )
-    return siglip_fused(x, y, s, b, gx, gy, 0, 0, 1.0 / x.shape[0], needs_grad(x, y, s, b))
+    loss = siglip_fused(x, y, s, b, gx, gy, 0, 0, 1.0 / x.shape[0], needs_grad(x, y, s, b))
+    return loss.to(loss_dtype(x, logit_scale, logit_bias))
 
 
 def needs_grad(*tensors: torch.Tensor | None) -> bool:

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from vlkernels.contrastive import distributed as vdist
-from vlkernels.contrastive.losses import info_nce_shard, needs_grad, validate_pair
+from vlkernels.contrastive.losses import info_nce_shard, loss_dtype, needs_grad, validate_pair
 from vlkernels.contrastive.ops import siglip_fused
 
 SIGLIP_DIST_IMPLS = ("bidir", "shift", "reduce", "gather")
@@ -79,6 +79,29 @@ class ClipLoss(nn.Module):
         image_groups: torch.Tensor | None = None,
         text_groups: torch.Tensor | None = None,
     ):
+        """InfoNCE loss of this batch (this rank's share under ``world_size > 1``), as ``open_clip.loss.ClipLoss``.
+
+        Args:
+            image_features: ``(N, D)`` fp32/fp16/bf16/float64, any strides, need not be unit-norm.
+            text_features: ``(M, D)``, same dtype and device; ``M == N`` unless groups are given.
+            logit_scale: the exp'd scale ``s``: a one-element tensor (differentiable) or a float.
+            logit_bias: optional ``b``; InfoNCE does not depend on it (its gradient is exactly 0).
+            output_dict: return ``{"contrastive_loss": loss}`` instead of the tensor.
+            image_groups, text_groups: keyword-only ``(N,)``/``(M,)`` int64 ids: equal ids are positives.
+
+        Returns:
+            0-dim loss in open_clip's dtype (that of ``logit_scale * features``: fp16/bf16 features with a 0-dim
+            fp32 scale give an fp16/bf16 loss), or the dict. Computed in fp32 (float64 for float64 features).
+
+        Raises:
+            ValueError: bad dtypes, shapes, devices or groups (see :func:`vlkernels.info_nce_loss`); groups with no
+                positive pair; ``world_size > 1`` without a matching default process group.
+
+        Note:
+            Memory O((N + M)·D), never N×M. Differentiable in the features, ``logit_scale`` and ``logit_bias``;
+            deterministic on CPU and under ``torch.use_deterministic_algorithms(True)`` (see
+            ``vlkernels.contrastive.ops.grad_path``).
+        """
         x, y, s, b, gx, gy = validate_pair(
             image_features, text_features, logit_scale, logit_bias, image_groups, text_groups, False
         )
@@ -100,6 +123,7 @@ class ClipLoss(nn.Module):
                 total = share.detach().clone()
                 torch.distributed.all_reduce(total)
                 loss = loss + (total - loss).detach()
+        loss = loss.to(loss_dtype(x, logit_scale, logit_bias))
         return {"contrastive_loss": loss} if output_dict else loss
 
 
@@ -143,6 +167,26 @@ class SigLipLoss(nn.Module):
         image_groups: torch.Tensor | None = None,
         text_groups: torch.Tensor | None = None,
     ):
+        """SigLIP loss of this rank's images against all texts, as ``open_clip.loss.SigLipLoss``.
+
+        Args:
+            image_features: ``(N, D)`` fp32/fp16/bf16/float64, any strides.
+            text_features: ``(M, D)``, same dtype and device; ``M == N`` unless groups are given.
+            logit_scale: the exp'd scale ``s`` (one-element tensor or float).
+            logit_bias: ``b`` (one-element tensor, float or None).
+            output_dict: return ``{"contrastive_loss": loss}`` instead of the tensor.
+            image_groups, text_groups: keyword-only int64 ids: equal ids are positives (across ranks too).
+
+        Returns:
+            0-dim loss ``(1/N)·Σ_ij softplus(-z_ij·(s⟨x_i, y_j⟩ + b))`` in open_clip's dtype (see
+            :class:`ClipLoss`), or the dict.
+
+        Raises:
+            ValueError: as :func:`vlkernels.siglip_loss`; ``world_size > 1`` without a matching process group.
+
+        Note:
+            The gradients are computed in the forward pass and kept (O((N + M)·D)) when any input requires grad.
+        """
         x, y, s, b, gx, gy = validate_pair(
             image_features, text_features, logit_scale, logit_bias, image_groups, text_groups, False
         )
@@ -185,4 +229,5 @@ class SigLipLoss(nn.Module):
                 if remainder:
                     texts, groups = vdist.shift(to_right, right, left), vdist.shift(g_right, right, left)
                     loss = loss + block(texts, groups, (r - n_bidir - 1) % w)
+        loss = loss.to(loss_dtype(x, logit_scale, logit_bias))
         return {"contrastive_loss": loss} if output_dict else loss

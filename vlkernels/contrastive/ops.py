@@ -8,7 +8,9 @@ Gradient paths (Triton; ``grad_path`` names the one in force, ``GEMM_UNITS`` the
 the tiles gives both operands' gradients, the second by fp32 atomics; under
 ``torch.use_deterministic_algorithms(True)`` one sweep per operand, no atomics. See README.md.
 
-Triton runs on CUDA (and on CPU under ``TRITON_INTERPRET=1``); elsewhere the chunked torch path of ``cpu.py``.
+Triton runs on CUDA (and on CPU under ``TRITON_INTERPRET=1``) for fp32/fp16/bf16; elsewhere, and for float64 on
+every device, the chunked torch path of ``cpu.py`` (float64 is a reference dtype: its GEMMs go to the device's
+float64 BLAS, which Triton's tensor-core tiles cannot match in precision).
 Both are registered with ``torch.library`` so ``torch.compile(fullgraph=True)`` treats them as opaque ops.
 """
 
@@ -16,39 +18,9 @@ from __future__ import annotations
 
 import torch
 
-from vlkernels._triton import interpreting, use_triton
-from vlkernels.contrastive.cpu import lse_pair_bwd_cpu, lse_pair_fwd_cpu, siglip_fwd_cpu
-
-# Tile shapes: (BLOCK_M, BLOCK_N, BLOCK_K, num_warps) for the forward and gradient kernels. The interpreter runs
-# one numpy op per tile op, so fewer, larger tiles are faster there; tests shrink them to cross many tiles.
-BLOCKS = {
-    "cuda_fwd": (128, 128, 64, 8),
-    "cuda_grad": (64, 128, 64, 8),
-    # One-sweep backward: a taller row block halves the atomic traffic into dy per GEMM flop. Not tuned on a GPU yet.
-    "cuda_dual": (128, 128, 64, 8),
-    # fp32 operands use IEEE FMA dots and twice the bytes per stage: 128×128×64 would need 224 KiB of shared memory.
-    "cuda_dual_fp32": (64, 128, 32, 8),
-    "interp_fwd": (64, 64, 64, 4),
-    "interp_grad": (64, 64, 64, 4),
-    "interp_dual": (64, 64, 64, 4),
-}
-
-
-def _blocks(x: torch.Tensor, kind: str) -> tuple[int, int, int, int]:
-    prefix = "interp" if (x.device.type != "cuda" or interpreting()) else "cuda"
-    if prefix == "cuda" and kind == "dual" and x.dtype == torch.float32:
-        kind = "dual_fp32"
-    return BLOCKS[f"{prefix}_{kind}"]
-
-
-def _precision(x: torch.Tensor) -> str:
-    # fp32 operands: IEEE products (TF32 would cost ~1e-3 relative error); fp16/bf16 ignore the setting.
-    return "ieee" if x.dtype == torch.float32 else "tf32"
-
-
-def _upcast(x: torch.Tensor) -> bool:
-    # Triton 3.9's interpreter multiplies bf16 operands of tl.dot as raw uint16; compute their exact fp32 products.
-    return x.dtype == torch.bfloat16 and x.device.type != "cuda"
+from vlkernels._triton import use_triton
+from vlkernels.contrastive.configs import tiles
+from vlkernels.contrastive.cpu import acc_dtype, lse_pair_bwd_cpu, lse_pair_fwd_cpu, siglip_fwd_cpu
 
 
 def _num_programs(x: torch.Tensor, row_blocks: int) -> int:
@@ -70,29 +42,35 @@ def _nonfinite_flag(*tensors: torch.Tensor | None) -> torch.Tensor:
     return torch.where(ok, zero, torch.full_like(zero, float("nan")))
 
 
-def lse_pair_fwd(x: torch.Tensor, y: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def on_triton(x: torch.Tensor) -> bool:
+    """True when the Triton kernels run for features like ``x``; float64 always takes the torch path."""
+    return x.dtype != torch.float64 and use_triton(x)
+
+
+def lse_pair_fwd(
+    x: torch.Tensor, y: torch.Tensor, scale: torch.Tensor, diag_offset: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    import triton
+
     from vlkernels.contrastive.kernels import _lse_pair_fwd_kernel
 
     n, d = x.shape
     m = y.shape[0]
-    block_m, block_n, block_k, warps = _blocks(x, "fwd")
-    row_blocks = triton_cdiv(n, block_m)
-    programs = _num_programs(x, row_blocks)
+    t = tiles("fwd", x)
+    programs = _num_programs(x, triton.cdiv(n, t.block_m))
     row = torch.empty(n, dtype=torch.float32, device=x.device)
+    diag = torch.empty(n, dtype=torch.float32, device=x.device)
     col_max = torch.full((programs, m), float("-inf"), dtype=torch.float32, device=x.device)
     col_sum = torch.zeros((programs, m), dtype=torch.float32, device=x.device)
     _lse_pair_fwd_kernel[(programs,)](
-        x, y, scale, row, col_max, col_sum, n, m, d, x.stride(0), x.stride(1), y.stride(0), y.stride(1), programs,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, PRECISION=_precision(x), UPCAST=_upcast(x), num_warps=warps,
+        x, y, scale, row, diag, col_max, col_sum, n, m, d, x.stride(0), x.stride(1), y.stride(0), y.stride(1),
+        diag_offset, programs, BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_K=t.block_k, num_warps=t.num_warps,
+        num_stages=t.num_stages,
     )  # fmt: skip
     # Merge the P per-program column partials: lse = M + log Σ_p l_p·exp(m_p - M).
     top = col_max.max(dim=0).values
     col = top + torch.log((col_sum * torch.exp(col_max - top)).sum(dim=0))
-    return row, col
-
-
-def triton_cdiv(a: int, b: int) -> int:
-    return -(-a // b)
+    return row, col, diag
 
 
 def deterministic() -> bool:
@@ -104,7 +82,7 @@ def grad_path(x: torch.Tensor) -> str:
     """Which gradient path the losses take for features like ``x`` now: ``"atomic"`` (Triton, one sweep, the
     default), ``"deterministic"`` (Triton, one sweep per operand, under ``torch.use_deterministic_algorithms``) or
     ``"cpu"`` (the chunked torch path, deterministic)."""
-    if not use_triton(x):
+    if not on_triton(x):
         return "cpu"
     return "deterministic" if deterministic() else "atomic"
 
@@ -124,66 +102,57 @@ def _grad_rows(
     a: torch.Tensor,
     b: torch.Tensor,
     scale: torch.Tensor,
+    grad_tile,
     *,
-    lse_a: torch.Tensor | None = None,
-    lse_b: torch.Tensor | None = None,
-    d_a: torch.Tensor | None = None,
-    d_b: torch.Tensor | None = None,
+    rows: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None),
+    cols: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None),
     bias: torch.Tensor | None = None,
-    grp_a: torch.Tensor | None = None,
-    grp_b: torch.Tensor | None = None,
     offset_a: int = 0,
     offset_b: int = 0,
     inv_norm: float = 1.0,
-    siglip: bool = False,
-    write_loss: bool = False,
-    write_ds: bool = False,
     acc_a: bool = True,
     acc_b: bool = False,
+    write_ds: bool = False,
+    write_loss: bool = False,
+    write_gsum: bool = False,
 ) -> dict[str, torch.Tensor]:
-    """One sweep over the tiles of s·A·Bᵀ (G = ∂L/∂logits). Returns fp32 tensors: ``ga = G·B`` (rows of A; with
-    acc_a), ``gb = Gᵀ·A`` (rows of B, atomics; with acc_b), with write_loss the per-row SigLIP ``loss`` and
-    ``gsum = Σ_j G``, with write_ds ``ds = Σ_j G_ij⟨a_i, b_j⟩`` per row."""
-    from vlkernels.contrastive.kernels import _contrastive_grad_kernel
+    """One sweep of ``_grad_sweep_kernel`` over the tiles of s·A·Bᵀ with the loss's gradient tile ``grad_tile`` (a
+    ``@triton.jit`` function of the signature in kernels.py; rows/cols/bias are what it reads). Returns fp32 tensors:
+    ``ga = G·B`` (acc_a), ``gb = Gᵀ·A`` (acc_b, atomics), per row ``ds = Σ_j G_ij⟨a_i, b_j⟩`` (write_ds), the element
+    loss sum ``loss`` (write_loss) and ``gsum = Σ_j G_ij`` (write_gsum)."""
+    import triton
+
+    from vlkernels.contrastive.kernels import _grad_sweep_kernel
 
     n, d = a.shape
     m = b.shape[0]
     f32 = {"dtype": torch.float32, "device": a.device}
-    out = {}
-    if acc_a:
-        out["ga"] = torch.zeros(n, d, **f32)
-    if acc_b:
-        # The atomic path's one extra buffer: B's gradient accumulated in fp32 (M×D×4 bytes), cast once at the end.
-        out["gb"] = torch.zeros(m, d, **f32)
-    if write_loss:
-        out["loss"], out["gsum"] = torch.zeros(n, **f32), torch.zeros(n, **f32)
-    if write_ds:
-        out["ds"] = torch.zeros(n, **f32)
+    wanted = {"ga": acc_a, "gb": acc_b, "ds": write_ds, "loss": write_loss, "gsum": write_gsum}
+    # gb is the atomic path's one extra buffer: B's gradient accumulated in fp32 (M×D×4 bytes), cast once at the end.
+    shapes = {"ga": (n, d), "gb": (m, d), "ds": (n,), "loss": (n,), "gsum": (n,)}
+    out = {k: torch.zeros(shapes[k], **f32) for k, on in wanted.items() if on}
     if n == 0 or m == 0:
         return out
-    block_m, block_n, block_k, warps = _blocks(a, "dual" if acc_b else "grad")
-    dummy = torch.empty(1, **f32)
-    inputs = [t if t is not None else dummy for t in (lse_a, lse_b, d_a, d_b, bias, grp_a, grp_b)]
-    outputs = [out.get(k, dummy) for k in ("loss", "gsum", "ds")]
-    _contrastive_grad_kernel[(triton_cdiv(n, block_m),)](
-        a, b, scale, out.get("ga", dummy), out.get("gb", dummy), *inputs, *outputs,
-        n, m, d, a.stride(0), a.stride(1), b.stride(0), b.stride(1), d, d, offset_a, offset_b, inv_norm,
-        SIGLIP=siglip, HAS_BIAS=bias is not None, HAS_GROUPS=grp_a is not None, WRITE_LOSS=write_loss,
-        WRITE_DS=write_ds, ACC_A=acc_a, ACC_B=acc_b, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-        PRECISION=_precision(a), UPCAST=_upcast(a), num_warps=warps,
+    t = tiles("dual" if acc_b else "sweep", a)
+    _grad_sweep_kernel[(triton.cdiv(n, t.block_m),)](
+        a, b, scale, *rows, *cols, bias, out.get("ga"), out.get("gb"), out.get("ds"), out.get("loss"), out.get("gsum"),
+        n, m, d, a.stride(0), a.stride(1), b.stride(0), b.stride(1), offset_a, offset_b, inv_norm,
+        GRAD_TILE=grad_tile, BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_K=t.block_k, num_warps=t.num_warps,
+        num_stages=t.num_stages,
     )  # fmt: skip
     return out
 
 
 def lse_pair_bwd(x, y, scale, row_lse, col_lse, d_row, d_col):
-    lse = dict(lse_a=row_lse, lse_b=col_lse, d_a=d_row, d_b=d_col)
+    from vlkernels.contrastive.kernels import _info_nce_grad_tile as tile
+
     if deterministic():
         # Two sweeps, each program owning its rows: 2 + 2 GEMM units, bitwise reproducible.
-        first = _grad_rows(x, y, scale, write_ds=True, **lse)
-        gy = _grad_rows(y, x, scale, lse_a=col_lse, lse_b=row_lse, d_a=d_col, d_b=d_row)["ga"]
+        first = _grad_rows(x, y, scale, tile, rows=(row_lse, d_row), cols=(col_lse, d_col), write_ds=True)
+        gy = _grad_rows(y, x, scale, tile, rows=(col_lse, d_col), cols=(row_lse, d_row))["ga"]
     else:
         # One sweep: 1 recompute + 2 GEMM units; dy's partials are added with fp32 atomics.
-        first = _grad_rows(x, y, scale, write_ds=True, acc_b=True, **lse)
+        first = _grad_rows(x, y, scale, tile, rows=(row_lse, d_row), cols=(col_lse, d_col), write_ds=True, acc_b=True)
         gy = first["gb"]
     s = scale.float()
     # ds from per-row partials reduced in a fixed order: exact and reproducible on both paths.
@@ -191,38 +160,49 @@ def lse_pair_bwd(x, y, scale, row_lse, col_lse, d_row, d_col):
 
 
 def siglip_fwd(x, y, scale, bias, x_groups, y_groups, row_offset, col_offset, inv_norm, need_grad):
-    common = dict(bias=bias, inv_norm=inv_norm, siglip=True)
-    fwd = dict(grp_a=x_groups, grp_b=y_groups, offset_a=row_offset, offset_b=col_offset, write_loss=True, **common)
+    from vlkernels.contrastive.kernels import _siglip_grad_tile as tile
+
+    fwd = dict(rows=(x_groups, None), cols=(y_groups, None), bias=bias, offset_a=row_offset, offset_b=col_offset)
     if not need_grad:
         # The loss alone: 1 GEMM unit.
-        return (_grad_rows(x, y, scale, acc_a=False, **fwd)["loss"].sum() * inv_norm,)
+        return (_grad_rows(x, y, scale, tile, acc_a=False, write_loss=True, inv_norm=inv_norm, **fwd)["loss"].sum(),)
     one_sweep = not deterministic()
-    first = _grad_rows(x, y, scale, write_ds=True, acc_b=one_sweep, **fwd)
+    first = _grad_rows(
+        x, y, scale, tile, write_ds=True, write_loss=True, write_gsum=True, acc_b=one_sweep, inv_norm=inv_norm, **fwd
+    )
     if one_sweep:
         gy = first["gb"]
     else:
-        swapped = dict(grp_a=y_groups, grp_b=x_groups, offset_a=col_offset, offset_b=row_offset, **common)
-        gy = _grad_rows(y, x, scale, **swapped)["ga"]
+        swapped = dict(rows=(y_groups, None), cols=(x_groups, None), offset_a=col_offset, offset_b=row_offset)
+        gy = _grad_rows(y, x, scale, tile, bias=bias, inv_norm=inv_norm, **swapped)["ga"]
     s = scale.float()
     # ds = Σ G⟨x, y⟩ and db = Σ G from per-row partials reduced in a fixed order on both paths.
-    loss, ds, db = first["loss"].sum() * inv_norm, first["ds"].sum(), first["gsum"].sum()
+    loss, ds, db = first["loss"].sum(), first["ds"].sum(), first["gsum"].sum()
     return loss, (first["ga"] * s).to(x.dtype), (gy * s).to(y.dtype), ds, db
 
 
 @torch.library.custom_op("vlkernels::lse_pair", mutates_args=())
-def _lse_pair_op(x: torch.Tensor, y: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _lse_pair_op(
+    x: torch.Tensor, y: torch.Tensor, scale: torch.Tensor, diag_offset: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     if x.shape[0] == 0 or y.shape[0] == 0:
-        return x.new_full((x.shape[0],), float("-inf"), dtype=torch.float32), x.new_full(
-            (y.shape[0],), float("-inf"), dtype=torch.float32
+        acc = acc_dtype(x.dtype)
+        inf = float("-inf")
+        return (
+            x.new_full((x.shape[0],), inf, dtype=acc),
+            x.new_full((y.shape[0],), inf, dtype=acc),
+            x.new_zeros((x.shape[0],), dtype=acc),
         )
-    row, col = lse_pair_fwd(x, y, scale) if use_triton(x) else lse_pair_fwd_cpu(x, y, scale)
+    run = lse_pair_fwd if on_triton(x) else lse_pair_fwd_cpu
+    row, col, diag = run(x, y, scale, diag_offset)
     bad = _nonfinite_flag(x, y, scale)
-    return row + bad, col + bad
+    return row + bad, col + bad, diag + bad
 
 
 @_lse_pair_op.register_fake
-def _(x, y, scale):
-    return x.new_empty(x.shape[0], dtype=torch.float32), x.new_empty(y.shape[0], dtype=torch.float32)
+def _(x, y, scale, diag_offset):
+    acc = acc_dtype(x.dtype)
+    return x.new_empty(x.shape[0], dtype=acc), x.new_empty(y.shape[0], dtype=acc), x.new_empty(x.shape[0], dtype=acc)
 
 
 @torch.library.custom_op("vlkernels::lse_pair_backward", mutates_args=())
@@ -235,30 +215,32 @@ def _lse_pair_bwd_op(
     d_row: torch.Tensor,
     d_col: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    d_row, d_col = d_row.float().contiguous(), d_col.float().contiguous()
+    acc = acc_dtype(x.dtype)
+    d_row, d_col = d_row.to(acc).contiguous(), d_col.to(acc).contiguous()
     if x.shape[0] == 0 or y.shape[0] == 0:
-        return torch.zeros_like(x), torch.zeros_like(y), scale.new_zeros((), dtype=torch.float32)
-    if use_triton(x):
+        return torch.zeros_like(x), torch.zeros_like(y), scale.new_zeros((), dtype=acc)
+    if on_triton(x):
         return lse_pair_bwd(x, y, scale, row_lse, col_lse, d_row, d_col)
     return lse_pair_bwd_cpu(x, y, scale, row_lse, col_lse, d_row, d_col)
 
 
 @_lse_pair_bwd_op.register_fake
 def _(x, y, scale, row_lse, col_lse, d_row, d_col):
-    return torch.empty_like(x), torch.empty_like(y), scale.new_empty((), dtype=torch.float32)
+    return torch.empty_like(x), torch.empty_like(y), scale.new_empty((), dtype=acc_dtype(x.dtype))
 
 
 def _lse_pair_setup(ctx, inputs, output):
-    x, y, scale = inputs
-    ctx.save_for_backward(x, y, scale, *output)
+    x, y, scale, _ = inputs
+    ctx.save_for_backward(x, y, scale, *output[:2])
 
 
-def _lse_pair_backward(ctx, d_row, d_col):
+def _lse_pair_backward(ctx, d_row, d_col, _d_diag):
+    # The diagonal logits are a value (the losses take their gradient from the linear terms): no gradient flows back.
     x, y, scale, row, col = ctx.saved_tensors
     d_row = torch.zeros_like(row) if d_row is None else d_row
     d_col = torch.zeros_like(col) if d_col is None else d_col
     dx, dy, ds = _lse_pair_bwd_op(x, y, scale, row, col, d_row, d_col)
-    return dx, dy, ds.reshape(scale.shape).to(scale.dtype)
+    return dx, dy, ds.reshape(scale.shape).to(scale.dtype), None
 
 
 _lse_pair_op.register_autograd(_lse_pair_backward, setup_context=_lse_pair_setup)
@@ -277,7 +259,7 @@ def _siglip_op(
     inv_norm: float,
     need_grad: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    run = siglip_fwd if use_triton(x) else siglip_fwd_cpu
+    run = siglip_fwd if on_triton(x) else siglip_fwd_cpu
     out = run(x, y, scale, bias, x_groups, y_groups, row_offset, col_offset, inv_norm, need_grad)
     bad = _nonfinite_flag(x, y, scale, bias)
     if not need_grad:
@@ -289,7 +271,7 @@ def _siglip_op(
 
 @_siglip_op.register_fake
 def _(x, y, scale, bias, x_groups, y_groups, row_offset, col_offset, inv_norm, need_grad):
-    loss = x.new_empty((), dtype=torch.float32)
+    loss = x.new_empty((), dtype=acc_dtype(x.dtype))
     if not need_grad:
         return loss, x.new_empty(0), x.new_empty(0), scale.new_empty(()), scale.new_empty(())
     return loss, torch.empty_like(x), torch.empty_like(y), scale.new_empty(()), scale.new_empty(())
@@ -306,7 +288,7 @@ def _siglip_backward(ctx, g_loss, *_):
     gx, gy, ds, db = ctx.saved_tensors
     if gx.numel() == 0 and ctx.needs_input_grad[0]:
         raise RuntimeError("siglip_fused ran without gradients (need_grad=False) but a gradient was requested")
-    g = g_loss.float()
+    g = g_loss.to(ds.dtype)
     dscale = (ds * g).reshape(ctx.scale_meta[0]).to(ctx.scale_meta[1])
     dbias = (db * g).reshape(ctx.bias_meta[0]).to(ctx.bias_meta[1]) if ctx.has_bias else None
     return gx * g.to(gx.dtype), gy * g.to(gy.dtype), dscale, dbias, None, None, None, None, None, None
@@ -315,12 +297,16 @@ def _siglip_backward(ctx, g_loss, *_):
 _siglip_op.register_autograd(_siglip_backward, setup_context=_siglip_setup)
 
 
-def lse_pair(x: torch.Tensor, y: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Differentiable ``(logsumexp_j s·⟨x_i, y_j⟩, logsumexp_i s·⟨x_i, y_j⟩)`` in fp32, without the N×M matrix.
+def lse_pair(
+    x: torch.Tensor, y: torch.Tensor, scale: torch.Tensor, diag_offset: int = 0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(logsumexp_j ℓ_ij, logsumexp_i ℓ_ij, ℓ_{i, i+diag_offset})`` of ``ℓ = s·x·yᵀ`` without the N×M matrix, in
+    fp32 (float64 for float64 features); the first two are differentiable, the third (0 where the column does not
+    exist) is a value from the same products as the log-sum-exps, so ``lse - diag >= 0`` holds exactly.
 
-    Inputs are validated by the public losses; ``scale`` is a 0-dim fp32 tensor.
+    Inputs are validated by the public losses; ``scale`` is a 0-dim tensor of the accumulation dtype.
     """
-    return _lse_pair_op(x, y, scale)
+    return _lse_pair_op(x, y, scale, int(diag_offset))
 
 
 def siglip_fused(x, y, scale, bias, x_groups, y_groups, row_offset, col_offset, inv_norm, need_grad) -> torch.Tensor:
