@@ -236,7 +236,8 @@ def evaluate(
 
     Raises:
         ValueError: mismatched D, non-finite embeddings, ground truth out of range, a query without positives
-            (``empty="error"``; the message names the direction, and whether it was derived), unreadable files (wrong dtype, shape or format), empty inputs, bad ks, chunk sizes or backend; with a
+            (``empty="error"``; the message names the direction, and whether it was derived), unreadable files
+            (wrong dtype, shape or format), empty inputs, bad ks, top_k, empty, chunk sizes or backend; with a
             group, any rank's input error (raised on every rank) or D / image count / dtypes differing by rank.
 
     Note:
