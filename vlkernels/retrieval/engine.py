@@ -46,7 +46,7 @@ class _Tiles:
     def row_chunk(self, rc: int) -> torch.Tensor:
         if self._a_key != rc:
             r0 = rc * self.br
-            self._a, self._a_key = self.rows.chunk(r0, min(self.n_rows, r0 + self.br)), rc
+            self._a, self._a_key = self.rows.chunk(r0, min(self.n_rows, r0 + self.br), self.cols.dtype), rc
         return self._a
 
     def compute(self, rc: int, cc: int) -> torch.Tensor:

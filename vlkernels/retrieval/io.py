@@ -93,15 +93,24 @@ class Embeddings:
 
 
 def load_array(path, name: str = "embeddings", key: str | None = None):
-    """Memory-map a 2-D float matrix from ``.npy`` (never pickle) or ``.safetensors`` (one tensor, or ``key``)."""
+    """Memory-map a 2-D float matrix from ``.npy`` (never pickle) or ``.safetensors`` (one tensor, or ``key``).
+
+    Raises:
+        ValueError: a missing file, an unsupported extension, or a malformed file (truncated, a bad header, offsets
+            outside the file, a wrong dtype or shape), naming the file and what is wrong.
+    """
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"{name}: file {path} does not exist")
     if path.suffix == ".npy":
         try:
             arr = np.load(path, mmap_mode="r", allow_pickle=False)
-        except ValueError as e:
-            raise ValueError(f"{name}: {path} is not a plain numeric .npy file ({e})") from e
+        except Exception as e:
+            # numpy's header parser reports a malformed file through many types (ValueError, EOFError, TypeError,
+            # SyntaxError, tokenize.TokenError, OverflowError, ...); every one means "not a valid .npy".
+            raise ValueError(f"{name}: {path} is not a plain numeric .npy file ({type(e).__name__}: {e})") from None
+        if not isinstance(arr, np.ndarray):
+            raise ValueError(f"{name}: {path} is not a plain numeric .npy file (an archive?)")
         if arr.dtype not in (np.float16, np.float32, np.float64):
             raise ValueError(f"{name}: {path} holds dtype {arr.dtype}; expected float16, float32 or float64")
         if arr.ndim != 2:
@@ -113,12 +122,28 @@ def load_array(path, name: str = "embeddings", key: str | None = None):
 
 
 def _mmap_safetensors(path: Path, name: str, key: str | None):
-    # The format is an 8-byte header length, a JSON header, then raw little-endian data: map the one tensor.
+    # The format is an 8-byte little-endian header length, a JSON header, then raw little-endian data: every field
+    # of the one tensor used is checked against the file before it is mapped.
+    def bad(what: str) -> ValueError:
+        return ValueError(f"{name}: {path} is not a valid safetensors file: {what}")
+
+    size = path.stat().st_size
     with path.open("rb") as f:
-        (hlen,) = struct.unpack("<Q", f.read(8))
-        if hlen > 100_000_000:
-            raise ValueError(f"{name}: {path} is not a safetensors file (header length {hlen})")
-        header = json.loads(f.read(hlen))
+        head = f.read(8)
+        if len(head) < 8:
+            raise bad(f"{size} bytes, too short for the 8-byte header length")
+        (hlen,) = struct.unpack("<Q", head)
+        if hlen > min(size - 8, 100_000_000):
+            raise bad(f"header length {hlen} exceeds the file ({size} bytes)")
+        raw = f.read(hlen)
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise bad(f"header is not UTF-8 JSON ({e})") from None
+    except RecursionError:
+        raise bad("header JSON nested too deeply") from None
+    if not isinstance(header, dict):
+        raise bad(f"header is a JSON {type(header).__name__}, expected an object")
     header.pop("__metadata__", None)
     if key is None:
         if len(header) != 1:
@@ -127,14 +152,29 @@ def _mmap_safetensors(path: Path, name: str, key: str | None):
     if key not in header:
         raise ValueError(f"{name}: {path} has no tensor {key!r} (found {sorted(header)})")
     info = header[key]
-    if info["dtype"] not in _ST_DTYPES:
-        raise ValueError(f"{name}: tensor {key!r} in {path} has dtype {info['dtype']}; expected F16, BF16, F32 or F64")
-    shape = tuple(info["shape"])
+    if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= set(info):
+        raise bad(f"tensor {key!r} needs an object with 'dtype', 'shape' and 'data_offsets'")
+    dtype, shape, offsets = info["dtype"], info["shape"], info["data_offsets"]
+    if not isinstance(dtype, str) or dtype not in _ST_DTYPES:
+        raise ValueError(f"{name}: tensor {key!r} in {path} has dtype {dtype}; expected F16, BF16, F32 or F64")
+    if not isinstance(shape, list) or not all(_is_count(v) for v in shape):
+        raise bad(f"tensor {key!r} has shape {shape!r}; expected a list of non-negative integers")
     if len(shape) != 2:
-        raise ValueError(f"{name}: tensor {key!r} in {path} has shape {shape}; expected a 2-D (N, D) matrix")
-    begin, end = info["data_offsets"]
-    np_dtype = np.uint16 if info["dtype"] == "BF16" else _ST_DTYPES[info["dtype"]]
+        raise ValueError(f"{name}: tensor {key!r} in {path} has shape {tuple(shape)}; expected a 2-D (N, D) matrix")
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_count(v) for v in offsets):
+        raise bad(f"tensor {key!r} has data_offsets {offsets!r}; expected [begin, end]")
+    begin, end = offsets
+    if not begin <= end <= size - 8 - hlen:
+        raise bad(f"tensor {key!r} data_offsets [{begin}, {end}] lie outside the {size - 8 - hlen}-byte data section")
+    np_dtype = np.uint16 if dtype == "BF16" else _ST_DTYPES[dtype]
     if end - begin != shape[0] * shape[1] * np.dtype(np_dtype).itemsize:
         raise ValueError(f"{name}: tensor {key!r} in {path} has a data size that does not match its shape")
-    arr = np.memmap(path, dtype=np_dtype, mode="r", offset=8 + hlen + begin, shape=shape)
-    return (arr, True) if info["dtype"] == "BF16" else arr
+    if shape[0] * shape[1] == 0:
+        arr = np.zeros(shape, dtype=np_dtype)  # np.memmap cannot map zero bytes
+    else:
+        arr = np.memmap(path, dtype=np_dtype, mode="r", offset=8 + hlen + begin, shape=tuple(shape))
+    return (arr, True) if dtype == "BF16" else arr
+
+
+def _is_count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0

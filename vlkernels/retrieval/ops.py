@@ -15,6 +15,9 @@ from vlkernels.retrieval.metrics import Ranks, metrics_from_ranks, ranks_from_co
 from vlkernels.retrieval.positives import Positives
 
 DIRECTIONS = ("text_to_image", "image_to_text")
+# The `empty` policies for evaluated queries without a positive, and the score each gives them (torchmetrics'
+# empty_target_action "error", "skip", "neg", "pos").
+EMPTY_VALUES = {"error": None, "skip": None, "zero": 0.0, "one": 1.0}
 
 
 class RetrievalResult(dict):
@@ -49,16 +52,16 @@ def as_positives(gt, num_queries: int, num_gallery: int, name: str, every_query:
             )
         return gt
     if isinstance(gt, tuple) and len(gt) == 2:
-        return Positives.from_csr(gt[0], gt[1], num_gallery, queries=queries)
+        return Positives.from_csr(gt[0], gt[1], num_gallery, queries=queries, allow_empty=True)
     if isinstance(gt, (np.ndarray, torch.Tensor)):
         a = gt.detach().cpu().numpy() if isinstance(gt, torch.Tensor) else gt
         if a.ndim != 2 or a.shape[1] != 2:
             raise ValueError(f"{name} as an array must hold (query, gallery) pairs with shape (P, 2), got {a.shape}")
-        return Positives.from_pairs(a[:, 0], a[:, 1], num_queries, num_gallery, queries=queries)
+        return Positives.from_pairs(a[:, 0], a[:, 1], num_queries, num_gallery, queries=queries, allow_empty=True)
     if isinstance(gt, Sequence):
         if len(gt) != num_queries:
             raise ValueError(f"{name} has {len(gt)} lists; expected one per query ({num_queries})")
-        return Positives.from_lists(gt, num_gallery, queries=queries)
+        return Positives.from_lists(gt, num_gallery, queries=queries, allow_empty=True)
     raise ValueError(f"{name} must be Positives, (indptr, indices), a (P, 2) pair array or a list of lists")
 
 
@@ -129,6 +132,43 @@ def _labels(x) -> np.ndarray:
     return np.asarray(x)
 
 
+def _check_ks(ks) -> tuple[int, ...]:
+    """``ks`` as a tuple of positive ints; one int is accepted as ``(ks,)``."""
+    if isinstance(ks, (int, np.integer)) and not isinstance(ks, bool):
+        ks = (ks,)
+    if isinstance(ks, (str, bytes)) or not isinstance(ks, Sequence | np.ndarray):
+        raise ValueError(f"ks must be a positive integer or a sequence of them, got {ks!r}")
+    bad = [k for k in ks if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1]
+    if not len(ks) or bad:
+        raise ValueError(f"ks must be positive integers, got {tuple(ks)}")
+    return tuple(int(k) for k in ks)
+
+
+def _check_policy(top_k, empty: str) -> None:
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1):
+        raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
+    if empty not in EMPTY_VALUES:
+        raise ValueError(f"empty must be one of {tuple(EMPTY_VALUES)}, got {empty!r}")
+
+
+def _metrics(pos: Positives, above: np.ndarray, ks, top_k, empty: str, direction: str, derived: str = ""):
+    """Ranks and metrics of one direction; evaluated queries without a positive handled by the ``empty`` policy."""
+    kept, missing = pos.without_empty()
+    if len(missing) and empty == "error":
+        raise ValueError(
+            f"{direction}: {len(missing)} evaluated queries have no positive (first: query {int(missing[0])}){derived}"
+            "; pass empty='skip' to leave them out, or 'zero' / 'one' to score them 0 / 1 (CLI: --empty)"
+        )
+    ranks = ranks_from_counts(kept, above)
+    num_empty = 0 if empty == "skip" else len(missing)
+    return metrics_from_ranks(ranks, ks, top_k, num_empty, EMPTY_VALUES[empty] or 0.0), ranks
+
+
+def _compute_dtype(a: Embeddings, b: Embeddings) -> torch.dtype:
+    """CPU compute dtype of a pair: fp64 when either side is fp64 (both are promoted), else fp32."""
+    return torch.float64 if torch.float64 in (a.dtype, b.dtype) else torch.float32
+
+
 def _check_chunks(**sizes: int) -> None:
     for name, v in sizes.items():
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
@@ -139,10 +179,12 @@ def evaluate(
     image_emb,
     text_emb,
     text_to_image=None,
-    ks: Sequence[int] = (1, 5, 10),
+    ks: Sequence[int] | int = (1, 5, 10),
     *,
     t2i=None,
     i2t=None,
+    top_k: int | None = None,
+    empty: str = "error",
     backend: str = "auto",
     chunk_rows: int = 1024,
     chunk_cols: int = 512,
@@ -169,9 +211,14 @@ def evaluate(
         text_emb: ``(N_txt, D)`` text embeddings, same forms; with ``group``, this process's contiguous shard.
         text_to_image: ``(N_txt,)`` int image index of each caption (the seed task's ground truth). Image-to-text
             positives are an image's captions. Leave None when giving ``t2i`` / ``i2t``.
-        ks: the K of R@K.
-        t2i: general text-to-image positives (Positives, CSR ``(indptr, indices)``, ``(P, 2)`` pairs or lists).
-        i2t: general image-to-text positives; when only one of t2i / i2t is given the other is its transpose.
+        ks: the K of R@K (one int or a sequence).
+        t2i: general text-to-image positives (Positives, CSR ``(indptr, indices)``, ``(P, 2)`` pairs or lists);
+            a Positives may carry graded ``relevance`` (NDCG's gain).
+        i2t: general image-to-text positives; when only one of t2i / i2t is given the other is its transpose
+            (every query of the derived direction evaluated).
+        top_k: cut MRR, mAP, R-Precision and NDCG at rank k (torchmetrics' ``top_k``); keys become ``MRR@k``, ...
+        empty: evaluated queries without a positive: "error" (default), "skip" (left out), "zero" / "one" (score
+            0 / 1 in every metric but MeanR / MedianR; torchmetrics' ``empty_target_action`` "neg" / "pos").
         backend: "auto" (Triton when an input is on CUDA, else C++ on CPU), "cpu", or "triton" (on the CUDA
             device of the inputs, host inputs streaming to the current CUDA device; CPU under TRITON_INTERPRET=1).
         chunk_rows, chunk_cols: tile of the streamed (texts x images) score matrix on CPU.
@@ -188,14 +235,16 @@ def evaluate(
         ``MedianR``, ``MRR``, ``mAP``, ``mAP@R``, ``R-Precision``, ``NDCG`` (fractions), and ``.ranks``.
 
     Raises:
-        ValueError: mismatched D, non-finite embeddings, ground truth out of range, a query without positives,
-            unreadable files (wrong dtype, shape or format), empty inputs, bad ks, chunk sizes or backend; with a
+        ValueError: mismatched D, non-finite embeddings, ground truth out of range, a query without positives
+            (``empty="error"``; the message names the direction, and whether it was derived), unreadable files
+            (wrong dtype, shape or format), empty inputs, bad ks, top_k, empty, chunk sizes or backend; with a
             group, any rank's input error (raised on every rank) or D / image count / dtypes differing by rank.
 
     Note:
         Ties: lower gallery index first, on every backend; equal to ranking with ``np.argsort(-s, kind="stable")``
         (the seed's default quicksort leaves tie order unspecified; without ties the results are identical).
-        Scores accumulate in fp32 (fp64 for fp64 input on CPU); fp16/bf16 are widened per chunk. Each ground-truth
+        Scores accumulate in fp32 (in fp64 on CPU when either input is fp64: the other is promoted); fp16/bf16 are
+        widened per chunk. Each ground-truth
         score is read from the same tile computation as the scores it is compared with. Extra memory:
         O(N_img·D + pairs + tiles), not N_img·N_txt: on CPU the images are held in memory and the texts stream in
         ``chunk_rows`` chunks (memory-mapped files are read chunk by chunk); the Triton path streams both in
@@ -209,9 +258,8 @@ def evaluate(
         >>> evaluate(img, txt, [0, 0, 1, 2])["text_to_image"]["R@1"]
         100.0
     """
-    ks = tuple(int(k) for k in ks)
-    if not ks or any(k < 1 for k in ks):
-        raise ValueError(f"ks must be positive integers, got {ks}")
+    ks = _check_ks(ks)
+    _check_policy(top_k, empty)
     _check_chunks(chunk_rows=chunk_rows, chunk_cols=chunk_cols, device_chunk=device_chunk)
     if cache_bytes < 0:
         raise ValueError(f"cache_bytes must be >= 0, got {cache_bytes}")
@@ -229,16 +277,22 @@ def evaluate(
         if labels.shape != (n_txt,):
             raise ValueError(f"text_to_image has shape {labels.shape}; expected ({n_txt},), one image per text")
         t2i_pos = Positives.from_labels(labels, n_img)
-        i2t_pos = t2i_pos.transpose()
+        i2t_pos = t2i_pos.transpose(allow_empty=True)
+        derived = {"image_to_text": " (images without a caption in text_to_image)"}
     elif t2i is None and i2t is None:
         raise ValueError("ground truth missing: give text_to_image, or t2i and/or i2t positives")
     else:
         t2i_pos = as_positives(t2i, n_txt, n_img, "t2i") if t2i is not None else None
         i2t_pos = as_positives(i2t, n_img, n_txt, "i2t") if i2t is not None else None
-        t2i_pos = t2i_pos if t2i_pos is not None else i2t_pos.transpose()
-        i2t_pos = i2t_pos if i2t_pos is not None else t2i_pos.transpose()
+        derived = {}
+        if t2i_pos is None:
+            t2i_pos = i2t_pos.transpose(allow_empty=True)
+            derived["text_to_image"] = " (derived as the transpose of i2t, which was given alone: give t2i too)"
+        if i2t_pos is None:
+            i2t_pos = t2i_pos.transpose(allow_empty=True)
+            derived["image_to_text"] = " (derived as the transpose of t2i, which was given alone: give i2t too)"
     if backend == "cpu":
-        cols = images.full()
+        cols = images.full(_compute_dtype(images, texts))
         r_above, c_above = engine.count_both(
             texts,
             cols,
@@ -265,16 +319,19 @@ def evaluate(
         if group is not None:
             both = all_reduce(torch.from_numpy(np.concatenate([r_above, c_above])), "sum", group).numpy()
             r_above, c_above = both[: len(r_above)], both[len(r_above) :]
-    ranks = {"text_to_image": ranks_from_counts(t2i_pos, r_above), "image_to_text": ranks_from_counts(i2t_pos, c_above)}
-    return RetrievalResult({d: metrics_from_ranks(ranks[d], ks) for d in DIRECTIONS}, ranks)
+    both = {"text_to_image": (t2i_pos, r_above), "image_to_text": (i2t_pos, c_above)}
+    out = {d: _metrics(p, a, ks, top_k, empty, d, derived.get(d, "")) for d, (p, a) in both.items()}
+    return RetrievalResult({d: out[d][0] for d in DIRECTIONS}, {d: out[d][1] for d in DIRECTIONS})
 
 
 def rank_metrics(
     queries,
     gallery,
     positives,
-    ks: Sequence[int] = (1, 5, 10),
+    ks: Sequence[int] | int = (1, 5, 10),
     *,
+    top_k: int | None = None,
+    empty: str = "error",
     backend: str = "auto",
     chunk_rows: int = 1024,
     chunk_cols: int = 512,
@@ -289,7 +346,7 @@ def rank_metrics(
             of the queries, in rank order (as the texts of :func:`evaluate`).
         gallery: ``(M, D)`` embeddings, the full gallery on every rank.
         positives: Positives, CSR ``(indptr, indices)``, ``(P, 2)`` pairs or one list per query (global indices).
-        ks, backend, chunk_rows, chunk_cols, device_chunk, progress, group: as in :func:`evaluate`.
+        ks, top_k, empty, backend, chunk_rows, chunk_cols, device_chunk, progress, group: as in :func:`evaluate`.
 
     Returns:
         ``(metrics, ranks)``: the metric dict of :func:`evaluate` and the per-query :class:`Ranks`.
@@ -305,9 +362,8 @@ def rank_metrics(
         >>> round(m["mAP"], 4)  # positives at ranks 2 and 3: (1/2 + 2/3) / 2 = 7/12
         0.5833
     """
-    ks = tuple(int(k) for k in ks)
-    if not ks or any(k < 1 for k in ks):
-        raise ValueError(f"ks must be positive integers, got {ks}")
+    ks = _check_ks(ks)
+    _check_policy(top_k, empty)
     _check_chunks(chunk_rows=chunk_rows, chunk_cols=chunk_cols, device_chunk=device_chunk)
     q, g, backend, device = _try_open(queries, gallery, "queries", "gallery", backend, group)
     offset, n_q = shard_layout(len(q), group, D=q.shape[1], num_gallery=len(g), dtypes=(str(q.dtype), str(g.dtype)))
@@ -317,7 +373,7 @@ def rank_metrics(
     if backend == "cpu":
         none = Positives.from_pairs([], [], len(g), n_q, queries=[])
         args = (offset, int(chunk_rows), int(chunk_cols), 0, progress, group)
-        above, _ = engine.count_both(q, g.full(), pos, none, *args)
+        above, _ = engine.count_both(q, g.full(_compute_dtype(q, g)), pos, none, *args)
     else:
         from vlkernels.retrieval.triton_ops import count_stream
 
@@ -328,8 +384,7 @@ def rank_metrics(
             bar.close()
         if group is not None:
             above = all_reduce(torch.from_numpy(above), "sum", group).numpy()
-    ranks = ranks_from_counts(pos, above)
-    return metrics_from_ranks(ranks, ks), ranks
+    return _metrics(pos, above, ks, top_k, empty, "queries")
 
 
 def topk(
@@ -354,7 +409,8 @@ def topk(
         queries: ``(Q, D)`` tensor, array or .npy/.safetensors path (fp16/bf16/fp32/fp64); the same on every rank.
         gallery: ``(M, D)`` tensor, array or .npy/.safetensors path (memory-mapped and read in chunks); with
             ``group``, this process's contiguous shard, in rank order (indices are global).
-        k: results per query, any size (no 2048 cap).
+        k: results per query; clamped to the gallery size M (the global size with ``group``), so the result is
+            ``(Q, min(k, M))`` and a huge k cannot allocate past the data.
         exclude: positives to leave out (hard-negative mining): Positives, CSR, ``(P, 2)`` pairs or lists.
         backend: "auto", "cpu" or "triton" (as in :func:`evaluate`).
         chunk_queries, chunk_gallery: CPU tile.
@@ -363,8 +419,9 @@ def topk(
         group: torch.distributed group sharding the gallery; shard results are merged by all_gather.
 
     Returns:
-        ``(values, indices)``: ``(Q, k)`` scores (fp32, fp64 for fp64 input on CPU) and int64 gallery indices, best
-        first; when fewer than k candidates remain a row is padded with ``-inf`` / ``-1`` (faiss's convention).
+        ``(values, indices)``: ``(Q, min(k, M))`` scores (fp32; fp64 on CPU when either input is fp64) and int64
+        gallery indices, best first; when exclusions leave fewer candidates a row is padded with ``-inf`` / ``-1``
+        (faiss's convention; faiss also pads k > M, where this clamps).
 
     Raises:
         ValueError: mismatched D, non-finite embeddings, k < 0, exclusions out of range, bad files or backend; with
@@ -385,13 +442,14 @@ def topk(
     _check_chunks(chunk_queries=chunk_queries, chunk_gallery=chunk_gallery, device_chunk=device_chunk)
     q, g, backend, device = _try_open(queries, gallery, "queries", "gallery", backend, group)
     offset, n_gal = shard_layout(len(g), group, D=q.shape[1], num_queries=len(q), dtypes=(str(q.dtype), str(g.dtype)))
+    k = min(k, n_gal)
     ex = as_positives(exclude, len(q), n_gal, "exclude", every_query=False) if exclude is not None else None
     if ex is not None and group is not None:
         # Each shard only masks its own gallery items, with local indices.
         keep = (ex.indices >= offset) & (ex.indices < offset + len(g))
         ex = Positives.from_pairs(ex.pair_queries()[keep], ex.indices[keep] - offset, len(q), len(g), queries=[])
     if backend == "cpu":
-        qt = q.full()
+        qt = q.full(_compute_dtype(q, g))
         vals, idx = engine.topk_stream(qt, g, k, ex, offset, int(chunk_queries), int(chunk_gallery), progress)
     else:
         from vlkernels.retrieval.triton_ops import topk_stream

@@ -13,7 +13,10 @@ class Positives:
     """Positives of each query as CSR: query ``q``'s gallery indices are ``indices[indptr[q]:indptr[q + 1]]``.
 
     Rows are sorted and free of duplicates (the ground truth is a set, as in the seed task and eccv_caption).
-    ``queries`` lists the queries that are evaluated (default: all); every one of them needs a positive.
+    ``queries`` lists the queries that are evaluated (default: all); every one of them needs a positive unless built
+    with ``allow_empty=True`` (``evaluate``'s ``empty`` policy then decides what such a query scores).
+    ``relevance`` optionally grades each pair (aligned with ``indices``, all > 0): NDCG uses it as the gain, the
+    binary metrics count every listed pair as relevant.
     ``num_relevant`` optionally raises a query's relevant count above its listed positives, for relevant items that
     are not in the gallery (ECCV Caption lists two captions outside the Karpathy 5K test set): they count in mAP,
     mAP@R, R-Precision and NDCG as never retrieved.
@@ -26,6 +29,7 @@ class Positives:
     num_gallery: int
     queries: np.ndarray
     num_relevant: np.ndarray
+    relevance: np.ndarray | None = None
 
     @property
     def num_queries(self) -> int:
@@ -47,6 +51,9 @@ class Positives:
         num_gallery: int,
         queries=None,
         num_relevant=None,
+        *,
+        relevance=None,
+        allow_empty: bool = False,
     ) -> Positives:
         """CSR over all queries (``len(indptr) - 1`` of them); rows are sorted and de-duplicated here."""
         indptr = _int_array(indptr, "indptr")
@@ -56,7 +63,16 @@ class Positives:
         if indptr[-1] != len(indices):
             raise ValueError(f"indptr ends at {indptr[-1]} but indices has {len(indices)} entries")
         qs = np.repeat(np.arange(len(indptr) - 1, dtype=np.int64), np.diff(indptr))
-        return cls.from_pairs(qs, indices, len(indptr) - 1, num_gallery, queries=queries, num_relevant=num_relevant)
+        return cls.from_pairs(
+            qs,
+            indices,
+            len(indptr) - 1,
+            num_gallery,
+            queries=queries,
+            num_relevant=num_relevant,
+            relevance=relevance,
+            allow_empty=allow_empty,
+        )
 
     @classmethod
     def from_pairs(
@@ -67,8 +83,12 @@ class Positives:
         num_gallery: int,
         queries=None,
         num_relevant=None,
+        *,
+        relevance=None,
+        allow_empty: bool = False,
     ) -> Positives:
-        """Pairs ``(query_idx[e], gallery_idx[e])``; duplicates collapse. ``queries`` defaults to every query."""
+        """Pairs ``(query_idx[e], gallery_idx[e])``; duplicates collapse (graded pairs may not repeat).
+        ``queries`` defaults to every query; ``relevance`` grades each pair (> 0, finite)."""
         q = _int_array(query_idx, "query_idx")
         g = _int_array(gallery_idx, "gallery_idx")
         if q.shape != g.shape or q.ndim != 1:
@@ -76,7 +96,20 @@ class Positives:
         num_queries, num_gallery = int(num_queries), int(num_gallery)
         _check_range(q, num_queries, "positive query index")
         _check_range(g, num_gallery, "positive gallery index")
-        key = np.unique(q * max(num_gallery, 1) + g)  # sorts by (query, gallery) and drops duplicate pairs
+        key = q * max(num_gallery, 1) + g
+        if relevance is not None:
+            relevance = np.asarray(relevance.detach().cpu() if hasattr(relevance, "detach") else relevance)
+            if relevance.shape != q.shape or relevance.dtype.kind not in "iuf":
+                raise ValueError(f"relevance must be numbers, one per pair {q.shape}, got {relevance.shape}")
+            relevance = relevance.astype(np.float64)
+            if not np.all(np.isfinite(relevance) & (relevance > 0)):
+                raise ValueError("relevance must be finite and > 0 (list only relevant pairs)")
+            order = np.argsort(key, kind="stable")
+            key, relevance = key[order], relevance[order]
+            if np.any(key[1:] == key[:-1]):
+                raise ValueError("a graded (query, gallery) pair is listed twice")
+        else:
+            key = np.unique(key)  # sorts by (query, gallery) and drops duplicate pairs
         q, g = key // max(num_gallery, 1), key % max(num_gallery, 1)
         indptr = np.zeros(num_queries + 1, dtype=np.int64)
         np.cumsum(np.bincount(q, minlength=num_queries), out=indptr[1:])
@@ -89,7 +122,7 @@ class Positives:
             if len(np.unique(queries)) != len(queries):
                 raise ValueError("queries lists a query twice")
         empty = queries[counts[queries] == 0]
-        if len(empty):
+        if len(empty) and not allow_empty:
             raise ValueError(
                 f"{len(empty)} evaluated queries have no positive (first: query {int(empty[0])}); "
                 "every query needs at least one ground-truth item (or leave it out of `queries`)"
@@ -102,15 +135,19 @@ class Positives:
                 raise ValueError(f"num_relevant must have shape ({num_queries},), got {num_relevant.shape}")
             if np.any(num_relevant < counts):
                 raise ValueError("num_relevant must be at least the number of listed positives of each query")
-        return cls(indptr, g.astype(np.int64), num_gallery, queries, num_relevant)
+            if relevance is not None and np.any(num_relevant != counts):
+                raise ValueError("graded relevance needs every relevant item listed (num_relevant = listed positives)")
+        return cls(indptr, g.astype(np.int64), num_gallery, queries, num_relevant, relevance)
 
     @classmethod
-    def from_lists(cls, lists: Sequence[Sequence[int]], num_gallery: int, queries=None) -> Positives:
+    def from_lists(
+        cls, lists: Sequence[Sequence[int]], num_gallery: int, queries=None, *, allow_empty: bool = False
+    ) -> Positives:
         """One list of gallery indices per query (the seed task's ``ground_truth_indices``)."""
         counts = np.array([len(x) for x in lists], dtype=np.int64)
-        flat = np.fromiter((int(v) for x in lists for v in x), dtype=np.int64, count=int(counts.sum()))
+        flat = np.fromiter((_index(v) for x in lists for v in x), dtype=np.int64, count=int(counts.sum()))
         indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-        return cls.from_csr(indptr, flat, num_gallery, queries=queries)
+        return cls.from_csr(indptr, flat, num_gallery, queries=queries, allow_empty=allow_empty)
 
     @classmethod
     def from_labels(cls, labels, num_gallery: int) -> Positives:
@@ -120,11 +157,24 @@ class Positives:
             raise ValueError(f"labels must be 1-D, got shape {labels.shape}")
         return cls.from_pairs(np.arange(len(labels)), labels, len(labels), num_gallery)
 
-    def transpose(self, queries=None) -> Positives:
-        """The same pairs seen from the gallery side (image-to-text from text-to-image)."""
+    def transpose(self, queries=None, *, allow_empty: bool = False) -> Positives:
+        """The same pairs (and grades) seen from the gallery side (image-to-text from text-to-image)."""
         return Positives.from_pairs(
-            self.indices, self.pair_queries(), self.num_gallery, self.num_queries, queries=queries
+            self.indices,
+            self.pair_queries(),
+            self.num_gallery,
+            self.num_queries,
+            queries=queries,
+            relevance=self.relevance,
+            allow_empty=allow_empty,
         )
+
+    def without_empty(self) -> tuple[Positives, np.ndarray]:
+        """``(self with only the evaluated queries that have a positive, the evaluated queries that have none)``."""
+        has = self.counts[self.queries] > 0
+        if has.all():
+            return self, self.queries[:0]
+        return dataclasses.replace(self, queries=self.queries[has]), self.queries[~has]
 
 
 def _int_array(x, name: str) -> np.ndarray:
@@ -144,6 +194,13 @@ def _int_array(x, name: str) -> np.ndarray:
         else:
             raise ValueError(f"{name} must hold integers, got dtype {a.dtype}")
     return a.astype(np.int64, copy=False)
+
+
+def _index(v) -> int:
+    """One index from a list: integers (Python or numpy) only, so 2.7 is refused instead of truncated to 2."""
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise ValueError(f"positive indices must be integers, got {v!r} ({type(v).__name__})")
+    return int(v)
 
 
 def _check_range(a: np.ndarray, n: int, what: str) -> None:
