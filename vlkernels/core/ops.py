@@ -85,7 +85,7 @@ def l2_normalize_fwd(x: torch.Tensor, eps: float) -> torch.Tensor:
     from vlkernels.core.kernels import _l2_normalize_fwd_kernel
 
     n, d = x.shape
-    y = torch.empty_like(x)
+    y = torch.empty(n, d, dtype=x.dtype, device=x.device)
     if n == 0 or d == 0:
         return y
     block_d = min(4096, max(16, 1 << (d - 1).bit_length()))
@@ -93,25 +93,39 @@ def l2_normalize_fwd(x: torch.Tensor, eps: float) -> torch.Tensor:
     return y
 
 
-class _L2NormalizeFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, eps: float) -> torch.Tensor:
-        y = l2_normalize_fwd(x, eps) if use_triton(x) else l2_normalize_ref(x, eps)
-        ctx.save_for_backward(x)
-        ctx.eps = eps
-        return y
+def l2_normalize_bwd(x: torch.Tensor, dy: torch.Tensor, eps: float) -> torch.Tensor:
+    # d/dx [x / max(|x|, eps)] = (dy - y <y, dy>) / |x| where |x| > eps, else dy / eps.
+    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+    xf, dyf = x.to(acc), dy.to(acc)
+    norm = xf.norm(dim=-1, keepdim=True)
+    denom = norm.clamp_min(eps)
+    y = xf / denom
+    proj = torch.where(norm > eps, (y * dyf).sum(-1, keepdim=True), torch.zeros_like(norm))
+    return ((dyf - y * proj) / denom).to(x.dtype)
 
-    @staticmethod
-    def backward(ctx, dy: torch.Tensor):
-        (x,) = ctx.saved_tensors
-        # d/dx [x / max(|x|, eps)] = (dy - y <y, dy>) / |x| where |x| > eps, else dy / eps.
-        acc = torch.float64 if x.dtype == torch.float64 else torch.float32
-        xf, dyf = x.to(acc), dy.to(acc)
-        norm = xf.norm(dim=-1, keepdim=True)
-        denom = norm.clamp_min(ctx.eps)
-        y = xf / denom
-        proj = torch.where(norm > ctx.eps, (y * dyf).sum(-1, keepdim=True), torch.zeros_like(norm))
-        return ((dyf - y * proj) / denom).to(x.dtype), None
+
+@torch.library.custom_op("vlkernels::l2_normalize", mutates_args=())
+def _l2_normalize_op(x: torch.Tensor, eps: float) -> torch.Tensor:
+    return l2_normalize_fwd(x, eps) if use_triton(x) else l2_normalize_ref(x, eps).contiguous()
+
+
+@_l2_normalize_op.register_fake
+def _(x: torch.Tensor, eps: float) -> torch.Tensor:
+    return x.new_empty(x.shape)
+
+
+def _l2_normalize_setup(ctx, inputs, output) -> None:
+    x, eps = inputs
+    ctx.save_for_backward(x)
+    ctx.eps = eps
+
+
+def _l2_normalize_backward(ctx, dy: torch.Tensor):
+    (x,) = ctx.saved_tensors
+    return l2_normalize_bwd(x, dy, ctx.eps), None
+
+
+_l2_normalize_op.register_autograd(_l2_normalize_backward, setup_context=_l2_normalize_setup)
 
 
 def l2_normalize(x: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
@@ -131,7 +145,9 @@ def l2_normalize(x: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
 
     Note:
         Triton on CUDA (and on CPU under ``TRITON_INTERPRET=1``): the norm accumulates in fp32, one read pass and
-        one write pass, no fp32 copy. Elsewhere the fp32 reference. Differentiable.
+        one write pass, no fp32 copy. Elsewhere the fp32 reference. Differentiable; a ``torch.library`` custom op
+        (``vlkernels::l2_normalize``), so ``torch.compile(fullgraph=True)`` traces through it. Returns a
+        contiguous tensor.
 
     Example:
         >>> l2_normalize(torch.tensor([[3.0, 4.0]]))
@@ -142,4 +158,4 @@ def l2_normalize(x: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
         raise ValueError(f"x must have unit column stride (got strides {tuple(x.stride())}); call .contiguous()")
     if not eps > 0:
         raise ValueError(f"eps must be positive, got {eps}")
-    return _L2NormalizeFunction.apply(x, float(eps))
+    return _l2_normalize_op(x, float(eps))
