@@ -73,6 +73,55 @@ def test_count_above_rejects_bad_input(scores, thr, match):
         count_above(scores, thr)
 
 
+def _bad_direct_cases():
+    s, t = torch.randn(4, 5), torch.randn(4)
+    out = torch.zeros(4, dtype=torch.int64)
+    ro = np.zeros(4, dtype=np.int64)
+    ro.flags.writeable = False
+    return [
+        ((s.half(), t.half(), out), ValueError, "scores has dtype float16"),
+        ((s, t.double(), out), ValueError, "thresholds has dtype float64"),
+        ((s[0], t, out), ValueError, "scores must have 2 dimensions"),
+        ((s, t[:2], out), ValueError, "thresholds must have size 4"),  # issue 12 item 9: read past the end
+        ((s, t, out[:3]), ValueError, "out must have size 4"),
+        ((s, t, out.int()), ValueError, "out has dtype int32"),
+        ((torch.randn(5, 4).t(), t, out), ValueError, "scores must be contiguous in its last 1"),
+        ((s[:, ::2], t, out), ValueError, "scores must be contiguous"),
+        ((s, torch.randn(8)[::2], out), ValueError, "thresholds must be contiguous"),
+        ((s, t, torch.zeros(8, dtype=torch.int64)[::2]), ValueError, "out must be contiguous"),
+        ((s.numpy()[::-1], t.numpy(), out.numpy()), ValueError, "negative stride"),
+        ((s, t, ro), ValueError, "out is read-only"),
+        ((s.to("meta"), t, out), ValueError, "scores"),
+        ((s.clone().requires_grad_(), t, out), ValueError, "scores cannot be exported.*detach"),
+        (([[1.0]], t, out), TypeError, "scores must be a tensor or array supporting DLPack"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(_bad_direct_cases())))
+def test_count_above_binding_rejects_bad_tensors(case):
+    # The C++ binding checks what it receives itself: a wrong tensor is an exception, never an out-of-bounds read
+    # (this file runs under ASan in tests/test_build.py).
+    args, exc, match = _bad_direct_cases()[case]
+    with pytest.raises(exc, match=match):
+        _ext.load().count_above(*args, False)
+
+
+def test_count_above_registered_op_validates_itself():
+    # torch.ops.vlkernels.count_above skips the Python checks of count_above(): C++ still refuses short thresholds.
+    with pytest.raises(ValueError, match="thresholds must have size 5"):
+        torch.ops.vlkernels.count_above(torch.randn(5, 4), torch.randn(2), False)
+    with pytest.raises(ValueError, match="scores must be contiguous"):
+        torch.ops.vlkernels.count_above(torch.randn(3, 8)[:, ::2], torch.randn(3), False)
+
+
+def test_count_above_binding_accepts_numpy_and_strided_rows():
+    scores = np.random.default_rng(0).standard_normal((30, 50))
+    view, thr = scores[::3, 5:45], np.zeros(10)
+    out = np.zeros(10, dtype=np.int64)
+    _ext.load().count_above(view, thr, out, False)
+    np.testing.assert_array_equal(out, _np_count(view, thr, False))
+
+
 def test_extension_stale_and_missing_errors(monkeypatch):
     assert _ext.available()
     mod = _ext.load()

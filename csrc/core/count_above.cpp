@@ -11,6 +11,8 @@ void launch_count_above(const T* scores, int64_t n, int64_t m, int64_t stride_ro
   const int64_t grain = std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(m, 1));
   parallel_for(n, grain, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
+      // ~every 64k scores: a long call stops promptly on Ctrl-C.
+      if ((i - begin) % grain == 0) check_interrupt();
       const T* row = scores + i * stride_row;
       const T t = thr[i];
       int64_t c = 0;

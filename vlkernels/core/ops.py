@@ -10,38 +10,33 @@ from vlkernels._validate import check_contiguous, check_same_device, check_tenso
 from vlkernels.core.reference import count_above_ref, l2_normalize_ref
 
 
-def count_above_fwd(scores: torch.Tensor, thresholds: torch.Tensor, inclusive: bool) -> torch.Tensor:
-    n, m = scores.shape
-    out = torch.zeros(n, dtype=torch.int64, device=scores.device)
-    if n == 0 or m == 0:
-        return out
-    suffix = "f32" if scores.dtype == torch.float32 else "f64"
-    C = _ext.load()
-    if scores.is_cuda:
-        if not C.has_cuda:
-            return count_above_ref(scores, thresholds, inclusive)
-        stream = torch.cuda.current_stream(scores.device).cuda_stream
-        getattr(C, f"count_above_cuda_{suffix}")(
-            scores.data_ptr(), n, m, scores.stride(0), thresholds.data_ptr(), out.data_ptr(), inclusive, stream
-        )
-    else:
-        getattr(C, f"count_above_{suffix}")(
-            scores.data_ptr(), n, m, scores.stride(0), thresholds.data_ptr(), out.data_ptr(), inclusive
-        )
+def count_above_fwd(
+    scores: torch.Tensor, thresholds: torch.Tensor, inclusive: bool, num_threads: int = 0
+) -> torch.Tensor:
+    out = torch.zeros(scores.shape[0] if scores.dim() else 0, dtype=torch.int64, device=scores.device)
+    if scores.is_cuda and not _ext.load().has_cuda:
+        return count_above_ref(scores, thresholds, inclusive)
+    stream = torch.cuda.current_stream(scores.device).cuda_stream if scores.is_cuda else 0
+    # C++ checks every argument again (dtype, device, shapes, strides): the registered op is callable directly.
+    _ext.load().count_above(scores.detach(), thresholds.detach(), out, inclusive, num_threads, stream)
     return out
 
 
 @torch.library.custom_op("vlkernels::count_above", mutates_args=())
-def _count_above_op(scores: torch.Tensor, thresholds: torch.Tensor, inclusive: bool) -> torch.Tensor:
-    return count_above_fwd(scores, thresholds, inclusive)
+def _count_above_op(
+    scores: torch.Tensor, thresholds: torch.Tensor, inclusive: bool, num_threads: int = 0
+) -> torch.Tensor:
+    return count_above_fwd(scores, thresholds, inclusive, num_threads)
 
 
 @_count_above_op.register_fake
-def _(scores: torch.Tensor, thresholds: torch.Tensor, inclusive: bool) -> torch.Tensor:
+def _(scores: torch.Tensor, thresholds: torch.Tensor, inclusive: bool, num_threads: int = 0) -> torch.Tensor:
     return scores.new_empty(scores.shape[0], dtype=torch.int64)
 
 
-def count_above(scores: torch.Tensor, thresholds: torch.Tensor, inclusive: bool = False) -> torch.Tensor:
+def count_above(
+    scores: torch.Tensor, thresholds: torch.Tensor, inclusive: bool = False, *, num_threads: int | None = None
+) -> torch.Tensor:
     """Count, per row, the scores that beat the row's threshold.
 
     .. math:: c_i = |\\{ j : s_{ij} > t_i \\}|  \\quad (\\ge \\text{ when inclusive})
@@ -53,6 +48,8 @@ def count_above(scores: torch.Tensor, thresholds: torch.Tensor, inclusive: bool 
         scores: ``(N, M)`` float32 or float64, rows contiguous (``stride(1) == 1``), on CPU or CUDA.
         thresholds: ``(N,)`` same dtype and device as ``scores``, contiguous.
         inclusive: count ties (``>=``) instead of strict wins (``>``).
+        num_threads: C++ threads for this call (default: ``vlkernels.get_num_threads()``); other calls, in this
+            thread or others, are unaffected.
 
     Returns:
         ``(N,)`` int64 counts.
@@ -62,8 +59,8 @@ def count_above(scores: torch.Tensor, thresholds: torch.Tensor, inclusive: bool 
 
     Note:
         NaN scores never count (every comparison with NaN is false); NaN thresholds are the caller's to avoid.
-        Multithreaded C++ on CPU (``vlkernels.set_num_threads``), one block per row on CUDA. Deterministic.
-        Not differentiable (integer output).
+        Multithreaded C++ on CPU (``num_threads`` or ``vlkernels.set_num_threads``), one block per row on CUDA.
+        Deterministic. Not differentiable (integer output). Ctrl-C stops a long call within ~0.1 s.
 
     Example:
         >>> count_above(torch.tensor([[0.1, 0.5, 0.9]]), torch.tensor([0.5]))
@@ -78,14 +75,17 @@ def count_above(scores: torch.Tensor, thresholds: torch.Tensor, inclusive: bool 
         strides = tuple(scores.stride())
         raise ValueError(f"scores must have unit column stride (got strides {strides}); call .contiguous()")
     check_contiguous(thresholds, "thresholds")
-    return _count_above_op(scores, thresholds, bool(inclusive))
+    bad_threads = isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1
+    if num_threads is not None and bad_threads:
+        raise ValueError(f"num_threads must be a positive int or None, got {num_threads!r}")
+    return _count_above_op(scores, thresholds, bool(inclusive), num_threads or 0)
 
 
 def l2_normalize_fwd(x: torch.Tensor, eps: float) -> torch.Tensor:
     from vlkernels.core.kernels import _l2_normalize_fwd_kernel
 
     n, d = x.shape
-    y = torch.empty_like(x)
+    y = torch.empty(n, d, dtype=x.dtype, device=x.device)
     if n == 0 or d == 0:
         return y
     block_d = min(4096, max(16, 1 << (d - 1).bit_length()))
@@ -93,25 +93,39 @@ def l2_normalize_fwd(x: torch.Tensor, eps: float) -> torch.Tensor:
     return y
 
 
-class _L2NormalizeFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, eps: float) -> torch.Tensor:
-        y = l2_normalize_fwd(x, eps) if use_triton(x) else l2_normalize_ref(x, eps)
-        ctx.save_for_backward(x)
-        ctx.eps = eps
-        return y
+def l2_normalize_bwd(x: torch.Tensor, dy: torch.Tensor, eps: float) -> torch.Tensor:
+    # d/dx [x / max(|x|, eps)] = (dy - y <y, dy>) / |x| where |x| > eps, else dy / eps.
+    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+    xf, dyf = x.to(acc), dy.to(acc)
+    norm = xf.norm(dim=-1, keepdim=True)
+    denom = norm.clamp_min(eps)
+    y = xf / denom
+    proj = torch.where(norm > eps, (y * dyf).sum(-1, keepdim=True), torch.zeros_like(norm))
+    return ((dyf - y * proj) / denom).to(x.dtype)
 
-    @staticmethod
-    def backward(ctx, dy: torch.Tensor):
-        (x,) = ctx.saved_tensors
-        # d/dx [x / max(|x|, eps)] = (dy - y <y, dy>) / |x| where |x| > eps, else dy / eps.
-        acc = torch.float64 if x.dtype == torch.float64 else torch.float32
-        xf, dyf = x.to(acc), dy.to(acc)
-        norm = xf.norm(dim=-1, keepdim=True)
-        denom = norm.clamp_min(ctx.eps)
-        y = xf / denom
-        proj = torch.where(norm > ctx.eps, (y * dyf).sum(-1, keepdim=True), torch.zeros_like(norm))
-        return ((dyf - y * proj) / denom).to(x.dtype), None
+
+@torch.library.custom_op("vlkernels::l2_normalize", mutates_args=())
+def _l2_normalize_op(x: torch.Tensor, eps: float) -> torch.Tensor:
+    return l2_normalize_fwd(x, eps) if use_triton(x) else l2_normalize_ref(x, eps).contiguous()
+
+
+@_l2_normalize_op.register_fake
+def _(x: torch.Tensor, eps: float) -> torch.Tensor:
+    return x.new_empty(x.shape)
+
+
+def _l2_normalize_setup(ctx, inputs, output) -> None:
+    x, eps = inputs
+    ctx.save_for_backward(x)
+    ctx.eps = eps
+
+
+def _l2_normalize_backward(ctx, dy: torch.Tensor):
+    (x,) = ctx.saved_tensors
+    return l2_normalize_bwd(x, dy, ctx.eps), None
+
+
+_l2_normalize_op.register_autograd(_l2_normalize_backward, setup_context=_l2_normalize_setup)
 
 
 def l2_normalize(x: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
@@ -131,7 +145,9 @@ def l2_normalize(x: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
 
     Note:
         Triton on CUDA (and on CPU under ``TRITON_INTERPRET=1``): the norm accumulates in fp32, one read pass and
-        one write pass, no fp32 copy. Elsewhere the fp32 reference. Differentiable.
+        one write pass, no fp32 copy. Elsewhere the fp32 reference. Differentiable; a ``torch.library`` custom op
+        (``vlkernels::l2_normalize``), so ``torch.compile(fullgraph=True)`` traces through it. Returns a
+        contiguous tensor.
 
     Example:
         >>> l2_normalize(torch.tensor([[3.0, 4.0]]))
@@ -142,4 +158,4 @@ def l2_normalize(x: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
         raise ValueError(f"x must have unit column stride (got strides {tuple(x.stride())}); call .contiguous()")
     if not eps > 0:
         raise ValueError(f"eps must be positive, got {eps}")
-    return _L2NormalizeFunction.apply(x, float(eps))
+    return _l2_normalize_op(x, float(eps))

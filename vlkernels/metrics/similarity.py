@@ -100,18 +100,31 @@ def pair_cosine_chunked(
     return out
 
 
-def _pair_cosine(
-    x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor | None, eps: float, group: int | None = None
+@torch.library.custom_op("vlkernels::pair_cosine", mutates_args=())
+def _pair_cosine_op(
+    x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor | None, eps: float, group: int | None
 ) -> torch.Tensor:
+    """``(N,)`` fp32 cosine of x row p with y row idx[p] (p // group with group, p without either); not
+    differentiable (the scores built on it are evaluation metrics). An opaque op for torch.compile."""
     if use_triton(x):
         # The kernel takes row pointers with a unit column stride.
         x = x if x.shape[1] <= 1 or x.stride(1) == 1 else x.contiguous()
         y = y if y.shape[1] <= 1 or y.stride(1) == 1 else y.contiguous()
         if group is not None:
             idx = torch.arange(x.shape[0], device=x.device) // group
-        cos = pair_cosine_fwd(x, y, idx, eps)
-    else:
-        cos = pair_cosine_chunked(x, y, idx, eps, group=group)
+        return pair_cosine_fwd(x, y, idx, eps)
+    return pair_cosine_chunked(x, y, idx, eps, group=group)
+
+
+@_pair_cosine_op.register_fake
+def _(x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor | None, eps: float, group: int | None) -> torch.Tensor:
+    return x.new_empty(x.shape[0], dtype=torch.float32)
+
+
+def _pair_cosine(
+    x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor | None, eps: float, group: int | None = None
+) -> torch.Tensor:
+    cos = _pair_cosine_op(x, y, idx, eps, group)
     if cos.numel() and not bool(torch.isfinite(cos).all()):
         bad = int((~torch.isfinite(cos)).sum())
         raise ValueError(f"image_emb/text_emb contain NaN/Inf values ({bad} pair(s) affected); inputs must be finite")

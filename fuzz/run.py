@@ -1,0 +1,126 @@
+"""Runs the atheris fuzz targets fuzz/fuzz_*.py (each defines ``TestOneInput(data: bytes)``).
+
+    python fuzz/run.py                       # every target, 10 s each
+    python fuzz/run.py --seconds 600 core    # one target (fuzz_core.py), 10 minutes
+    python fuzz/run.py --seconds 5 -- -rss_limit_mb=4096   # extra libFuzzer flags after --
+
+Each target runs in its own process with the vlkernels Python modules instrumented for coverage; a corpus is kept
+under fuzz/corpus/<target>/ (not committed) so long runs resume. A crash (an exception other than the ones a target
+declares expected, or a sanitizer report when run on the sanitized build through VLKERNELS_C_PATH) is saved as
+fuzz/crashes/<target>/crash-* and the run fails. Prints one line per target: executions, coverage, corpus size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+
+# The per-target driver, run with `python -c`: instrument vlkernels, import the target, hand it to libFuzzer.
+_DRIVER = """
+import importlib.util, sys
+import atheris
+sys.path.insert(0, {repo!r})
+with atheris.instrument_imports(include=["vlkernels"]):
+    import vlkernels, vlkernels.ops
+spec = importlib.util.spec_from_file_location("fuzz_target", {path!r})
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+# The target's own branches (which input shapes it built) are the coverage signal for the C++ it calls.
+for name in dir(mod):
+    fn = getattr(mod, name)
+    if callable(fn) and getattr(fn, "__module__", None) == "fuzz_target" and hasattr(fn, "__code__"):
+        setattr(mod, name, atheris.instrument_func(fn))
+atheris.Setup([sys.argv[0], *sys.argv[1:]], mod.TestOneInput)
+atheris.Fuzz()
+"""
+
+
+def targets(names: list[str] | None = None) -> list[Path]:
+    """fuzz/fuzz_<name>.py for the given names (all of them when none is given)."""
+    found = sorted(HERE.glob("fuzz_*.py"))
+    if not names:
+        return found
+    chosen = [p for p in found if p.stem.removeprefix("fuzz_") in names or p.stem in names]
+    missing = set(names) - {p.stem for p in chosen} - {p.stem.removeprefix("fuzz_") for p in chosen}
+    if missing:
+        raise SystemExit(f"no fuzz target named {sorted(missing)}; have {[p.stem for p in found]}")
+    return chosen
+
+
+def run_target(path: Path, seconds: float, extra: list[str], workdir: Path | None = None) -> dict:
+    """Fuzz one target for `seconds`; returns its figures and libFuzzer's exit code (0: no finding)."""
+    workdir = workdir or HERE
+    name = path.stem.removeprefix("fuzz_")
+    corpus = workdir / "corpus" / name
+    crashes = workdir / "crashes" / name
+    corpus.mkdir(parents=True, exist_ok=True)
+    crashes.mkdir(parents=True, exist_ok=True)
+    seeds = HERE / "seeds" / name
+    args = [
+        f"-max_total_time={max(1, round(seconds))}",
+        "-print_final_stats=1",
+        f"-artifact_prefix={crashes}/",
+        "-timeout=30",
+        *extra,
+        str(corpus),
+        *([str(seeds)] if seeds.is_dir() else []),
+    ]
+    start = time.monotonic()
+    r = subprocess.run(
+        [sys.executable, "-c", _DRIVER.format(repo=str(REPO), path=str(path)), *args],
+        cwd=REPO,
+        env=os.environ,
+        capture_output=True,
+        text=True,
+    )
+    log = r.stdout + r.stderr
+    execs = re.search(r"stat::number_of_executed_units:\s*(\d+)", log)
+    cov = re.findall(r"cov: (\d+) ft: (\d+)", log)
+    return {
+        "target": name,
+        "returncode": r.returncode,
+        "seconds": round(time.monotonic() - start, 1),
+        "executions": int(execs.group(1)) if execs else None,
+        "coverage": int(cov[-1][0]) if cov else None,
+        "features": int(cov[-1][1]) if cov else None,
+        "corpus": len(list(corpus.iterdir())),
+        "crashes": sorted(p.name for p in crashes.iterdir()),
+        "log_tail": log[-4000:],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    extra: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, extra = argv[:i], argv[i + 1 :]
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("names", nargs="*", help="targets (fuzz_<name>.py); all by default")
+    ap.add_argument("--seconds", type=float, default=10.0, help="fuzzing time per target")
+    ap.add_argument("--workdir", type=Path, default=None, help="where corpus/ and crashes/ go (default fuzz/)")
+    a = ap.parse_args(argv)
+    failed = 0
+    for path in targets(a.names):
+        res = run_target(path, a.seconds, extra, a.workdir)
+        ok = res["returncode"] == 0
+        failed += not ok
+        print(
+            f"{res['target']:<20} {'ok' if ok else 'FINDING'}  {res['executions']} executions in {res['seconds']} s, "
+            f"cov {res['coverage']} ft {res['features']}, corpus {res['corpus']}, crashes {len(res['crashes'])}"
+        )
+        if not ok:
+            print(res["log_tail"])
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

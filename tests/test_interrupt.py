@@ -1,0 +1,69 @@
+"""Ctrl-C during a long C++ call: KeyboardInterrupt within ~0.1 s (issue 12 item 8), and the module still works."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+# Each case: a call that runs for tens of seconds unless interrupted. `count_above` reads one row broadcast to
+# 10^6 rows (stride 0, so 4·10^10 compares need no memory); the spin is the bare parallel_for + check_interrupt.
+CALLS = {
+    "count_above-threads": "count_above(torch.randn(1, 40_000).expand(1_000_000, 40_000), torch.zeros(1_000_000))",
+    "count_above-serial": "count_above(torch.randn(1, 40_000).expand(1_000_000, 40_000), torch.zeros(1_000_000), "
+    "num_threads=1)",
+    "spin-threads": "C.spin_interruptible(60.0, 3)",
+}
+
+_SCRIPT = """
+import sys, time, numpy as np, torch
+from vlkernels import _ext
+from vlkernels.ops import count_above
+C = _ext.load()
+count_above(torch.randn(4, 3), torch.zeros(4))
+print("ready", flush=True)
+t0 = time.monotonic()
+try:
+    {call}
+    print("finished", time.monotonic() - t0, flush=True)
+except KeyboardInterrupt:
+    print("interrupted", time.monotonic(), flush=True)
+    # Nothing is left behind: the next call runs normally and gives the right answer.
+    s, t = torch.randn(300, 200), torch.randn(300)
+    ok = np.array_equal(count_above(s, t).numpy(), (s.numpy() > t.numpy()[:, None]).sum(1))
+    print("after", ok, flush=True)
+"""
+
+
+@pytest.mark.parametrize("case", list(CALLS))
+def test_sigint_stops_a_long_call(case):
+    proc = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(_SCRIPT.format(call=CALLS[case]))],
+        cwd=REPO,
+        env=dict(os.environ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
+        time.sleep(0.5)  # well inside the call
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    lines = dict(line.split(maxsplit=1) for line in out.splitlines() if line.strip())
+    assert "interrupted" in lines, f"not interrupted:\n{out}\n{err[-3000:]}"
+    latency = float(lines["interrupted"]) - sent
+    # Issue 12 item 8 asks for ~0.1 s; 0.5 s leaves room for a loaded 2-core CI machine.
+    assert latency < 0.5, f"KeyboardInterrupt {latency:.3f} s after SIGINT"
+    print(f"{case}: KeyboardInterrupt {latency * 1000:.0f} ms after SIGINT")
+    assert lines.get("after") == "True"

@@ -1,0 +1,153 @@
+"""vlk::parallel_for: per-call thread counts (no global mutation), and no abort when threads cannot be created."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import vlkernels
+from vlkernels import _ext
+from vlkernels.core import threads
+from vlkernels.ops import count_above
+
+REPO = Path(__file__).resolve().parent.parent
+HEAVY = 10**8  # items of parallel_sum: long enough (~20 ms) that every worker gets blocks
+
+
+def _np_count(scores: np.ndarray, thr: np.ndarray) -> np.ndarray:
+    return (scores > thr[:, None]).sum(axis=1).astype(np.int64)
+
+
+def test_parallel_for_covers_range_with_at_most_budget_threads():
+    C = _ext.load()
+    for budget in (1, 2, 3, 7):
+        for n, grain in [(1, 1), (37, 5), (1000, 1), (HEAVY, 1000)]:
+            total, used = C.parallel_sum(n, grain, budget)
+            assert total == n * (n - 1) // 2
+            assert 1 <= used <= budget
+
+
+def test_thread_budget_is_per_call_and_per_thread():
+    before = vlkernels.get_num_threads()
+    C = _ext.load()
+    with threads.limit(1):
+        assert vlkernels.get_num_threads() == 1
+        assert C.parallel_sum(HEAVY, 1000, 0)[1] == 1
+        seen = []
+        t = threading.Thread(target=lambda: seen.append(vlkernels.get_num_threads()))
+        t.start()
+        t.join()
+        assert seen == [before]  # another Python thread is not limited
+    assert vlkernels.get_num_threads() == before
+
+
+def test_concurrent_calls_leave_the_thread_count_alone():
+    # Issue 12 item 3: concurrent calls with their own thread counts, and a set_num_threads made meanwhile.
+    before = vlkernels.get_num_threads()
+    scores, thr = torch.randn(2000, 500), torch.randn(2000)
+    want = _np_count(scores.numpy(), thr.numpy())
+    errors = []
+
+    def work(k):
+        try:
+            for _ in range(5):
+                got = count_above(scores, thr, num_threads=1 + k % 3)
+                np.testing.assert_array_equal(got.numpy(), want)
+                with threads.limit(1):
+                    np.testing.assert_array_equal(count_above(scores, thr).numpy(), want)
+        except Exception as e:
+            errors.append(e)
+
+    try:
+        pool = [threading.Thread(target=work, args=(k,)) for k in range(8)]
+        for t in pool:
+            t.start()
+        vlkernels.set_num_threads(5)
+        for t in pool:
+            t.join()
+        assert not errors, errors
+        assert vlkernels.get_num_threads() == 5
+    finally:
+        vlkernels.set_num_threads(before)
+    assert vlkernels.get_num_threads() == before
+
+
+def test_limit_rejects_bad_counts():
+    with pytest.raises(ValueError, match="positive int"):
+        with threads.limit(0):
+            pass
+    with pytest.raises(ValueError, match="num_threads"):
+        count_above(torch.randn(2, 3), torch.randn(2), num_threads=-1)
+
+
+def _run(script: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+_CHECK = """
+    import numpy as np, numpy.testing, torch
+    from vlkernels import _ext
+    from vlkernels.ops import count_above
+    C = _ext.load()
+    torch.manual_seed(0)
+    s, t = torch.randn(3000, 700), torch.randn(3000)
+    {setup}
+    got = count_above(s, t, num_threads=8).numpy()
+    np.testing.assert_array_equal(got, (s.numpy() > t.numpy()[:, None]).sum(1))
+    total, used = C.parallel_sum(10**8, 1000, 8)
+    assert total == 10**8 * (10**8 - 1) // 2, total
+    print("used", used)
+"""
+
+
+@pytest.mark.parametrize("limit", [0, 1, 3])
+def test_thread_creation_failure_falls_back(limit):
+    # Issue 12 item 5: std::thread throwing EAGAIN used to terminate the process; now the threads that exist take
+    # every block. The test hook fails each call's worker creation after `limit` workers.
+    C = _ext.load()
+    scores, thr = torch.randn(3000, 700), torch.randn(3000)
+    prev = C.set_spawn_limit_for_testing(limit)
+    try:
+        got = count_above(scores, thr, num_threads=8)
+        total, used = C.parallel_sum(HEAVY, 1000, 8)
+    finally:
+        C.set_spawn_limit_for_testing(prev)
+    np.testing.assert_array_equal(got.numpy(), _np_count(scores.numpy(), thr.numpy()))
+    assert total == HEAVY * (HEAVY - 1) // 2
+    assert 1 <= used <= limit + 1
+
+
+def test_thread_creation_failure_under_rlimit_nproc():
+    # The real thing: RLIMIT_NPROC=1 makes clone() fail with EAGAIN. Root ignores the limit, so a root run drops to
+    # nobody first (after the imports: the interpreter under /root is not readable by nobody).
+    setup = """
+    import os, resource
+    count_above(s[:2], t[:2])  # lazy imports done while the interpreter's files are still readable
+    if os.geteuid() == 0:
+        os.setgroups([]); os.setresgid(65534, 65534, 65534); os.setresuid(65534, 65534, 65534)
+    resource.setrlimit(resource.RLIMIT_NPROC, (1, 1))
+    import threading
+    try:
+        threading.Thread(target=lambda: None).start()
+        raise SystemExit("thread creation still works under RLIMIT_NPROC=1")
+    except RuntimeError:
+        pass
+    """
+    r = _run(_CHECK.format(setup=textwrap.indent(textwrap.dedent(setup), "    ").strip()))
+    if "still works" in r.stderr:
+        pytest.skip("RLIMIT_NPROC is not enforced here")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split()[-1] == "1"
