@@ -1,11 +1,14 @@
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "detection/coco_eval.h"
+#include "detection/det_masks.h"
 #include "registry.h"
 
 namespace py = pybind11;
@@ -18,6 +21,139 @@ void check_offsets(const int64_t* off, int64_t n_cells, int64_t n, const char* n
   if (off[0] != 0 || off[n_cells] != n) throw std::invalid_argument(std::string(name) + " must span [0, n]");
   for (int64_t c = 0; c < n_cells; ++c)
     if (off[c + 1] < off[c]) throw std::invalid_argument(std::string(name) + " must be non-decreasing");
+}
+
+template <typename T>
+py::array_t<T> to_array(std::vector<T>&& v) {
+  auto* heap = new std::vector<T>(std::move(v));
+  py::capsule owner(heap, [](void* p) { delete static_cast<std::vector<T>*>(p); });
+  return py::array_t<T>({static_cast<py::ssize_t>(heap->size())}, {sizeof(T)}, heap->data(), owner);
+}
+
+// segs: list of compressed-RLE dicts; h, w: the expected size of each. The strings are copied out while the GIL
+// is held, so nothing Python owns is read after it is released.
+py::tuple det_masks(const py::list& segs, std::uintptr_t h, std::uintptr_t w) {
+  const int64_t n = static_cast<int64_t>(segs.size());
+  const int64_t* hh = ptr<const int64_t>(h);
+  const int64_t* ww = ptr<const int64_t>(w);
+  std::vector<std::string> strings(static_cast<size_t>(n));
+  const py::str counts_key("counts"), size_key("size");
+  for (int64_t k = 0; k < n; ++k) {
+    PyObject* d = PyList_GET_ITEM(segs.ptr(), k);
+    auto fail = [&](const std::string& what) {
+      return py::make_tuple(py::none(), py::none(), py::none(), py::none(), k, what);
+    };
+    if (!PyDict_Check(d)) return fail("must be an RLE dict or polygons");
+    PyObject* c = PyDict_GetItemWithError(d, counts_key.ptr());
+    PyObject* sz = PyDict_GetItemWithError(d, size_key.ptr());
+    if (!c || !sz) {
+      PyErr_Clear();
+      return fail("must be an RLE dict with 'size' and 'counts'");
+    }
+    if (PyBytes_Check(c)) {
+      strings[k].assign(PyBytes_AS_STRING(c), static_cast<size_t>(PyBytes_GET_SIZE(c)));
+    } else if (PyUnicode_Check(c)) {
+      Py_ssize_t len = 0;
+      const char* s = PyUnicode_AsUTF8AndSize(c, &len);
+      if (!s) {
+        PyErr_Clear();
+        return fail("has undecodable 'counts'");
+      }
+      strings[k].assign(s, static_cast<size_t>(len));
+    } else {
+      return fail("'counts' must be a string here");
+    }
+    bool size_ok = false;
+    if (PyList_Check(sz) && PyList_GET_SIZE(sz) == 2) {
+      const long long sh = PyLong_AsLongLong(PyList_GET_ITEM(sz, 0));
+      const long long sw = PyLong_AsLongLong(PyList_GET_ITEM(sz, 1));
+      if (PyErr_Occurred()) PyErr_Clear();
+      size_ok = sh == hh[k] && sw == ww[k];
+    } else if (PyTuple_Check(sz) && PyTuple_GET_SIZE(sz) == 2) {
+      const long long sh = PyLong_AsLongLong(PyTuple_GET_ITEM(sz, 0));
+      const long long sw = PyLong_AsLongLong(PyTuple_GET_ITEM(sz, 1));
+      if (PyErr_Occurred()) PyErr_Clear();
+      size_ok = sh == hh[k] && sw == ww[k];
+    }
+    if (!size_ok) {
+      return fail("has size " + py::repr(py::handle(sz)).cast<std::string>() + " but its image is [" +
+                  std::to_string(hh[k]) + ", " + std::to_string(ww[k]) + "]");
+    }
+  }
+  std::vector<int64_t> csum, offsets, area;
+  std::vector<double> bbox;
+  std::string error;
+  {
+    py::gil_scoped_release release;
+    error = vlk::det_masks_from_strings(strings, hh, ww, csum, offsets, area, bbox);
+  }
+  if (!error.empty()) return py::make_tuple(py::none(), py::none(), py::none(), py::none(), -1, error);
+  return py::make_tuple(to_array(std::move(csum)), to_array(std::move(offsets)), to_array(std::move(area)),
+                        to_array(std::move(bbox)), -1, std::string());
+}
+
+// Numeric fields of a list of dicts as one float64 table [n, cols]: fields[f] = (key, width, default); width 1 reads
+// a number, width 4 a list of 4 numbers (a box); a missing key takes the default unless it is NaN (then missing is
+// an error). Returns (table, -1, "") or (None, index, message) naming the first bad item. Holds the GIL throughout:
+// it only reads Python objects.
+py::tuple det_columns(const py::list& items, const std::vector<std::tuple<std::string, int, double>>& fields) {
+  const int64_t n = static_cast<int64_t>(items.size());
+  int64_t cols = 0;
+  std::vector<py::str> keys;
+  for (const auto& f : fields) {
+    cols += std::get<1>(f);
+    keys.emplace_back(std::get<0>(f));
+  }
+  py::array_t<double> out({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(cols)});
+  double* o = out.mutable_data();
+  auto fail = [&](int64_t k, const std::string& what) { return py::make_tuple(py::none(), k, what); };
+  auto number = [](PyObject* v, double* dst) {
+    if (PyFloat_CheckExact(v)) {
+      *dst = PyFloat_AS_DOUBLE(v);
+      return true;
+    }
+    if (PyUnicode_Check(v) || PyBytes_Check(v)) return false;
+    const double x = PyFloat_AsDouble(v);
+    if (x == -1.0 && PyErr_Occurred()) {
+      PyErr_Clear();
+      return false;
+    }
+    *dst = x;
+    return true;
+  };
+  for (int64_t k = 0; k < n; ++k) {
+    PyObject* d = PyList_GET_ITEM(items.ptr(), k);
+    if (!PyDict_Check(d)) return fail(k, "must be a dict");
+    double* row = o + k * cols;
+    for (size_t f = 0; f < fields.size(); ++f) {
+      const int width = std::get<1>(fields[f]);
+      PyObject* v = PyDict_GetItemWithError(d, keys[f].ptr());
+      if (!v) {
+        if (PyErr_Occurred()) PyErr_Clear();
+        const double dflt = std::get<2>(fields[f]);
+        if (dflt != dflt) return fail(k, "has no '" + std::get<0>(fields[f]) + "'");
+        for (int j = 0; j < width; ++j) row[j] = dflt;
+        row += width;
+        continue;
+      }
+      if (width == 1) {
+        if (!number(v, row)) return fail(k, "'" + std::get<0>(fields[f]) + "' must be a number");
+      } else {
+        PyObject* seq = PySequence_Fast(v, "");
+        if (!seq) {
+          PyErr_Clear();
+          return fail(k, "'" + std::get<0>(fields[f]) + "' must be a list of " + std::to_string(width) + " numbers");
+        }
+        bool ok = PySequence_Fast_GET_SIZE(seq) == width;
+        for (int j = 0; ok && j < width; ++j) ok = number(PySequence_Fast_GET_ITEM(seq, j), row + j);
+        Py_DECREF(seq);
+        if (!ok)
+          return fail(k, "'" + std::get<0>(fields[f]) + "' must be a list of " + std::to_string(width) + " numbers");
+      }
+      row += width;
+    }
+  }
+  return py::make_tuple(out, -1, std::string());
 }
 
 }  // namespace
@@ -61,6 +197,8 @@ VLK_BIND(detection) {
     vlk::launch_det_evaluate(in, ptr<uint8_t>(out[0]), ptr<int64_t>(out[1]), ptr<int64_t>(out[2]),
                              ptr<int64_t>(out[3]), ptr<uint8_t>(out[4]));
   });
+  m.def("det_masks", &det_masks);
+  m.def("det_columns", &det_columns);
   m.def("det_accumulate", [](int64_t n_cells, int64_t n_dt, std::uintptr_t dt_off, std::uintptr_t cell_group,
                              int64_t n_groups, std::uintptr_t status, std::uintptr_t npig, std::uintptr_t score,
                              int64_t n_area_eval, int64_t n_area_src, std::uintptr_t area_src, int64_t n_thr,

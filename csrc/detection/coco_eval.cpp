@@ -156,47 +156,65 @@ void launch_det_accumulate(const DetAccumInputs& in, double* precision, double* 
   std::vector<int64_t> rank(static_cast<size_t>(ND));
   for (int64_t c = 0; c < in.n_cells; ++c)
     for (int64_t d = in.dt_off[c]; d < in.dt_off[c + 1]; ++d) rank[d] = d - in.dt_off[c];
-  const double eps = std::nextafter(1.0, 2.0) - 1.0;  // np.spacing(1)
+  // Per group, the concatenation over images of each cell's detections (already by descending score), then a
+  // stable sort by descending score: pycocotools' np.argsort(-dtScores, kind="mergesort"). Cutting each cell to
+  // maxDet first and sorting afterwards keeps the same relative order, so one sort serves every maxDet.
+  std::vector<int64_t> sorted_off(static_cast<size_t>(in.n_groups) + 1, 0);
+  for (int64_t k = 0; k < in.n_groups; ++k) {
+    int64_t cnt = 0;
+    for (int64_t q = group_off[k]; q < group_off[k + 1]; ++q) cnt += in.dt_off[group_cells[q] + 1] - in.dt_off[group_cells[q]];
+    sorted_off[k + 1] = sorted_off[k] + cnt;
+  }
+  std::vector<int64_t> sorted(static_cast<size_t>(sorted_off[in.n_groups]));
   parallel_for(in.n_groups, 1, [&](int64_t begin, int64_t end) {
-    std::vector<int64_t> order;
-    std::vector<double> rc, pr, ss;
-    std::vector<uint8_t> st;
     for (int64_t k = begin; k < end; ++k) {
-      // The concatenation over images of each cell's detections (already by descending score), then a stable sort
-      // by descending score: pycocotools' np.argsort(-dtScores, kind="mergesort"). Cutting each cell to maxDet
-      // first and sorting afterwards keeps the same relative order, so one sort serves every maxDet.
-      order.clear();
+      int64_t* o = sorted.data() + sorted_off[k];
+      int64_t n = 0;
       for (int64_t q = group_off[k]; q < group_off[k + 1]; ++q) {
         const int64_t c = group_cells[q];
-        for (int64_t d = in.dt_off[c]; d < in.dt_off[c + 1]; ++d) order.push_back(d);
+        for (int64_t d = in.dt_off[c]; d < in.dt_off[c + 1]; ++d) o[n++] = d;
       }
-      std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return in.score[x] > in.score[y]; });
-      for (int64_t a = 0; a < in.n_area_src; ++a) {
-        const int64_t ae = in.area_src[a];
+      std::stable_sort(o, o + n, [&](int64_t x, int64_t y) { return in.score[x] > in.score[y]; });
+    }
+  });
+  const double eps = std::nextafter(1.0, 2.0) - 1.0;  // np.spacing(1)
+  // Tasks are (group, area) pairs, dealt round-robin so that a few large categories do not land on one thread.
+  const int64_t n_tasks = in.n_groups * in.n_area_src;
+  const int64_t n_threads = std::max<int64_t>(1, std::min<int64_t>(get_num_threads(), n_tasks));
+  parallel_for(n_threads, 1, [&](int64_t tb, int64_t te) {
+    std::vector<int64_t> idx, tps;
+    std::vector<uint8_t> st;
+    std::vector<double> pr;
+    for (int64_t th = tb; th < te; ++th) {
+      for (int64_t task = th; task < n_tasks; task += n_threads) {
+        const int64_t k = task / in.n_area_src, a = task % in.n_area_src, ae = in.area_src[a];
         int64_t np_ = 0;
         for (int64_t q = group_off[k]; q < group_off[k + 1]; ++q) np_ += in.npig[ae * in.n_cells + group_cells[q]];
         if (np_ == 0) continue;
         const double npig = static_cast<double>(np_);
+        const int64_t* o = sorted.data() + sorted_off[k];
+        const int64_t n_all = sorted_off[k + 1] - sorted_off[k];
         for (int64_t mi = 0; mi < in.n_max; ++mi) {
           const int64_t max_det = in.max_dets[mi];
+          idx.clear();
+          for (int64_t i = 0; i < n_all; ++i)
+            if (rank[o[i]] < max_det) idx.push_back(o[i]);
+          const int64_t nd = static_cast<int64_t>(idx.size());
+          tps.resize(static_cast<size_t>(nd));
+          pr.resize(static_cast<size_t>(nd));
           for (int64_t t = 0; t < T; ++t) {
             const uint8_t* status = in.status + (ae * T + t) * ND;
-            rc.clear();
-            pr.clear();
-            ss.clear();
             int64_t tp = 0, fp = 0;
-            for (size_t i = 0; i < order.size(); ++i) {
-              if (rank[order[i]] >= max_det) continue;
-              const uint8_t s = status[order[i]];
+            for (int64_t i = 0; i < nd; ++i) {
+              const uint8_t s = status[idx[i]];
               tp += s == 1;
               fp += s == 0;
-              const double tpd = static_cast<double>(tp), fpd = static_cast<double>(fp);
-              rc.push_back(tpd / npig);
-              pr.push_back(tpd / (fpd + tpd + eps));
-              ss.push_back(in.score[order[i]]);
+              tps[i] = tp;
+              const double tpd = static_cast<double>(tp);
+              pr[i] = tpd / (static_cast<double>(fp) + tpd + eps);
             }
-            const int64_t nd = static_cast<int64_t>(rc.size());
-            recall[((t * K + k) * A + a) * M + mi] = nd ? rc[nd - 1] : 0.0;
+            // rc[i] = tp_i / npig, formed where it is read (the same double as pycocotools' array).
+            recall[((t * K + k) * A + a) * M + mi] = nd ? static_cast<double>(tps[nd - 1]) / npig : 0.0;
             for (int64_t i = nd - 1; i > 0; --i)
               if (pr[i] > pr[i - 1]) pr[i - 1] = pr[i];
             // np.searchsorted(rc, recThrs, side="left"); the first index past the end stops the fill (pycocotools'
@@ -205,17 +223,22 @@ void launch_det_accumulate(const DetAccumInputs& in, double* precision, double* 
             for (int64_t r = 0; r < R; ++r) {
               double q = 0.0, sc = 0.0;
               if (!stopped) {
-                const int64_t pi = std::lower_bound(rc.begin(), rc.end(), in.rec_thr[r]) - rc.begin();
-                if (pi >= nd) {
+                const double thr = in.rec_thr[r];
+                int64_t lo = 0, hi = nd;
+                while (lo < hi) {
+                  const int64_t mid = lo + (hi - lo) / 2;
+                  if (static_cast<double>(tps[mid]) / npig < thr) lo = mid + 1; else hi = mid;
+                }
+                if (lo >= nd) {
                   stopped = true;
                 } else {
-                  q = pr[pi];
-                  sc = ss[pi];
+                  q = pr[lo];
+                  sc = in.score[idx[lo]];
                 }
               }
-              const int64_t o = (((t * R + r) * K + k) * A + a) * M + mi;
-              precision[o] = q;
-              if (scores) scores[o] = sc;
+              const int64_t out = (((t * R + r) * K + k) * A + a) * M + mi;
+              precision[out] = q;
+              if (scores) scores[out] = sc;
             }
           }
         }

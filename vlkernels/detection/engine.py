@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from vlkernels import _ext
 from vlkernels.detection import inputs
@@ -66,8 +65,12 @@ def build_cells(
     g_rows = np.flatnonzero(gsel)
     d_rows = np.flatnonzero(dsel)
     # np.lexsort is stable: list order breaks the remaining ties, as pycocotools' dict-of-lists grouping does.
-    g_rows = g_rows[np.lexsort((gsub[g_rows], gk[g_rows]))]
-    d_rows = d_rows[np.lexsort((dsub[d_rows], -dt.score[d_rows], dk[d_rows]))]
+    if use_cats:
+        g_rows = g_rows[np.argsort(gk[g_rows], kind="stable")]
+        d_rows = d_rows[np.lexsort((-dt.score[d_rows], dk[d_rows]))]
+    else:
+        g_rows = g_rows[np.lexsort((gsub[g_rows], gk[g_rows]))]
+        d_rows = d_rows[np.lexsort((dsub[d_rows], -dt.score[d_rows], dk[d_rows]))]
     gkeys, dkeys = gk[g_rows], dk[d_rows]
     if max_det is not None and d_rows.size:
         start = np.r_[True, dkeys[1:] != dkeys[:-1]]
@@ -96,12 +99,8 @@ class Evaluated:
     gt_ignore: np.ndarray | None = None
 
 
-def _ptr(a: np.ndarray | torch.Tensor | None) -> int:
-    if a is None:
-        return 0
-    if isinstance(a, torch.Tensor):
-        return a.data_ptr()
-    return a.ctypes.data
+def _ptr(a: np.ndarray | None) -> int:
+    return 0 if a is None else a.ctypes.data
 
 
 def evaluate(
@@ -135,8 +134,7 @@ def evaluate(
         keep = (gb, db)
     else:
         kind = 1
-        garea = torch.from_numpy(c(gt_masks.area, dtype=np.int64))
-        darea = torch.from_numpy(c(dt_masks.area, dtype=np.int64))
+        garea, darea = c(gt_masks.area, dtype=np.int64), c(dt_masks.area, dtype=np.int64)
         gb, db = c(gt_masks.bbox, dtype=np.float64), c(dt_masks.bbox, dtype=np.float64)
         geo = [
             _ptr(gb),

@@ -14,9 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
-
 from vlkernels import _ext
+from vlkernels.boxes.rle_counts import RleCounts
 
 
 @dataclass
@@ -61,55 +60,36 @@ def load_json(obj: object, what: str) -> object:
     return obj
 
 
-def _column(items: list, key: str, where: str, dtype, default=None) -> np.ndarray:
-    """``np.array([item[key] ...], dtype)``, naming the first item that lacks the key or holds a bad value."""
-    try:
-        if default is None:
-            vals = [a[key] for a in items]
-        else:
-            vals = [a.get(key, default) for a in items]
-    except (KeyError, TypeError, AttributeError):
-        for k, a in enumerate(items):
-            if not isinstance(a, Mapping):
-                raise ValueError(f"{where}[{k}] must be a dict, got {type(a).__name__}") from None
-            if key not in a:
-                raise ValueError(f"{where}[{k}] has no '{key}'") from None
-        raise
-    try:
-        out = np.array(vals, dtype=dtype)
-    except (TypeError, ValueError, OverflowError):
-        out = None
-    if out is None or out.ndim != 1:
-        for k, v in enumerate(vals):
-            try:
-                np.array(v, dtype=dtype).item()
-            except (TypeError, ValueError, OverflowError):
-                raise ValueError(f"{where}[{k}]['{key}'] must be a number, got {v!r}") from None
-        raise ValueError(f"{where}: '{key}' values must be numbers")
-    if dtype is np.int64:
-        raw = np.array(vals, dtype=object) if out.size else out
-        bad = np.flatnonzero([isinstance(v, float) and not float(v).is_integer() for v in vals]) if out.size else []
-        if len(bad):
-            raise ValueError(f"{where}[{bad[0]}]['{key}'] must be an integer, got {raw[bad[0]]!r}")
+_MISSING = float("nan")
+
+
+def _table(items: list, fields: list[tuple[str, int, float]], where: str) -> dict[str, np.ndarray]:
+    """Numeric fields of dicts, read in C++: ``(key, width, default)`` -> float64 ``(n,)`` or ``(n, width)``; a NaN
+    default makes the key required. Errors name the first bad item."""
+    if not isinstance(items, list):
+        items = list(items)
+    table, bad, msg = _ext.load().det_columns(items, fields)
+    if msg:
+        raise ValueError(f"{where}[{bad}] {msg}")
+    out, col = {}, 0
+    for key, width, _ in fields:
+        out[key] = table[:, col] if width == 1 else table[:, col : col + width]
+        col += width
     return out
 
 
-def _boxes(items: list, where: str) -> np.ndarray:
-    try:
-        b = np.array([a["bbox"] for a in items], dtype=np.float64)
-        ok = b.ndim == 2 and b.shape[1] == 4 or b.size == 0
-    except (KeyError, TypeError, ValueError):
-        ok = False
-    if not ok:
-        for k, a in enumerate(items):
-            v = a.get("bbox") if isinstance(a, Mapping) else None
-            try:
-                if np.array(v, dtype=np.float64).shape != (4,):
-                    raise ValueError
-            except (TypeError, ValueError):
-                raise ValueError(f"{where}[{k}]['bbox'] must be [x, y, width, height], got {v!r}") from None
-        raise ValueError(f"{where}: malformed 'bbox' values")
-    b = b.reshape(-1, 4)
+def _ints(x: np.ndarray, items: list, key: str, where: str) -> np.ndarray:
+    """Integer-valued ids: exact in float64 up to 2**53."""
+    bad = np.flatnonzero((x != np.floor(x)) | ~(np.abs(x) <= 2.0**53))
+    if bad.size:
+        raise ValueError(f"{where}[{bad[0]}]['{key}'] must be an integer, got {items[bad[0]].get(key)!r}")
+    return x.astype(np.int64)
+
+
+def _boxes(items: list, where: str, b: np.ndarray | None = None) -> np.ndarray:
+    if b is None:
+        b = _table(items, [("bbox", 4, _MISSING)], where)["bbox"]
+    b = np.ascontiguousarray(b, dtype=np.float64).reshape(-1, 4)
     bad = np.flatnonzero(~np.isfinite(b).all(1))
     if bad.size:
         raise ValueError(f"{where}[{bad[0]}]['bbox'] must be finite, got {items[bad[0]]['bbox']!r}")
@@ -128,7 +108,7 @@ def _finite(x: np.ndarray, items: list, key: str, where: str) -> None:
 def _flags(x: np.ndarray, key: str, where: str) -> np.ndarray:
     bad = np.flatnonzero((x != 0) & (x != 1))
     if bad.size:
-        raise ValueError(f"{where}[{bad[0]}]['{key}'] must be 0 or 1, got {x[bad[0]]!r}")
+        raise ValueError(f"{where}[{bad[0]}]['{key}'] must be 0 or 1, got {x[bad[0]]}")
     return x.astype(np.uint8)
 
 
@@ -163,20 +143,24 @@ def load_ground_truth(obj: object, lvis: bool = False) -> GroundTruth:
         if not isinstance(ds.get(key), list):
             raise ValueError(f"ground truth needs a list '{key}'")
     images, cats, anns = ds["images"], ds["categories"], ds["annotations"]
-    img_ids = _column(images, "id", "images", np.int64)
-    heights = _column(images, "height", "images", np.int64)
-    widths = _column(images, "width", "images", np.int64)
+    t = _table(images, [("id", 1, _MISSING), ("height", 1, _MISSING), ("width", 1, _MISSING)], "images")
+    img_ids = _ints(t["id"], images, "id", "images")
+    heights = _ints(t["height"], images, "height", "images")
+    widths = _ints(t["width"], images, "width", "images")
     _unique_ids(img_ids, "images")
-    cat_ids = _column(cats, "id", "categories", np.int64)
+    cat_ids = _ints(_table(cats, [("id", 1, _MISSING)], "categories")["id"], cats, "id", "categories")
     _unique_ids(cat_ids, "categories")
     where = "annotations"
+    fields = [("image_id", 1, _MISSING), ("category_id", 1, _MISSING), ("id", 1, _MISSING), ("area", 1, _MISSING)]
+    fields += [("iscrowd", 1, 0.0), ("ignore", 1, 0.0)]
+    t = _table(anns, fields, where)
     a = Anns(
-        image_id=_column(anns, "image_id", where, np.int64),
-        category_id=_column(anns, "category_id", where, np.int64),
-        id=_column(anns, "id", where, np.int64),
-        area=_column(anns, "area", where, np.float64),
-        iscrowd=_flags(_column(anns, "iscrowd", where, np.int64, default=0), "iscrowd", where),
-        ignore=_flags(_column(anns, "ignore", where, np.int64, default=0), "ignore", where),
+        image_id=_ints(t["image_id"], anns, "image_id", where),
+        category_id=_ints(t["category_id"], anns, "category_id", where),
+        id=_ints(t["id"], anns, "id", where),
+        area=np.ascontiguousarray(t["area"]),
+        iscrowd=_flags(t["iscrowd"], "iscrowd", where),
+        ignore=_flags(t["ignore"], "ignore", where),
         score=None,
         bbox=None,
         raw=anns,
@@ -209,25 +193,31 @@ def load_results(obj: object, gt: GroundTruth) -> Anns:
         items = list(obj)
     where = "results"
     n = len(items)
-    img = _column(items, "image_id", where, np.int64)
-    _check_in(img, np.sort(gt.img_ids), where, "image_id", "ground-truth images")
-    cat = _column(items, "category_id", where, np.int64)
-    _check_in(cat, np.sort(gt.cat_ids), where, "category_id", "ground-truth categories")
-    score = _column(items, "score", where, np.float64)
-    _finite(score, items, "score", where)
-    bbox, area = None, None
+    has_box = bool(n) and isinstance(items[0], Mapping) and "bbox" in items[0] and items[0]["bbox"] != []
+    fields = [("image_id", 1, _MISSING), ("category_id", 1, _MISSING), ("score", 1, _MISSING)]
     if from_coco:
-        ids = _column(items, "id", where, np.int64)
+        fields += [("id", 1, _MISSING), ("area", 1, _MISSING)]
+    if has_box:
+        fields.append(("bbox", 4, _MISSING))
+    t = _table(items, fields, where)
+    img = _ints(t["image_id"], items, "image_id", where)
+    _check_in(img, np.sort(gt.img_ids), where, "image_id", "ground-truth images")
+    cat = _ints(t["category_id"], items, "category_id", where)
+    _check_in(cat, np.sort(gt.cat_ids), where, "category_id", "ground-truth categories")
+    score = np.ascontiguousarray(t["score"])
+    _finite(score, items, "score", where)
+    bbox = _boxes(items, where, t["bbox"]) if has_box else None
+    if from_coco:
+        ids = _ints(t["id"], items, "id", where)
         _unique_ids(ids, where)
-        area = _column(items, "area", where, np.float64)
+        area = np.ascontiguousarray(t["area"])
         _finite(area, items, "area", where)
-        if n and all("bbox" in d for d in items):
+        if bbox is None and n and all(isinstance(d, Mapping) and "bbox" in d for d in items):
             bbox = _boxes(items, where)
     else:
         ids = np.arange(1, n + 1, dtype=np.int64)
         # loadRes picks the branch from the first result: boxes when it has a non-empty 'bbox'.
-        if n and isinstance(items[0], Mapping) and "bbox" in items[0] and items[0]["bbox"] != []:
-            bbox = _boxes(items, where)
+        if has_box:
             area = bbox[:, 2] * bbox[:, 3]
         elif n and isinstance(items[0], Mapping) and "segmentation" in items[0]:
             area = None  # the mask areas, filled by the segmentation pass
@@ -264,11 +254,11 @@ def load_results(obj: object, gt: GroundTruth) -> Anns:
 
 @dataclass
 class Masks:
-    """RLE masks in CSR (rle_counts.h layout) with areas and rleToBbox boxes."""
+    """RLE masks as the per-cell IoU reads them: inclusive run sums over the whole set (``rle_counts.h`` layout),
+    per-mask offsets, areas and rleToBbox boxes."""
 
-    counts: torch.Tensor
-    offsets: torch.Tensor
-    csum: torch.Tensor
+    csum: np.ndarray
+    offsets: np.ndarray
     area: np.ndarray
     bbox: np.ndarray
 
@@ -276,37 +266,32 @@ class Masks:
 def segmentations(anns: Anns, rows: np.ndarray, gt: GroundTruth, where: str) -> Masks:
     """RLE masks of ``anns.raw[rows]``, as ``COCO.annToRLE`` makes them (polygons and uncompressed RLE included),
     each checked against its image's size."""
-    from vlkernels.boxes import rle as _rle
-
     order = np.argsort(gt.img_ids, kind="stable")
     pos = order[np.searchsorted(gt.img_ids[order], anns.image_id[rows])]
-    hs, ws = gt.heights[pos], gt.widths[pos]
-    rles = []
-    for j, k in enumerate(rows.tolist()):
-        a = anns.raw[k]
-        seg = a.get("segmentation") if isinstance(a, Mapping) else None
-        h, w = int(hs[j]), int(ws[j])
-        if seg is None:
-            raise ValueError(f"{where}[{k}] has no 'segmentation'")
-        if isinstance(seg, list) or (isinstance(seg, Mapping) and isinstance(seg.get("counts"), list)):
-            seg = _from_py_objects(seg, h, w, f"{where}[{k}]['segmentation']")
-        elif not isinstance(seg, Mapping):
-            raise ValueError(f"{where}[{k}]['segmentation'] must be polygons or an RLE dict, got {type(seg).__name__}")
-        size = seg.get("size")
-        if not isinstance(size, Sequence) or len(size) != 2 or [int(size[0]), int(size[1])] != [h, w]:
-            raise ValueError(
-                f"{where}[{k}]['segmentation'] has size {size!r} but image {int(anns.image_id[k])} is {[h, w]}"
-            )
-        rles.append(seg)
-    s = _rle._parse(rles, where)
-    n = len(rles)
-    area = torch.zeros(n, dtype=torch.int64)
-    bbox = torch.zeros(n, 4, dtype=torch.float64)
-    if n:
-        C = _ext.load()
-        C.rle_area(s.counts.data_ptr(), s.offsets.data_ptr(), n, area.data_ptr(), 1)
-        C.rle_to_bbox(s.counts.data_ptr(), s.offsets.data_ptr(), n, s.h.data_ptr(), s.w.data_ptr(), bbox.data_ptr())
-    return Masks(s.counts, s.offsets, torch.cumsum(s.counts, 0), area.numpy(), bbox.numpy())
+    hs = np.ascontiguousarray(gt.heights[pos], dtype=np.int64)
+    ws = np.ascontiguousarray(gt.widths[pos], dtype=np.int64)
+    raw = anns.raw
+    try:
+        segs = [raw[k]["segmentation"] for k in rows.tolist()]
+    except (KeyError, TypeError):
+        k = next(k for k in rows.tolist() if not isinstance(raw[k], Mapping) or "segmentation" not in raw[k])
+        raise ValueError(f"{where}[{k}] has no 'segmentation'") from None
+    for j, seg in enumerate(segs):
+        # Polygons and uncompressed runs become compressed RLE first (annToRLE); strings pass through.
+        if isinstance(seg, list) or (isinstance(seg, dict) and isinstance(seg.get("counts"), list)):
+            k = int(rows[j])
+            segs[j] = _from_py_objects(seg, int(hs[j]), int(ws[j]), f"{where}[{k}]['segmentation']")
+    csum, offsets, area, bbox, bad, msg = _ext.load().det_masks(segs, hs.ctypes.data, ws.ctypes.data)
+    if msg:
+        if bad >= 0:
+            raise ValueError(f"{where}[{int(rows[bad])}]['segmentation'] {msg}")
+        # The decoder names the position in this batch: report the annotation instead.
+        head, _, tail = msg.partition(" at index ")
+        idx, _, rest = tail.partition(":")
+        if idx.isdigit():
+            raise ValueError(f"{head} in {where}[{int(rows[int(idx)])}]['segmentation']:{rest}")
+        raise ValueError(msg)
+    return Masks(csum, offsets, area, bbox.reshape(-1, 4))
 
 
 def _from_py_objects(seg: object, h: int, w: int, where: str) -> dict:
@@ -316,8 +301,11 @@ def _from_py_objects(seg: object, h: int, w: int, where: str) -> dict:
     fr = getattr(boxes, "fr_py_objects", None)
     if fr is None:
         if isinstance(seg, Mapping):
-            # Uncompressed RLE: the runs as they are (the string codec's round trip is the identity on them).
-            return {"size": seg.get("size"), "counts": seg["counts"]}
+            # Uncompressed RLE: validated and compressed by the shared codec (frPyObjects does the same).
+            try:
+                return RleCounts.from_coco([seg]).to_coco()[0]
+            except ValueError as e:
+                raise ValueError(f"{where}: {e}") from None
         raise ValueError(f"{where}: polygon segmentations need vlkernels.boxes.fr_py_objects (not in this build)")
     try:
         out = fr(seg, h, w)

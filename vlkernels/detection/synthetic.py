@@ -95,7 +95,7 @@ def detection_data(
     for i in range(n_images):
         img_id = 1000 + 3 * i
         h, w = _SIZES[rng.integers(len(_SIZES))]
-        n_obj = int(rng.geometric(1 / objects_per_image)) - 1 if objects_per_image > 0 else 0
+        n_obj = int(rng.geometric(1 / (objects_per_image + 1))) - 1
         img_cats = rng.choice(cat_ids, size=min(3, n_cats), p=pop, replace=False)
         cats = rng.choice(img_cats, size=n_obj)
         boxes = _boxes_of(n_obj, h, w, rng)
