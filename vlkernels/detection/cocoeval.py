@@ -162,38 +162,22 @@ class COCOeval:
         n_img, n_area = len(p.imgIds), len(p.areaRng)
         k, rest = divmod(n, n_area * n_img)
         a, i = divmod(rest, n_img)
-        cells = ev.cells
-        key = k * n_img + i
-        c = int(np.searchsorted(cells.key, key))
-        if c >= cells.key.size or cells.key[c] != key:
+        parts = engine.eval_img(ev, k * n_img + i, a, self._gt.anns, self._dt)
+        if parts is None:
             return None
-        gt, dt = self._gt.anns, self._dt
-        g0, g1 = int(cells.gt_off[c]), int(cells.gt_off[c + 1])
-        d0, d1 = int(cells.dt_off[c]), int(cells.dt_off[c + 1])
-        gig = ev.gt_ignore[a, g0:g1]
-        perm = np.argsort(gig, kind="mergesort")
-        grows, drows = cells.gt_rows[g0:g1][perm], cells.dt_rows[d0:d1]
-        pos_of = np.empty(g1 - g0, dtype=np.int64)
-        pos_of[perm] = np.arange(g1 - g0)
-        T = ev.status.shape[1]
-        dm = ev.dt_match[a, :, d0:d1]
-        gm = ev.gt_match[a, :, g0:g1][:, perm]
-        gid = gt.id[cells.gt_rows[g0:g1]].astype(np.float64)
-        did = dt.id[cells.dt_rows].astype(np.float64)
-        dt_matches = np.where(dm >= 0, gid[np.clip(dm - g0, 0, None)] if g1 > g0 else 0.0, 0.0).reshape(T, d1 - d0)
-        gt_matches = np.where(gm >= 0, did[np.clip(gm, 0, None)] if d1 > d0 else 0.0, 0.0).reshape(T, g1 - g0)
+        dt_ids, gt_ids, dt_m, gt_m, scores, gt_ig, dt_ig = parts
         return {
             "image_id": p.imgIds[i],
             "category_id": cats[k],
             "aRng": p.areaRng[a],
             "maxDet": p.maxDets[-1],
-            "dtIds": [int(x) for x in dt.id[drows]],
-            "gtIds": [int(x) for x in gt.id[grows]],
-            "dtMatches": dt_matches,
-            "gtMatches": gt_matches,
-            "dtScores": [float(x) for x in dt.score[drows]],
-            "gtIgnore": np.array(gig[perm].astype(np.int64)) if g1 > g0 else np.array([]),
-            "dtIgnore": ev.status[a, :, d0:d1] == 2,
+            "dtIds": dt_ids,
+            "gtIds": gt_ids,
+            "dtMatches": dt_m,
+            "gtMatches": gt_m,
+            "dtScores": scores,
+            "gtIgnore": gt_ig,
+            "dtIgnore": dt_ig,
         }
 
     def accumulate(self, p: Params | None = None) -> None:

@@ -229,3 +229,36 @@ def accumulate(
         _ptr(scores),
     )
     return precision, recall, scores
+
+
+def eval_img(ev: Evaluated, key: int, a: int, gt: inputs.Anns, dt: inputs.Anns) -> tuple | None:
+    """One evalImgs entry's arrays for cell ``key`` and area range ``a`` (None for an empty cell): dt ids, gt ids
+    (regular first), dtMatches [T, D] and gtMatches [T, G] as float64 ids (0 = none), dt scores, gtIgnore,
+    dtIgnore [T, D] bool."""
+    cells = ev.cells
+    c = int(np.searchsorted(cells.key, key))
+    if c >= cells.key.size or cells.key[c] != key:
+        return None
+    g0, g1 = int(cells.gt_off[c]), int(cells.gt_off[c + 1])
+    d0, d1 = int(cells.dt_off[c]), int(cells.dt_off[c + 1])
+    gig = ev.gt_ignore[a, g0:g1]
+    perm = np.argsort(gig, kind="mergesort")
+    grows, drows = cells.gt_rows[g0:g1], cells.dt_rows[d0:d1]
+    gid = gt.id[grows].astype(np.float64)
+    did = dt.id[cells.dt_rows].astype(np.float64)
+    dm = ev.dt_match[a, :, d0:d1]
+    gm = ev.gt_match[a, :, g0:g1][:, perm]
+    dt_m = gid[np.clip(dm - g0, 0, None)] if g1 > g0 else np.zeros(dm.shape)
+    gt_m = did[np.clip(gm, 0, None)] if d1 > d0 else np.zeros(gm.shape)
+    dt_m = np.where(dm >= 0, dt_m, 0.0)
+    gt_m = np.where(gm >= 0, gt_m, 0.0)
+    gt_ig = np.array(gig[perm].astype(np.int64)) if g1 > g0 else np.array([])
+    return (
+        [int(x) for x in dt.id[drows]],
+        [int(x) for x in gt.id[grows[perm]]],
+        dt_m,
+        gt_m,
+        [float(x) for x in dt.score[drows]],
+        gt_ig,
+        ev.status[a, :, d0:d1] == 2,
+    )
