@@ -212,8 +212,8 @@ def load_results(obj: object, gt: GroundTruth) -> Anns:
         _unique_ids(ids, where)
         area = np.ascontiguousarray(t["area"])
         _finite(area, items, "area", where)
-        if bbox is None and n and all(isinstance(d, Mapping) and "bbox" in d for d in items):
-            bbox = _boxes(items, where)
+        if bbox is None and all(isinstance(d, Mapping) and "bbox" in d for d in items):
+            bbox = _boxes(items, where) if n else np.zeros((0, 4))
     else:
         ids = np.arange(1, n + 1, dtype=np.int64)
         # loadRes picks the branch from the first result: boxes when it has a non-empty 'bbox'.
@@ -224,7 +224,7 @@ def load_results(obj: object, gt: GroundTruth) -> Anns:
         elif n:
             raise ValueError("results[0] has neither 'bbox' nor 'segmentation'")
         else:
-            area = np.zeros(0)
+            area, bbox = np.zeros(0), np.zeros((0, 4))
     res = Anns(
         image_id=img,
         category_id=cat,
