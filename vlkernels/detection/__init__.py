@@ -5,5 +5,7 @@
 """
 
 from vlkernels.detection.cocoeval import COCOeval, Params
+from vlkernels.detection.lvis import LVISEval
+from vlkernels.detection.metric import MeanAveragePrecision, mean_average_precision
 
-__all__ = ["COCOeval", "Params"]
+__all__ = ["COCOeval", "LVISEval", "MeanAveragePrecision", "Params", "mean_average_precision"]

@@ -99,6 +99,15 @@ class COCOeval:
             self.params.imgIds = sorted(self._gt.img_ids.tolist())
             self.params.catIds = sorted(self._gt.cat_ids.tolist())
 
+    @classmethod
+    def _prebuilt(cls, gt: inputs.GroundTruth, dt: inputs.Anns, iouType: str) -> COCOeval:
+        """An evaluator on already parsed columns (the tensor metrics)."""
+        E = cls(None, None, iouType)
+        E._gt, E._dt = gt, dt
+        E.params.imgIds = sorted(gt.img_ids.tolist())
+        E.params.catIds = sorted(gt.cat_ids.tolist())
+        return E
+
     @property
     def evalImgs(self):
         return self._evalImgs

@@ -19,6 +19,28 @@ from vlkernels.boxes.rle_counts import RleCounts
 
 
 @dataclass
+class Masks:
+    """RLE masks as the per-cell IoU reads them: inclusive run sums over the whole set (``rle_counts.h`` layout),
+    per-mask offsets, areas and rleToBbox boxes."""
+
+    csum: np.ndarray
+    offsets: np.ndarray
+    area: np.ndarray
+    bbox: np.ndarray
+
+    def take(self, rows: np.ndarray) -> Masks:
+        """The masks of ``rows``, in that order (run sums rebuilt over the new set)."""
+        lo, hi = self.offsets[rows], self.offsets[rows + 1]
+        lengths = hi - lo
+        off = np.zeros(rows.size + 1, dtype=np.int64)
+        np.cumsum(lengths, out=off[1:])
+        # Index of every run of the selected masks: lo[j] + 0 .. lengths[j] - 1, concatenated.
+        idx = np.repeat(lo - off[:-1], lengths) + np.arange(off[-1])
+        runs = np.diff(np.r_[0, self.csum])[idx]
+        return Masks(np.cumsum(runs), off, self.area[rows], self.bbox[rows])
+
+
+@dataclass
 class Anns:
     """One row per annotation (dataset order): ``raw`` keeps the dicts for the segmentation pass."""
 
@@ -31,6 +53,7 @@ class Anns:
     score: np.ndarray | None  # float64 (results only)
     bbox: np.ndarray | None  # float64 [n, 4] xywh, None when the annotations carry none
     raw: list = field(repr=False, default_factory=list)
+    masks: Masks | None = None  # prebuilt RLE masks of every row (tensor inputs)
 
     def __len__(self) -> int:
         return int(self.image_id.size)
@@ -252,20 +275,13 @@ def load_results(obj: object, gt: GroundTruth) -> Anns:
     return res
 
 
-@dataclass
-class Masks:
-    """RLE masks as the per-cell IoU reads them: inclusive run sums over the whole set (``rle_counts.h`` layout),
-    per-mask offsets, areas and rleToBbox boxes."""
-
-    csum: np.ndarray
-    offsets: np.ndarray
-    area: np.ndarray
-    bbox: np.ndarray
 
 
 def segmentations(anns: Anns, rows: np.ndarray, gt: GroundTruth, where: str) -> Masks:
     """RLE masks of ``anns.raw[rows]``, as ``COCO.annToRLE`` makes them (polygons and uncompressed RLE included),
     each checked against its image's size."""
+    if anns.masks is not None:
+        return anns.masks.take(rows)
     order = np.argsort(gt.img_ids, kind="stable")
     pos = order[np.searchsorted(gt.img_ids[order], anns.image_id[rows])]
     hs = np.ascontiguousarray(gt.heights[pos], dtype=np.int64)
