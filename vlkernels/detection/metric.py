@@ -226,7 +226,7 @@ def mean_average_precision(
         if extended_summary and E is not None:
             for key in ("precision", "recall", "scores"):
                 out[f"{prefix}{key}"] = torch.tensor(E.eval[key])
-        per_map = per_mar = torch.tensor([-1.0])
+        per_map, per_mar = torch.tensor([-1.0]), torch.tensor([-1.0])
         if class_metrics and E is not None:
             Em = E if average == "macro" else _evaluate(
                 preds, target, i_type, box_format, iou_thrs, rec_thrs, max_dets, False, classes, types
