@@ -129,13 +129,13 @@ def test_cocoeval_no_detections():
 
 def test_cocoeval_category_without_ground_truth():
     # Category 3 has detections but no ground truth: precision and recall stay -1 there.
-    P, V = _check(_tiny(BASE_GT), [*BASE_DT, _det(1, 3, (10, 10, 30, 30), 0.95)])
+    _, V = _check(_tiny(BASE_GT), [*BASE_DT, _det(1, 3, (10, 10, 30, 30), 0.95)])
     assert (V.eval["precision"][:, :, 2] == -1).all()
 
 
 def test_cocoeval_all_crowd():
     gt = [dict(a, iscrowd=1) for a in BASE_GT]
-    _check(_tiny(gt), BASE_DT + [_det(1, 1, (12, 12, 5, 5), 0.4), _det(1, 1, (20, 20, 5, 5), 0.3)])
+    _check(_tiny(gt), [*BASE_DT, _det(1, 1, (12, 12, 5, 5), 0.4), _det(1, 1, (20, 20, 5, 5), 0.3)])
 
 
 def test_cocoeval_crowd_mixed_matches_many():
@@ -264,3 +264,24 @@ def test_cocoeval_bad_files_and_ground_truth_raise(tmp_path):
         COCOeval(gt, BASE_DT, "bbox")
     with pytest.raises(ValueError, match="iouType"):
         COCOeval(_tiny(BASE_GT), BASE_DT, "keypoints")
+
+
+def test_cli_detection_prints_pycocotools_lines_and_writes_json(tmp_path, capsys):
+    from vlkernels.cli import main
+
+    gt, res = detection_data(n_images=10, seed=10)
+    (tmp_path / "gt.json").write_text(json.dumps(gt))
+    (tmp_path / "res.json").write_text(json.dumps(res))
+    P = _anchor(gt, res, "bbox")
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        P.summarize()
+    capsys.readouterr()
+    out = tmp_path / "out.json"
+    assert main(["detection", str(tmp_path / "gt.json"), str(tmp_path / "res.json"), "--json", str(out)]) == 0
+    assert capsys.readouterr().out == buf.getvalue()
+    got = json.loads(out.read_text())
+    assert got["stats"] == [float(v) for v in P.stats] and got["AP"] == float(P.stats[0])
+    (tmp_path / "bad.json").write_text("[{")
+    assert main(["detection", str(tmp_path / "gt.json"), str(tmp_path / "bad.json")]) == 2
+    assert "not valid JSON" in capsys.readouterr().err

@@ -25,7 +25,10 @@ def _batch(n_images, seed, masks=False):
         for items, out, is_pred in ((res, preds, True), (gt["annotations"], target, False)):
             mine = [a for a in items if a["image_id"] == i]
             b = torch.tensor([a["bbox"] for a in mine], dtype=torch.float32).reshape(-1, 4)
-            d = {"boxes": torch.cat([b[:, :2], b[:, :2] + b[:, 2:]], 1), "labels": torch.tensor([a["category_id"] for a in mine], dtype=torch.int64)}
+            d = {
+                "boxes": torch.cat([b[:, :2], b[:, :2] + b[:, 2:]], 1),
+                "labels": torch.tensor([a["category_id"] for a in mine], dtype=torch.int64),
+            }
             if is_pred:
                 d["scores"] = torch.tensor([a["score"] for a in mine], dtype=torch.float32)
             else:
@@ -111,7 +114,8 @@ def test_metric_update_compute_reset():
 
 
 def test_mean_average_precision_bad_input_raises():
-    p = [{"boxes": torch.tensor([[0.0, 0, 10, 10]]), "scores": torch.tensor([float("nan")]), "labels": torch.tensor([1])}]
+    box, label = torch.tensor([[0.0, 0, 10, 10]]), torch.tensor([1])
+    p = [{"boxes": box, "scores": torch.tensor([float("nan")]), "labels": label}]
     t = [{"boxes": torch.tensor([[0.0, 0, 10, 10]]), "labels": torch.tensor([1])}]
     with pytest.raises(ValueError, match=r"preds\[0\]\['scores'\]"):
         mean_average_precision(p, t)

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
+
 from vlkernels import _ext
 from vlkernels.boxes.rle_counts import RleCounts
 
@@ -273,8 +274,6 @@ def load_results(obj: object, gt: GroundTruth) -> Anns:
                 bb[has] = _boxes([items[k] for k in np.flatnonzero(has)], where)
             res.bbox = bb
     return res
-
-
 
 
 def segmentations(anns: Anns, rows: np.ndarray, gt: GroundTruth, where: str) -> Masks:

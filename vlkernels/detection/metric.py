@@ -16,7 +16,7 @@ import torch
 
 from vlkernels.boxes import rle_counts as _rc
 from vlkernels.detection import inputs
-from vlkernels.detection.cocoeval import COCOeval, summary_value, summarize_dets
+from vlkernels.detection.cocoeval import COCOeval, summarize_dets, summary_value
 
 _KEYS = ("map", "map_50", "map_75", "map_small", "map_medium", "map_large")
 
@@ -187,8 +187,9 @@ def mean_average_precision(
         CPU; exact (the COCOeval engine). Not differentiable.
 
     Example:
-        >>> p = [{"boxes": torch.tensor([[10., 10, 50, 50]]), "scores": torch.tensor([0.9]), "labels": torch.tensor([1])}]
-        >>> t = [{"boxes": torch.tensor([[10., 10, 50, 52]]), "labels": torch.tensor([1])}]
+        >>> box, label = torch.tensor([[10.0, 10, 50, 50]]), torch.tensor([1])
+        >>> p = [{"boxes": box, "scores": torch.tensor([0.9]), "labels": label}]
+        >>> t = [{"boxes": box + torch.tensor([0.0, 0, 0, 2]), "labels": label}]
         >>> mean_average_precision(p, t)["map_50"]
         tensor(1.)
     """
@@ -228,8 +229,10 @@ def mean_average_precision(
                 out[f"{prefix}{key}"] = torch.tensor(E.eval[key])
         per_map, per_mar = torch.tensor([-1.0]), torch.tensor([-1.0])
         if class_metrics and E is not None:
-            Em = E if average == "macro" else _evaluate(
-                preds, target, i_type, box_format, iou_thrs, rec_thrs, max_dets, False, classes, types
+            Em = (
+                E
+                if average == "macro"
+                else _evaluate(preds, target, i_type, box_format, iou_thrs, rec_thrs, max_dets, False, classes, types)
             )
             per_map, per_mar = _per_class(Em, len(classes))
         out[f"{prefix}map_per_class"] = per_map.to(torch.float32).squeeze() if per_map.numel() == 1 else per_map
@@ -355,4 +358,13 @@ def _gather_items(items: list[dict]) -> list[list[dict]]:
     return per_rank or []
 
 
-_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.uint8, torch.bool]
+_DTYPES = [
+    torch.float32,
+    torch.float64,
+    torch.float16,
+    torch.bfloat16,
+    torch.int64,
+    torch.int32,
+    torch.uint8,
+    torch.bool,
+]
