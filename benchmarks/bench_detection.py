@@ -139,7 +139,7 @@ def _lvis_bbox(n_images: int, with_lvis_api: bool, device: str) -> Bench:
         # lvis-api evaluates every (category, area, image) cell in Python: hours at full size, so quick only.
         import lvis
 
-        np.float = float  # lvis-api 0.5.3 uses the alias removed in numpy 1.24
+        np.float = float  # noqa: NPY001 (lvis-api 0.5.3 uses the alias removed in numpy 1.24)
         logging.getLogger("lvis").setLevel(logging.ERROR)
         lg = lvis.LVIS.__new__(lvis.LVIS)
         lg.logger = logging.getLogger("lvis")
