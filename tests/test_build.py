@@ -24,6 +24,8 @@ SANITIZED_TESTS = [
     "tests/test_captioning.py",
     "tests/test_captioning_api.py",
     "tests/test_retrieval.py",
+    "tests/test_detection.py",
+    "tests/test_detection_lvis.py",
 ]
 
 
