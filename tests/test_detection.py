@@ -285,3 +285,17 @@ def test_cli_detection_prints_pycocotools_lines_and_writes_json(tmp_path, capsys
     (tmp_path / "bad.json").write_text("[{")
     assert main(["detection", str(tmp_path / "gt.json"), str(tmp_path / "bad.json")]) == 2
     assert "not valid JSON" in capsys.readouterr().err
+
+
+def test_cocoeval_segm_uncompressed_crowd_rle_equals_pycocotools():
+    from pycocotools import mask as coco_mask
+
+    gt, res = detection_data(n_images=20, masks=True, seed=15)
+    for a in gt["annotations"][::3]:
+        # COCO stores crowd regions as uncompressed runs over the column-major pixels.
+        m = coco_mask.decode({"size": a["segmentation"]["size"], "counts": a["segmentation"]["counts"].encode()})
+        flat = m.flatten(order="F")
+        runs = np.diff(np.r_[0, np.flatnonzero(np.diff(flat)) + 1, flat.size]).tolist()
+        a["segmentation"] = {"size": a["segmentation"]["size"], "counts": ([0] if flat[0] else []) + runs}
+        a["iscrowd"] = 1
+    _check(gt, res, "segm")
