@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 # Families that add a subcommand expose register(subparsers) in these modules; missing ones are skipped.
-FAMILY_CLIS = ("vlkernels.retrieval.cli", "vlkernels.captioning.cli")
+FAMILY_CLIS = ("vlkernels.retrieval.cli", "vlkernels.captioning.cli", "vlkernels.detection.cli")
 
 
 def _benchmarks():

@@ -1,0 +1,301 @@
+"""vlkernels.detection.COCOeval against pycocotools 2.0.11: eval arrays, stats and evalImgs bit for bit."""
+
+import contextlib
+import copy
+import io
+import json
+
+import numpy as np
+import pytest
+
+from vlkernels.detection import COCOeval
+from vlkernels.detection.synthetic import detection_data
+
+pycoco = pytest.importorskip("pycocotools.cocoeval")
+from pycocotools.coco import COCO  # noqa: E402
+
+
+def _coco(dataset: dict) -> COCO:
+    c = COCO()
+    c.dataset = copy.deepcopy(dataset)
+    with contextlib.redirect_stdout(io.StringIO()):
+        c.createIndex()
+    return c
+
+
+def _anchor(gt: dict, res: list, iou: str, setup=None):
+    cg = _coco(gt)
+    with contextlib.redirect_stdout(io.StringIO()):
+        if res:
+            cd = cg.loadRes(copy.deepcopy(res))
+        else:
+            # loadRes cannot take an empty list: an empty result set built by hand.
+            cd = _coco({"images": gt["images"], "categories": gt["categories"], "annotations": []})
+        E = pycoco.COCOeval(cg, cd, iou)
+        if setup:
+            setup(E.params)
+        E.evaluate()
+        E.accumulate()
+        E.summarize()
+    return E
+
+
+def _ours(gt, res, iou, setup=None):
+    E = COCOeval(gt, res, iou)
+    if setup:
+        setup(E.params)
+    E.evaluate()
+    E.accumulate()
+    with contextlib.redirect_stdout(io.StringIO()):
+        E.summarize()
+    return E
+
+
+def _same_eval_imgs(a: list, b) -> None:
+    assert len(a) == len(b)
+    for n, (x, y) in enumerate(zip(a, b)):
+        assert (x is None) == (y is None), n
+        if x is None:
+            continue
+        assert x.keys() == y.keys()
+        for k in x:
+            xv, yv = x[k], y[k]
+            if isinstance(xv, np.ndarray):
+                assert isinstance(yv, np.ndarray) and xv.dtype.kind == yv.dtype.kind, (n, k)
+                np.testing.assert_array_equal(xv, yv, err_msg=f"evalImgs[{n}][{k}]")
+                assert xv.shape == yv.shape
+            else:
+                assert xv == yv, (n, k, xv, yv)
+
+
+def _check(gt, res, iou="bbox", setup=None, eval_imgs=True):
+    P = _anchor(gt, res, iou, setup)
+    V = _ours(gt, res, iou, setup)
+    for k in ("precision", "recall", "scores"):
+        assert P.eval[k].shape == V.eval[k].shape, k
+        np.testing.assert_array_equal(P.eval[k], V.eval[k], err_msg=k)
+    assert P.eval["counts"] == V.eval["counts"]
+    np.testing.assert_array_equal(P.stats, V.stats)
+    if eval_imgs:
+        _same_eval_imgs(P.evalImgs, V.evalImgs)
+    return P, V
+
+
+@pytest.mark.parametrize("iou", ["bbox", "segm"])
+def test_cocoeval_generated_equals_pycocotools(iou):
+    gt, res = detection_data(n_images=60, masks=True, seed=3)
+    _check(gt, res, iou)
+
+
+def test_cocoeval_generated_larger_bbox():
+    gt, res = detection_data(n_images=300, seed=4)
+    _check(gt, res, "bbox", eval_imgs=False)
+
+
+def _tiny(anns, n_img=2, cats=(1, 2, 3)):
+    images = [{"id": i + 1, "height": 100, "width": 120} for i in range(n_img)]
+    full = []
+    for k, a in enumerate(anns):
+        a = dict(a)
+        a.setdefault("id", k + 1)
+        a.setdefault("iscrowd", 0)
+        a.setdefault("area", a["bbox"][2] * a["bbox"][3])
+        full.append(a)
+    return {"images": images, "categories": [{"id": c} for c in cats], "annotations": full}
+
+
+def _det(img, cat, box, score):
+    return {"image_id": img, "category_id": cat, "bbox": list(box), "score": score}
+
+
+BASE_GT = [
+    {"image_id": 1, "category_id": 1, "bbox": [10, 10, 30, 30]},
+    {"image_id": 1, "category_id": 1, "bbox": [50, 50, 40, 20]},
+    {"image_id": 2, "category_id": 2, "bbox": [0, 0, 100, 90]},
+    {"image_id": 2, "category_id": 1, "bbox": [5, 5, 10, 10]},
+]
+BASE_DT = [
+    _det(1, 1, (11, 11, 30, 30), 0.9),
+    _det(1, 1, (52, 50, 40, 22), 0.8),
+    _det(1, 2, (0, 0, 20, 20), 0.7),
+    _det(2, 2, (3, 2, 95, 85), 0.6),
+    _det(2, 1, (6, 6, 9, 9), 0.5),
+]
+
+
+def test_cocoeval_no_detections():
+    _check(_tiny(BASE_GT), [])
+
+
+def test_cocoeval_category_without_ground_truth():
+    # Category 3 has detections but no ground truth: precision and recall stay -1 there.
+    _, V = _check(_tiny(BASE_GT), [*BASE_DT, _det(1, 3, (10, 10, 30, 30), 0.95)])
+    assert (V.eval["precision"][:, :, 2] == -1).all()
+
+
+def test_cocoeval_all_crowd():
+    gt = [dict(a, iscrowd=1) for a in BASE_GT]
+    _check(_tiny(gt), [*BASE_DT, _det(1, 1, (12, 12, 5, 5), 0.4), _det(1, 1, (20, 20, 5, 5), 0.3)])
+
+
+def test_cocoeval_crowd_mixed_matches_many():
+    gt = [*BASE_GT, {"image_id": 1, "category_id": 1, "bbox": [0, 0, 100, 100], "iscrowd": 1}]
+    dets = [*BASE_DT, *(_det(1, 1, (60 - 5 * k, 5 + 3 * k, 20, 20), 0.45 - 0.01 * k) for k in range(6))]
+    _check(_tiny(gt), dets)
+
+
+def test_cocoeval_duplicate_detections_and_equal_scores():
+    dets = [_det(1, 1, (11, 11, 30, 30), 0.5) for _ in range(4)] + [_det(1, 1, (50, 50, 40, 20), 0.5) for _ in range(3)]
+    dets += [_det(2, 1, (5, 5, 10, 10), 0.5), _det(2, 2, (0, 0, 100, 90), 0.5), _det(2, 2, (0, 0, 100, 90), 0.5)]
+    _check(_tiny(BASE_GT), dets)
+
+
+def test_cocoeval_area_range_borders():
+    # Ground-truth areas and detection areas exactly on 32**2 and 96**2 (ranges are closed on both ends).
+    gt = [
+        {"image_id": 1, "category_id": 1, "bbox": [0, 0, 32, 32], "area": 1024},
+        {"image_id": 1, "category_id": 1, "bbox": [40, 0, 48, 64], "area": 96**2},
+        {"image_id": 2, "category_id": 1, "bbox": [0, 0, 96, 96], "area": 9216.0},
+        {"image_id": 2, "category_id": 2, "bbox": [0, 0, 31, 33], "area": 1023.0},
+    ]
+    dets = [
+        _det(1, 1, (0, 0, 32, 32), 0.9),
+        _det(1, 1, (40, 0, 48, 64), 0.8),
+        _det(1, 1, (90, 60, 32, 32), 0.85),
+        _det(2, 1, (1, 1, 96, 96), 0.7),
+        _det(2, 2, (0, 0, 32, 32), 0.6),
+    ]
+    _check(_tiny(gt), dets)
+
+
+def test_cocoeval_use_cats_0():
+    gt, res = detection_data(n_images=15, seed=5)
+    _check(gt, res, setup=lambda p: setattr(p, "useCats", 0))
+
+
+def test_cocoeval_custom_params():
+    gt, res = detection_data(n_images=25, seed=6)
+
+    def setup(p):
+        p.maxDets = [20, 1, 5]
+        p.imgIds = p.imgIds[3:17]
+        p.catIds = p.catIds[::2]
+        p.iouThrs = np.array([0.3, 0.5, 0.9])
+        p.recThrs = np.linspace(0, 1, 11)
+        p.areaRng = [[0, 1e10], [0, 500], [500, 1e10]]
+        p.areaRngLbl = ["all", "small", "large"]
+
+    P = _anchor(gt, res, "bbox", setup)
+    V = _ours(gt, res, "bbox", setup)
+    for k in ("precision", "recall", "scores"):
+        np.testing.assert_array_equal(P.eval[k], V.eval[k])
+    _same_eval_imgs(P.evalImgs, V.evalImgs)
+
+
+def test_cocoeval_accepts_coco_objects_and_paths(tmp_path):
+    gt, res = detection_data(n_images=10, seed=7)
+    (tmp_path / "gt.json").write_text(json.dumps(gt))
+    (tmp_path / "res.json").write_text(json.dumps(res))
+    P = _anchor(gt, res, "bbox")
+    cg = _coco(gt)
+    with contextlib.redirect_stdout(io.StringIO()):
+        cd = cg.loadRes(copy.deepcopy(res))
+    for g, d in ((cg, cd), (str(tmp_path / "gt.json"), tmp_path / "res.json")):
+        V = _ours(g, d, "bbox")
+        np.testing.assert_array_equal(P.eval["precision"], V.eval["precision"])
+        np.testing.assert_array_equal(P.stats, V.stats)
+
+
+def test_cocoeval_summary_lines_equal_pycocotools():
+    gt, res = detection_data(n_images=10, seed=8)
+    outs = []
+    for E in (_anchor(gt, res, "bbox"), _ours(gt, res, "bbox")):
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            E.summarize()
+        outs.append(buf.getvalue())
+    assert outs[0] == outs[1] and outs[0].count("\n") == 12
+
+
+@pytest.mark.parametrize(
+    "mutate, match",
+    [
+        (lambda r: r[0].update(image_id=999), r"results\[0\]\['image_id'\] = 999"),
+        (lambda r: r[1].update(bbox=[1, 1, -2, 3]), r"results\[1\].*negative width"),
+        (lambda r: r[2].update(score=float("nan")), r"results\[2\]\['score'\] must be finite"),
+        (lambda r: r[3].pop("score"), r"results\[3\] has no 'score'"),
+        (lambda r: r[1].update(category_id=77), r"results\[1\]\['category_id'\] = 77"),
+        (lambda r: r[0].update(bbox=[1, 2, 3]), r"results\[0\] 'bbox' must be a list of 4"),
+        (lambda r: r[4].update(bbox=[1, 2, float("inf"), 3]), r"results\[4\]\['bbox'\] must be finite"),
+    ],
+)
+def test_cocoeval_bad_results_raise(mutate, match):
+    res = copy.deepcopy(BASE_DT)
+    mutate(res)
+    with pytest.raises(ValueError, match=match):
+        COCOeval(_tiny(BASE_GT), res, "bbox").evaluate()
+
+
+def test_cocoeval_wrong_segmentation_size_raises():
+    gt, res = detection_data(n_images=3, masks=True, seed=9)
+    res[5]["segmentation"] = {"size": [7, 9], "counts": "0"}
+    with pytest.raises(ValueError, match=r"results\[5\]\['segmentation'\] has size \[7, 9\] but its image is"):
+        COCOeval(gt, res, "segm").evaluate()
+    gt2 = copy.deepcopy(gt)
+    gt2["annotations"][1]["segmentation"]["counts"] = "!!"
+    with pytest.raises(ValueError, match=r"annotations\[1\]\['segmentation'\]"):
+        COCOeval(gt2, detection_data(n_images=3, masks=True, seed=9)[1], "segm").evaluate()
+
+
+def test_cocoeval_bad_files_and_ground_truth_raise(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"images": [')
+    with pytest.raises(ValueError, match="bad.json' is not valid JSON"):
+        COCOeval(str(bad), [], "bbox")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        COCOeval(_tiny(BASE_GT), str(bad), "bbox").evaluate()
+    gt = _tiny(BASE_GT)
+    gt["annotations"][2]["image_id"] = 50
+    with pytest.raises(ValueError, match=r"annotations\[2\]\['image_id'\] = 50"):
+        COCOeval(gt, BASE_DT, "bbox")
+    gt = _tiny(BASE_GT)
+    gt["annotations"][1]["id"] = 1
+    with pytest.raises(ValueError, match="id 1 appears more than once"):
+        COCOeval(gt, BASE_DT, "bbox")
+    with pytest.raises(ValueError, match="iouType"):
+        COCOeval(_tiny(BASE_GT), BASE_DT, "keypoints")
+
+
+def test_cli_detection_prints_pycocotools_lines_and_writes_json(tmp_path, capsys):
+    from vlkernels.cli import main
+
+    gt, res = detection_data(n_images=10, seed=10)
+    (tmp_path / "gt.json").write_text(json.dumps(gt))
+    (tmp_path / "res.json").write_text(json.dumps(res))
+    P = _anchor(gt, res, "bbox")
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        P.summarize()
+    capsys.readouterr()
+    out = tmp_path / "out.json"
+    assert main(["detection", str(tmp_path / "gt.json"), str(tmp_path / "res.json"), "--json", str(out)]) == 0
+    assert capsys.readouterr().out == buf.getvalue()
+    got = json.loads(out.read_text())
+    assert got["stats"] == [float(v) for v in P.stats] and got["AP"] == float(P.stats[0])
+    (tmp_path / "bad.json").write_text("[{")
+    assert main(["detection", str(tmp_path / "gt.json"), str(tmp_path / "bad.json")]) == 2
+    assert "not valid JSON" in capsys.readouterr().err
+
+
+def test_cocoeval_segm_uncompressed_crowd_rle_equals_pycocotools():
+    from pycocotools import mask as coco_mask
+
+    gt, res = detection_data(n_images=20, masks=True, seed=15)
+    for a in gt["annotations"][::3]:
+        # COCO stores crowd regions as uncompressed runs over the column-major pixels.
+        m = coco_mask.decode({"size": a["segmentation"]["size"], "counts": a["segmentation"]["counts"].encode()})
+        flat = m.flatten(order="F")
+        runs = np.diff(np.r_[0, np.flatnonzero(np.diff(flat)) + 1, flat.size]).tolist()
+        a["segmentation"] = {"size": a["segmentation"]["size"], "counts": ([0] if flat[0] else []) + runs}
+        a["iscrowd"] = 1
+    _check(gt, res, "segm")

@@ -1,0 +1,331 @@
+"""COCO / LVIS annotations and results to columns (numpy arrays), validated item by item.
+
+Ground truth: a pycocotools ``COCO`` or lvis-api ``LVIS`` object (its ``dataset``), a COCO-format dict, or a JSON
+path. Results: a ``COCO`` object made by ``loadRes`` (its annotations as they are), a list of result dicts, or a
+JSON path; a list gets ``COCO.loadRes``'s fields (``id = index + 1``; bbox results: ``area = w * h``; segmentation
+results: the mask area and, without a ``bbox``, the mask's box). pycocotools is never imported here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from vlkernels import _ext
+from vlkernels.boxes.rle_counts import RleCounts
+
+
+@dataclass
+class Masks:
+    """RLE masks as the per-cell IoU reads them: inclusive run sums over the whole set (``rle_counts.h`` layout),
+    per-mask offsets, areas and rleToBbox boxes."""
+
+    csum: np.ndarray
+    offsets: np.ndarray
+    area: np.ndarray
+    bbox: np.ndarray
+
+    def take(self, rows: np.ndarray) -> Masks:
+        """The masks of ``rows``, in that order (run sums rebuilt over the new set)."""
+        lo, hi = self.offsets[rows], self.offsets[rows + 1]
+        lengths = hi - lo
+        off = np.zeros(rows.size + 1, dtype=np.int64)
+        np.cumsum(lengths, out=off[1:])
+        # Index of every run of the selected masks: lo[j] + 0 .. lengths[j] - 1, concatenated.
+        idx = np.repeat(lo - off[:-1], lengths) + np.arange(off[-1])
+        runs = np.diff(np.r_[0, self.csum])[idx]
+        return Masks(np.cumsum(runs), off, self.area[rows], self.bbox[rows])
+
+
+@dataclass
+class Anns:
+    """One row per annotation (dataset order): ``raw`` keeps the dicts for the segmentation pass."""
+
+    image_id: np.ndarray  # int64
+    category_id: np.ndarray  # int64
+    id: np.ndarray  # int64
+    area: np.ndarray  # float64
+    iscrowd: np.ndarray  # uint8
+    ignore: np.ndarray  # uint8 (the "ignore" field, LVIS)
+    score: np.ndarray | None  # float64 (results only)
+    bbox: np.ndarray | None  # float64 [n, 4] xywh, None when the annotations carry none
+    raw: list = field(repr=False, default_factory=list)
+    masks: Masks | None = None  # prebuilt RLE masks of every row (tensor inputs)
+
+    def __len__(self) -> int:
+        return int(self.image_id.size)
+
+
+@dataclass
+class GroundTruth:
+    img_ids: np.ndarray  # int64, images list order
+    heights: np.ndarray
+    widths: np.ndarray
+    cat_ids: np.ndarray
+    categories: list
+    images: list
+    anns: Anns
+
+
+def load_json(obj: object, what: str) -> object:
+    """A path (str / PathLike) is read as JSON; anything else is returned as is."""
+    if isinstance(obj, (str, os.PathLike)):
+        try:
+            with open(obj, encoding="utf-8") as f:
+                return json.load(f)
+        except OSError as e:
+            raise ValueError(f"cannot read {what} {os.fspath(obj)!r}: {e}") from e
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{what} {os.fspath(obj)!r} is not valid JSON: {e}") from e
+    return obj
+
+
+_MISSING = float("nan")
+
+
+def _table(items: list, fields: list[tuple[str, int, float]], where: str) -> dict[str, np.ndarray]:
+    """Numeric fields of dicts, read in C++: ``(key, width, default)`` -> float64 ``(n,)`` or ``(n, width)``; a NaN
+    default makes the key required. Errors name the first bad item."""
+    if not isinstance(items, list):
+        items = list(items)
+    table, bad, msg = _ext.load().det_columns(items, fields)
+    if msg:
+        raise ValueError(f"{where}[{bad}] {msg}")
+    out, col = {}, 0
+    for key, width, _ in fields:
+        out[key] = table[:, col] if width == 1 else table[:, col : col + width]
+        col += width
+    return out
+
+
+def _ints(x: np.ndarray, items: list, key: str, where: str) -> np.ndarray:
+    """Integer-valued ids: exact in float64 up to 2**53."""
+    bad = np.flatnonzero((x != np.floor(x)) | ~(np.abs(x) <= 2.0**53))
+    if bad.size:
+        raise ValueError(f"{where}[{bad[0]}]['{key}'] must be an integer, got {items[bad[0]].get(key)!r}")
+    return x.astype(np.int64)
+
+
+def _boxes(items: list, where: str, b: np.ndarray | None = None) -> np.ndarray:
+    if b is None:
+        b = _table(items, [("bbox", 4, _MISSING)], where)["bbox"]
+    b = np.ascontiguousarray(b, dtype=np.float64).reshape(-1, 4)
+    bad = np.flatnonzero(~np.isfinite(b).all(1))
+    if bad.size:
+        raise ValueError(f"{where}[{bad[0]}]['bbox'] must be finite, got {items[bad[0]]['bbox']!r}")
+    bad = np.flatnonzero((b[:, 2] < 0) | (b[:, 3] < 0))
+    if bad.size:
+        raise ValueError(f"{where}[{bad[0]}]['bbox'] has a negative width or height: {items[bad[0]]['bbox']!r}")
+    return b
+
+
+def _finite(x: np.ndarray, items: list, key: str, where: str) -> None:
+    bad = np.flatnonzero(~np.isfinite(x))
+    if bad.size:
+        raise ValueError(f"{where}[{bad[0]}]['{key}'] must be finite, got {items[bad[0]][key]!r}")
+
+
+def _flags(x: np.ndarray, key: str, where: str) -> np.ndarray:
+    bad = np.flatnonzero((x != 0) & (x != 1))
+    if bad.size:
+        raise ValueError(f"{where}[{bad[0]}]['{key}'] must be 0 or 1, got {x[bad[0]]}")
+    return x.astype(np.uint8)
+
+
+def _dataset_of(obj: object, what: str) -> Mapping:
+    obj = load_json(obj, what)
+    # pycocotools COCO and lvis-api LVIS keep the parsed JSON in .dataset.
+    ds = getattr(obj, "dataset", obj)
+    if not isinstance(ds, Mapping):
+        raise ValueError(f"{what} must be a COCO-format dict (or a path / COCO object), got {type(obj).__name__}")
+    return ds
+
+
+def _check_in(ids: np.ndarray, known: np.ndarray, where: str, key: str, against: str) -> None:
+    pos = np.searchsorted(known, ids)
+    pos = np.minimum(pos, max(known.size - 1, 0))
+    bad = np.flatnonzero(known[pos] != ids) if known.size else np.arange(ids.size)
+    if bad.size:
+        raise ValueError(f"{where}[{bad[0]}]['{key}'] = {ids[bad[0]]} is not an id of the {against}")
+
+
+def _unique_ids(ids: np.ndarray, where: str) -> None:
+    s = np.sort(ids)
+    dup = s[1:][s[1:] == s[:-1]]
+    if dup.size:
+        raise ValueError(f"{where}: id {dup[0]} appears more than once")
+
+
+def load_ground_truth(obj: object, lvis: bool = False) -> GroundTruth:
+    """Parse and validate a COCO / LVIS ground-truth dataset."""
+    ds = _dataset_of(obj, "ground truth")
+    for key in ("images", "annotations", "categories"):
+        if not isinstance(ds.get(key), list):
+            raise ValueError(f"ground truth needs a list '{key}'")
+    images, cats, anns = ds["images"], ds["categories"], ds["annotations"]
+    t = _table(images, [("id", 1, _MISSING), ("height", 1, _MISSING), ("width", 1, _MISSING)], "images")
+    img_ids = _ints(t["id"], images, "id", "images")
+    heights = _ints(t["height"], images, "height", "images")
+    widths = _ints(t["width"], images, "width", "images")
+    _unique_ids(img_ids, "images")
+    cat_ids = _ints(_table(cats, [("id", 1, _MISSING)], "categories")["id"], cats, "id", "categories")
+    _unique_ids(cat_ids, "categories")
+    where = "annotations"
+    fields = [("image_id", 1, _MISSING), ("category_id", 1, _MISSING), ("id", 1, _MISSING), ("area", 1, _MISSING)]
+    fields += [("iscrowd", 1, 0.0), ("ignore", 1, 0.0)]
+    t = _table(anns, fields, where)
+    a = Anns(
+        image_id=_ints(t["image_id"], anns, "image_id", where),
+        category_id=_ints(t["category_id"], anns, "category_id", where),
+        id=_ints(t["id"], anns, "id", where),
+        area=np.ascontiguousarray(t["area"]),
+        iscrowd=_flags(t["iscrowd"], "iscrowd", where),
+        ignore=_flags(t["ignore"], "ignore", where),
+        score=None,
+        bbox=None,
+        raw=anns,
+    )
+    _finite(a.area, anns, "area", where)
+    _unique_ids(a.id, where)
+    _check_in(a.image_id, np.sort(img_ids), where, "image_id", "ground-truth images")
+    _check_in(a.category_id, np.sort(cat_ids), where, "category_id", "ground-truth categories")
+    return GroundTruth(img_ids, heights, widths, cat_ids, cats, images, a)
+
+
+def gt_boxes(gt: GroundTruth) -> np.ndarray:
+    if gt.anns.bbox is None:
+        gt.anns.bbox = _boxes(gt.anns.raw, "annotations")
+    return gt.anns.bbox
+
+
+def load_results(obj: object, gt: GroundTruth) -> Anns:
+    """Parse and validate detections (``loadRes`` fields for a list; a COCO object's annotations as they are)."""
+    obj = load_json(obj, "results")
+    from_coco = not isinstance(obj, (list, tuple))
+    if from_coco:
+        ds = getattr(obj, "dataset", obj)
+        if not isinstance(ds, Mapping) or not isinstance(ds.get("annotations"), list):
+            raise ValueError(
+                f"results must be a list of detection dicts, a JSON path or a COCO object, got {type(obj).__name__}"
+            )
+        items = ds["annotations"]
+    else:
+        items = list(obj)
+    where = "results"
+    n = len(items)
+    has_box = bool(n) and isinstance(items[0], Mapping) and "bbox" in items[0] and items[0]["bbox"] != []
+    fields = [("image_id", 1, _MISSING), ("category_id", 1, _MISSING), ("score", 1, _MISSING)]
+    if from_coco:
+        fields += [("id", 1, _MISSING), ("area", 1, _MISSING)]
+    if has_box:
+        fields.append(("bbox", 4, _MISSING))
+    t = _table(items, fields, where)
+    img = _ints(t["image_id"], items, "image_id", where)
+    _check_in(img, np.sort(gt.img_ids), where, "image_id", "ground-truth images")
+    cat = _ints(t["category_id"], items, "category_id", where)
+    _check_in(cat, np.sort(gt.cat_ids), where, "category_id", "ground-truth categories")
+    score = np.ascontiguousarray(t["score"])
+    _finite(score, items, "score", where)
+    bbox = _boxes(items, where, t["bbox"]) if has_box else None
+    if from_coco:
+        ids = _ints(t["id"], items, "id", where)
+        _unique_ids(ids, where)
+        area = np.ascontiguousarray(t["area"])
+        _finite(area, items, "area", where)
+        if bbox is None and all(isinstance(d, Mapping) and "bbox" in d for d in items):
+            bbox = _boxes(items, where) if n else np.zeros((0, 4))
+    else:
+        ids = np.arange(1, n + 1, dtype=np.int64)
+        # loadRes picks the branch from the first result: boxes when it has a non-empty 'bbox'.
+        if has_box:
+            area = bbox[:, 2] * bbox[:, 3]
+        elif n and isinstance(items[0], Mapping) and "segmentation" in items[0]:
+            area = None  # the mask areas, filled by the segmentation pass
+        elif n:
+            raise ValueError("results[0] has neither 'bbox' nor 'segmentation'")
+        else:
+            area, bbox = np.zeros(0), np.zeros((0, 4))
+    res = Anns(
+        image_id=img,
+        category_id=cat,
+        id=ids,
+        area=area,
+        iscrowd=np.zeros(n, dtype=np.uint8),
+        ignore=np.zeros(n, dtype=np.uint8),
+        score=score,
+        bbox=bbox,
+        raw=items,
+    )
+    if area is None:
+        masks = segmentations(res, np.arange(n), gt, "results")
+        res.area = masks.area.astype(np.float64)
+        if all("bbox" in d for d in items):
+            res.bbox = _boxes(items, where)
+        else:
+            # loadRes: toBbox of the mask for results without a box (one of them lacking one is enough: the rest
+            # keep theirs).
+            has = np.array(["bbox" in d for d in items], dtype=bool)
+            bb = masks.bbox.copy()
+            if has.any():
+                bb[has] = _boxes([items[k] for k in np.flatnonzero(has)], where)
+            res.bbox = bb
+    return res
+
+
+def segmentations(anns: Anns, rows: np.ndarray, gt: GroundTruth, where: str) -> Masks:
+    """RLE masks of ``anns.raw[rows]``, as ``COCO.annToRLE`` makes them (polygons and uncompressed RLE included),
+    each checked against its image's size."""
+    if anns.masks is not None:
+        return anns.masks.take(rows)
+    order = np.argsort(gt.img_ids, kind="stable")
+    pos = order[np.searchsorted(gt.img_ids[order], anns.image_id[rows])]
+    hs = np.ascontiguousarray(gt.heights[pos], dtype=np.int64)
+    ws = np.ascontiguousarray(gt.widths[pos], dtype=np.int64)
+    raw = anns.raw
+    try:
+        segs = [raw[k]["segmentation"] for k in rows.tolist()]
+    except (KeyError, TypeError):
+        k = next(k for k in rows.tolist() if not isinstance(raw[k], Mapping) or "segmentation" not in raw[k])
+        raise ValueError(f"{where}[{k}] has no 'segmentation'") from None
+    for j, seg in enumerate(segs):
+        # Polygons and uncompressed runs become compressed RLE first (annToRLE); strings pass through.
+        if isinstance(seg, list) or (isinstance(seg, dict) and isinstance(seg.get("counts"), list)):
+            k = int(rows[j])
+            segs[j] = _from_py_objects(seg, int(hs[j]), int(ws[j]), f"{where}[{k}]['segmentation']")
+    csum, offsets, area, bbox, bad, msg = _ext.load().det_masks(segs, hs.ctypes.data, ws.ctypes.data)
+    if msg:
+        if bad >= 0:
+            raise ValueError(f"{where}[{int(rows[bad])}]['segmentation'] {msg}")
+        # The decoder names the position in this batch: report the annotation instead.
+        head, _, tail = msg.partition(" at index ")
+        idx, _, rest = tail.partition(":")
+        if idx.isdigit():
+            raise ValueError(f"{head} in {where}[{int(rows[int(idx)])}]['segmentation']:{rest}")
+        raise ValueError(msg)
+    return Masks(csum, offsets, area, bbox.reshape(-1, 4))
+
+
+def _from_py_objects(seg: object, h: int, w: int, where: str) -> dict:
+    """``COCO.annToRLE`` for polygons (merged) and uncompressed RLE: vlkernels.boxes.fr_py_objects."""
+    from vlkernels import boxes
+
+    fr = getattr(boxes, "fr_py_objects", None)
+    if fr is None:
+        if isinstance(seg, Mapping):
+            # Uncompressed RLE: validated and compressed by the shared codec (frPyObjects does the same).
+            try:
+                return RleCounts.from_coco([seg]).to_coco()[0]
+            except ValueError as e:
+                raise ValueError(f"{where}: {e}") from None
+        raise ValueError(f"{where}: polygon segmentations need vlkernels.boxes.fr_py_objects (not in this build)")
+    try:
+        out = fr(seg, h, w)
+        if isinstance(out, list):
+            out = boxes.rle_merge(out)
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
+    return out

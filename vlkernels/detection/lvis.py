@@ -1,0 +1,293 @@
+"""``LVISEval``: a drop-in for lvis-api 0.5.3 ``lvis.LVISEval`` (federated evaluation) on the same C++ engine."""
+
+from __future__ import annotations
+
+import datetime
+from collections import OrderedDict
+from collections.abc import Sequence
+
+import numpy as np
+
+from vlkernels.detection import engine, inputs
+
+
+class LVISParams:
+    """lvis-api ``Params``: img_ids, cat_ids, iou_thrs, rec_thrs, max_dets (300), area_rng, area_rng_lbl, use_cats,
+    img_count_lbl, iou_type."""
+
+    def __init__(self, iou_type: str):
+        self.img_ids: list = []
+        self.cat_ids: list = []
+        self.iou_thrs = np.linspace(0.5, 0.95, int(np.round((0.95 - 0.5) / 0.05)) + 1, endpoint=True)
+        self.rec_thrs = np.linspace(0.0, 1.00, int(np.round((1.00 - 0.0) / 0.01)) + 1, endpoint=True)
+        self.max_dets = 300
+        self.area_rng = [[0**2, 1e5**2], [0**2, 32**2], [32**2, 96**2], [96**2, 1e5**2]]
+        self.area_rng_lbl = ["all", "small", "medium", "large"]
+        self.use_cats = 1
+        self.img_count_lbl = ["r", "c", "f"]
+        self.iou_type = iou_type
+
+
+def limit_dets_per_image(items: list, max_dets: int) -> list:
+    """``LVISResults.limit_dets_per_image``: results grouped by image (first appearance), an image with more than
+    ``max_dets`` keeps its ``max_dets`` best (stable descending score)."""
+    t = inputs._table(items, [("image_id", 1, inputs._MISSING), ("score", 1, inputs._MISSING)], "results")
+    img, score = t["image_id"], t["score"]
+    inputs._finite(score, items, "score", "results")
+    n = img.size
+    if n == 0:
+        return []
+    _, first, inv = np.unique(img, return_index=True, return_inverse=True)
+    group_rank = np.argsort(np.argsort(first))[inv]
+    counts = np.bincount(inv)
+    over = counts[inv] > max_dets
+    key = np.where(over, -score, 0.0)
+    order = np.lexsort((np.arange(n), key, group_rank))
+    g = group_rank[order]
+    start = np.r_[True, g[1:] != g[:-1]]
+    first_pos = np.maximum.accumulate(np.where(start, np.arange(n), 0))
+    order = order[np.arange(n) - first_pos < max_dets]
+    return [items[k] for k in order.tolist()]
+
+
+class LVISEval:
+    """LVIS federated detection / segmentation evaluation, bit-identical to lvis-api 0.5.3 ``LVISEval``.
+
+    Args:
+        lvis_gt: an lvis-api ``LVIS`` object, an LVIS-format dict or a JSON path (images carry
+            ``neg_category_ids`` and ``not_exhaustive_category_ids``, categories ``frequency``).
+        lvis_dt: an ``LVISResults`` object, a list of result dicts or a JSON path (a list is cut to 300
+            detections per image as ``LVISResults`` does).
+        iou_type: ``"segm"`` or ``"bbox"``.
+
+    Raises:
+        ValueError: as :class:`~vlkernels.detection.COCOeval`, plus missing LVIS fields, a category frequency
+            outside r/c/f, and ``use_cats = 0`` (lvis-api evaluates nothing then).
+
+    Note:
+        A detection is evaluated only where the image's ground truth has its category or lists it in
+        ``neg_category_ids``; unmatched detections of ``not_exhaustive_category_ids`` are ignored. Only ground
+        truths and detections with ``0 < area < inf`` are selected (lvis-api's ``get_ann_ids``).
+    """
+
+    def __init__(self, lvis_gt, lvis_dt, iou_type: str = "segm"):
+        if iou_type not in ("bbox", "segm"):
+            raise ValueError(f"iou_type: {iou_type} is not supported.")
+        self.lvis_gt, self.lvis_dt = lvis_gt, lvis_dt
+        ds = inputs._dataset_of(lvis_gt, "ground truth")
+        self._gt = inputs.load_ground_truth(ds, lvis=True)
+        self._images = {int(i["id"]): i for i in ds["images"]}
+        for key in ("neg_category_ids", "not_exhaustive_category_ids"):
+            bad = next((i for i in ds["images"] if not isinstance(i.get(key), list)), None)
+            if bad is not None:
+                raise ValueError(f"image {bad.get('id')!r} has no list '{key}' (an LVIS dataset needs one)")
+        self._cats = {int(c["id"]): c for c in ds["categories"]}
+        dt = inputs.load_json(lvis_dt, "results")
+        if isinstance(dt, (list, tuple)):
+            dt = limit_dets_per_image(list(dt), 300)
+        self._dt = inputs.load_results(dt, self._gt)
+        self.params = LVISParams(iou_type=iou_type)
+        self.params.img_ids = sorted(self._gt.img_ids.tolist())
+        self.params.cat_ids = sorted(self._gt.cat_ids.tolist())
+        self.eval: dict = {}
+        self.results: OrderedDict = OrderedDict()
+        self._evaluated: engine.Evaluated | None = None
+        self.eval_imgs: list = []
+
+    def _federated(self, gt_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(keep, extra_ignore) per detection: its category is in the image's ground truth or negative list; it is
+        not exhaustively annotated there."""
+        gt, dt = self._gt.anns, self._dt
+        pos = {(int(i), int(c)) for i, c in zip(gt.image_id[gt_rows], gt.category_id[gt_rows])}
+        keep = np.zeros(len(dt), dtype=bool)
+        extra = np.zeros(len(dt), dtype=np.uint8)
+        neg = {i: set(d["neg_category_ids"]) for i, d in self._images.items()}
+        nel = {i: set(d["not_exhaustive_category_ids"]) for i, d in self._images.items()}
+        for k, (i, c) in enumerate(zip(dt.image_id.tolist(), dt.category_id.tolist())):
+            keep[k] = c in neg[i] or (i, c) in pos
+            extra[k] = c in nel[i]
+        return keep, extra
+
+    def _run(self, full: bool) -> engine.Evaluated:
+        p = self.params
+        gt, dt = self._gt.anns, self._dt
+        img_ids = np.asarray(p.img_ids, dtype=np.int64)
+        cat_ids = np.asarray(p.cat_ids, dtype=np.int64)
+        sorted_cats = np.unique(cat_ids)
+        # get_ann_ids with category ids also keeps only 0 < area < inf (ground truths and detections alike).
+        gsel = np.ones(len(gt), dtype=bool)
+        dsel = np.ones(len(dt), dtype=bool)
+        if len(p.cat_ids):
+            gsel = (gt.area > 0) & (gt.area < np.inf)
+            dsel = (dt.area > 0) & (dt.area < np.inf)
+        in_img = np.isin(gt.image_id, img_ids) & gsel
+        if len(p.cat_ids):
+            in_img &= np.isin(gt.category_id, cat_ids)
+        keep, extra = self._federated(np.flatnonzero(in_img))
+        gt_sel = _subset(gt, gsel)
+        cells = engine.build_cells(gt_sel, dt, img_ids, sorted_cats, True, None, dt_keep=keep & dsel)
+        gm = dm = None
+        if p.iou_type == "segm":
+            gm = inputs.segmentations(gt_sel, cells.gt_rows, self._gt, "annotations")
+            dm = inputs.segmentations(dt, cells.dt_rows, self._gt, "results")
+        else:
+            inputs.gt_boxes(self._gt)
+            gt_sel.bbox = self._gt.anns.bbox
+        area_rng = np.asarray(p.area_rng, dtype=np.float64).reshape(-1, 2)
+        thr = np.asarray(p.iou_thrs, dtype=np.float64)
+        return engine.evaluate(cells, gt_sel, dt, p.iou_type, gm, dm, area_rng, thr, False, extra, full=full)
+
+    def evaluate(self) -> None:
+        """Per image, category and area range matching at every IoU threshold (federated rules)."""
+        p = self.params
+        if not p.use_cats:
+            raise ValueError("use_cats = 0 is not supported (lvis-api 0.5.3 evaluates no detection then)")
+        p.img_ids = list(np.unique(np.asarray(p.img_ids, dtype=np.int64)))
+        if len(set(p.cat_ids)) != len(p.cat_ids):
+            raise ValueError("params.cat_ids holds repeated ids")
+        for c in p.cat_ids:
+            if int(c) not in self._cats:
+                raise ValueError(f"params.cat_ids holds {c}, which is not a ground-truth category")
+            if self._cats[int(c)].get("frequency") not in p.img_count_lbl:
+                raise ValueError(f"category {c} has frequency {self._cats[int(c)].get('frequency')!r}, not r/c/f")
+        self._evaluated = self._run(full=False)
+        self._cat_order = np.asarray(p.cat_ids, dtype=np.int64)
+        self.eval_imgs = _LvisEvalImgs(self)
+
+    def accumulate(self) -> None:
+        """precision [T, R, K, A] and recall [T, K, A] (-1 where a category has no ground truth)."""
+        if self._evaluated is None:
+            raise RuntimeError("Please run evaluate first.")
+        p = self.params
+        cats = self._cat_order
+        # Evaluated cells are keyed by sorted category; output slot = the category's position in params.cat_ids.
+        cat_slot = np.argsort(cats, kind="stable")
+        img_sel = np.ones(max(len(p.img_ids), 1), dtype=bool)
+        K, A = len(cats), len(p.area_rng)
+        precision, recall, _ = engine.accumulate(
+            self._evaluated,
+            np.ascontiguousarray(cat_slot, dtype=np.int64),
+            img_sel,
+            K,
+            list(range(A)),
+            np.asarray(p.rec_thrs, dtype=np.float64),
+            [np.iinfo(np.int64).max],
+            (K, A, 1),
+            with_scores=False,
+        )
+        self.eval = {
+            "params": p,
+            "counts": [len(p.iou_thrs), len(p.rec_thrs), K, A],
+            "date": datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S"),
+            "precision": precision[..., 0],
+            "recall": recall[..., 0],
+        }
+
+    def _freq_groups(self) -> list[list[int]]:
+        groups = [[] for _ in self.params.img_count_lbl]
+        for idx, c in enumerate(self.params.cat_ids):
+            groups[self.params.img_count_lbl.index(self._cats[int(c)]["frequency"])].append(idx)
+        return groups
+
+    def _summarize(self, summary_type: str, iou_thr=None, area_rng="all", freq_group_idx=None) -> float:
+        p = self.params
+        aidx = [i for i, lbl in enumerate(p.area_rng_lbl) if lbl == area_rng]
+        s = self.eval["precision"] if summary_type == "ap" else self.eval["recall"]
+        if iou_thr is not None:
+            s = s[np.where(iou_thr == p.iou_thrs)[0]]
+        if summary_type == "ap":
+            s = s[:, :, self._freq_groups()[freq_group_idx], aidx] if freq_group_idx is not None else s[:, :, :, aidx]
+        else:
+            s = s[:, :, aidx]
+        return -1 if len(s[s > -1]) == 0 else np.mean(s[s > -1])
+
+    def summarize(self) -> None:
+        """AP, AP50, AP75, APs/m/l, APr/c/f, AR@300 and ARs/m/l@300 into ``results``."""
+        if not self.eval:
+            raise RuntimeError("Please run accumulate() first.")
+        md = self.params.max_dets
+        r = self.results
+        r["AP"] = self._summarize("ap")
+        r["AP50"] = self._summarize("ap", iou_thr=0.50)
+        r["AP75"] = self._summarize("ap", iou_thr=0.75)
+        r["APs"] = self._summarize("ap", area_rng="small")
+        r["APm"] = self._summarize("ap", area_rng="medium")
+        r["APl"] = self._summarize("ap", area_rng="large")
+        r["APr"] = self._summarize("ap", freq_group_idx=0)
+        r["APc"] = self._summarize("ap", freq_group_idx=1)
+        r["APf"] = self._summarize("ap", freq_group_idx=2)
+        r[f"AR@{md}"] = self._summarize("ar")
+        for area in ("small", "medium", "large"):
+            r[f"AR{area[0]}@{md}"] = self._summarize("ar", area_rng=area)
+
+    def run(self) -> None:
+        self.evaluate()
+        self.accumulate()
+        self.summarize()
+
+    def print_results(self) -> None:
+        """lvis-api's summary lines."""
+        template = " {:<18} {} @[ IoU={:<9} | area={:>6s} | maxDets={:>3d} catIds={:>3s}] = {:0.3f}"
+        for key, value in self.results.items():
+            title, kind = ("Average Precision", "(AP)") if "AP" in key else ("Average Recall", "(AR)")
+            if len(key) > 2 and key[2].isdigit():
+                iou = f"{float(key[2:]) / 100:0.2f}"
+            else:
+                iou = f"{self.params.iou_thrs[0]:0.2f}:{self.params.iou_thrs[-1]:0.2f}"
+            group = key[2] if len(key) > 2 and key[2] in ("r", "c", "f") else "all"
+            area = key[2] if len(key) > 2 and key[2] in ("s", "m", "l") else "all"
+            print(template.format(title, kind, iou, area, self.params.max_dets, group, value))
+
+    def get_results(self) -> OrderedDict:
+        return self.results
+
+
+def _subset(a: inputs.Anns, keep: np.ndarray) -> inputs.Anns:
+    """The same rows with unselected ones pushed out of every cell (their image id becomes -1, which no image
+    has), so row numbers and ``raw`` stay aligned."""
+    img = np.where(keep, a.image_id, np.int64(np.iinfo(np.int64).min))
+    return inputs.Anns(img, a.category_id, a.id, a.area, a.iscrowd, a.ignore, a.score, a.bbox, a.raw)
+
+
+class _LvisEvalImgs(Sequence):
+    """lvis-api's ``eval_imgs`` (category x area range x image: dict or None), built on first access."""
+
+    def __init__(self, owner: LVISEval):
+        self._owner = owner
+        self._ev: engine.Evaluated | None = None
+
+    def __len__(self) -> int:
+        p = self._owner.params
+        return len(self._owner._cat_order) * len(p.area_rng) * len(p.img_ids)
+
+    def __getitem__(self, n):
+        if isinstance(n, slice):
+            return [self[i] for i in range(*n.indices(len(self)))]
+        n = int(n) + (len(self) if int(n) < 0 else 0)
+        if not 0 <= n < len(self):
+            raise IndexError("eval_imgs index out of range")
+        o = self._owner
+        if self._ev is None:
+            self._ev = o._run(full=True)
+        p = o.params
+        n_img, n_area = len(p.img_ids), len(p.area_rng)
+        k, rest = divmod(n, n_area * n_img)
+        a, i = divmod(rest, n_img)
+        cat = o._cat_order[k]
+        k_sorted = int(np.searchsorted(np.sort(o._cat_order), cat))
+        parts = engine.eval_img(self._ev, k_sorted * n_img + i, a, o._gt.anns, o._dt)
+        if parts is None:
+            return None
+        dt_ids, gt_ids, dt_m, gt_m, scores, gt_ig, dt_ig = parts
+        return {
+            "image_id": p.img_ids[i],
+            "category_id": p.cat_ids[k],
+            "area_rng": p.area_rng[a],
+            "dt_ids": dt_ids,
+            "gt_ids": gt_ids,
+            "dt_matches": dt_m,
+            "gt_matches": gt_m,
+            "dt_scores": scores,
+            "gt_ignore": gt_ig,
+            "dt_ignore": dt_ig,
+        }

@@ -1,0 +1,370 @@
+"""torchmetrics-style mAP: ``mean_average_precision`` on per-image tensors and the stateful ``MeanAveragePrecision``
+(update / compute / reset, gathered across ``torch.distributed`` ranks), computed by the COCOeval engine.
+
+The numbers equal torchmetrics 1.9 ``MeanAveragePrecision`` with its pycocotools backend: images are numbered in
+update order, boxes are converted to xywh in their own dtype (torchvision ``box_convert``), a ground truth's
+``area`` is used when given and positive, else the box (or mask) area; categories are the labels seen."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from vlkernels.boxes import rle_counts as _rc
+from vlkernels.detection import inputs
+from vlkernels.detection.cocoeval import COCOeval, summarize_dets, summary_value
+
+_KEYS = ("map", "map_50", "map_75", "map_small", "map_medium", "map_large")
+
+
+def _xywh(boxes: torch.Tensor, fmt: str) -> torch.Tensor:
+    """torchvision ``box_convert(boxes, fmt, "xywh")`` expression for expression (in the boxes' dtype)."""
+    if fmt == "xywh":
+        return boxes
+    if fmt == "xyxy":
+        x1, y1, x2, y2 = boxes.unbind(-1)
+        return torch.stack((x1, y1, x2 - x1, y2 - y1), dim=-1)
+    cx, cy, w, h = boxes.unbind(-1)
+    x1, y1 = cx - 0.5 * w, cy - 0.5 * h
+    x2, y2 = cx + 0.5 * w, cy + 0.5 * h
+    return torch.stack((x1, y1, x2 - x1, y2 - y1), dim=-1)
+
+
+def _masks_of(masks: list[torch.Tensor]) -> inputs.Masks:
+    """RLE runs of every mask (images may differ in size), with areas and rleToBbox boxes."""
+    from vlkernels import _ext
+
+    counts, offsets, hs, ws = [], [0], [], []
+    for m in masks:
+        if m.shape[0] == 0:
+            continue
+        rc = _rc.encode_counts(m.to(torch.uint8) if m.dtype != torch.uint8 else m)
+        counts.append(rc.counts.cpu().numpy())
+        offsets.extend((rc.offsets[1:].cpu().numpy() + offsets[-1]).tolist())
+        hs += [m.shape[1]] * m.shape[0]
+        ws += [m.shape[2]] * m.shape[0]
+    runs = np.concatenate(counts) if counts else np.zeros(0, dtype=np.int64)
+    off = np.asarray(offsets, dtype=np.int64)
+    n = off.size - 1
+    h, w = np.asarray(hs, dtype=np.int64), np.asarray(ws, dtype=np.int64)
+    area, bbox = np.zeros(n, dtype=np.int64), np.zeros((n, 4))
+    if n:
+        C = _ext.load()
+        C.rle_area(runs.ctypes.data, off.ctypes.data, n, area.ctypes.data, 1)
+        C.rle_to_bbox(runs.ctypes.data, off.ctypes.data, n, h.ctypes.data, w.ctypes.data, bbox.ctypes.data)
+    return inputs.Masks(np.cumsum(runs), off, area, bbox)
+
+
+def _check_item(item: dict, k: int, name: str, iou_type: tuple, pred: bool) -> int:
+    if not isinstance(item, dict):
+        raise ValueError(f"{name}[{k}] must be a dict of tensors, got {type(item).__name__}")
+    need = ["labels"] + (["boxes"] if "bbox" in iou_type else []) + (["masks"] if "segm" in iou_type else [])
+    need += ["scores"] if pred else []
+    for key in need:
+        if not isinstance(item.get(key), torch.Tensor):
+            raise ValueError(f"{name}[{k}]['{key}'] must be a tensor")
+    labels = item["labels"]
+    if labels.dim() != 1 or (labels.numel() and (labels.dtype.is_floating_point or labels.dtype == torch.bool)):
+        raise ValueError(f"{name}[{k}]['labels'] must be a 1-D integer tensor")
+    n = labels.numel()
+    if "bbox" in iou_type:
+        b = item["boxes"]
+        if b.numel() and (b.dim() != 2 or b.shape != (n, 4)):
+            raise ValueError(f"{name}[{k}]['boxes'] must be ({n}, 4), got {tuple(b.shape)}")
+        if b.numel() and not torch.isfinite(b).all():
+            raise ValueError(f"{name}[{k}]['boxes'] must be finite")
+    if "segm" in iou_type:
+        m = item["masks"]
+        if m.dim() != 3 or m.shape[0] != n or m.dtype not in (torch.bool, torch.uint8):
+            raise ValueError(f"{name}[{k}]['masks'] must be ({n}, H, W) bool or uint8, got {tuple(m.shape)} {m.dtype}")
+    if pred:
+        s = item["scores"]
+        if s.shape != (n,) or not s.dtype.is_floating_point or not torch.isfinite(s).all():
+            raise ValueError(f"{name}[{k}]['scores'] must be ({n},) finite floats")
+    for key in ("iscrowd", "area"):
+        if key in item and (not isinstance(item[key], torch.Tensor) or item[key].shape != (n,)):
+            raise ValueError(f"{name}[{k}]['{key}'] must be a ({n},) tensor")
+    return n
+
+
+def _anns(items: list[dict], i_type: str, box_format: str, pred: bool, micro: bool, keep: np.ndarray, types: tuple):
+    """Columns of the items of the kept images (image id = position in update order)."""
+    rows = [(k, it) for k, it in enumerate(items) if keep[k]]
+    n = [it["labels"].numel() for _, it in rows]
+    img = np.repeat(np.asarray([k for k, _ in rows], dtype=np.int64), n)
+    lab = [it["labels"].detach().cpu().to(torch.int64) for _, it in rows]
+    cat = torch.cat(lab).numpy() if lab else np.zeros(0, dtype=np.int64)
+    if micro:
+        cat = np.zeros_like(cat)
+    total = int(img.size)
+    bbox, masks = None, None
+    if i_type == "bbox":
+        bs = [_xywh(it["boxes"].detach().cpu().reshape(-1, 4), box_format).double() for _, it in rows]
+        bbox = torch.cat(bs).numpy() if bs else np.zeros((0, 4))
+        bad = np.flatnonzero((bbox[:, 2] < 0) | (bbox[:, 3] < 0))
+        if bad.size:
+            raise ValueError(f"{'preds' if pred else 'target'}: box {bad[0]} (in update order) has a negative size")
+        area = bbox[:, 2] * bbox[:, 3]
+    else:
+        masks = _masks_of([it["masks"].detach() for _, it in rows])
+        area = masks.area.astype(np.float64)
+    crowd = np.zeros(total, dtype=np.uint8)
+    score = None
+    if pred:
+        score = torch.cat([it["scores"].detach().cpu().double() for _, it in rows]).numpy() if rows else np.zeros(0)
+    else:
+        cr = [it.get("iscrowd", torch.zeros(it["labels"].numel())).detach().cpu() for _, it in rows]
+        crowd = (torch.cat(cr).numpy() != 0).astype(np.uint8) if cr else crowd
+        given = [it.get("area", torch.zeros(it["labels"].numel())).detach().cpu().double() for _, it in rows]
+        given = torch.cat(given).numpy() if given else np.zeros(0)
+        if i_type == "bbox" and "segm" in types:
+            # torchmetrics gives a ground truth its mask area whenever "segm" is among the types, for both
+            # evaluations (only the detections' areas are switched per type).
+            area = _masks_of([it["masks"].detach() for _, it in rows]).area.astype(np.float64)
+        area = np.where(given > 0, given, area)
+    ids = np.arange(1, total + 1, dtype=np.int64)
+    return inputs.Anns(img, cat, ids, area, crowd, np.zeros(total, np.uint8), score, bbox, [], masks)
+
+
+def _evaluate(preds, target, i_type, box_format, iou_thrs, rec_thrs, max_dets, micro, class_ids, types):
+    n_img = len(target)
+    keep = np.ones(n_img, dtype=bool)
+    if i_type == "segm":
+        # torchmetrics leaves out of the ground truth every image with no target mask (and so its detections).
+        keep = np.array([t["masks"].shape[0] > 0 for t in target], dtype=bool)
+    gt_anns = _anns(target, i_type, box_format, False, micro, keep, types)
+    dt_anns = _anns(preds, i_type, box_format, True, micro, np.ones(len(preds), dtype=bool), types)
+    cats = np.asarray([0] if micro else class_ids, dtype=np.int64)
+    img_ids = np.flatnonzero(keep).astype(np.int64)
+    gt = inputs.GroundTruth(img_ids, np.zeros_like(img_ids), np.zeros_like(img_ids), cats, [], [], gt_anns)
+    E = COCOeval._prebuilt(gt, dt_anns, i_type)
+    E.params.iouThrs = np.array(iou_thrs, dtype=np.float64)
+    E.params.recThrs = np.array(rec_thrs, dtype=np.float64)
+    E.params.maxDets = list(max_dets)
+    E.evaluate()
+    E.accumulate()
+    return E
+
+
+def mean_average_precision(
+    preds: Sequence[dict],
+    target: Sequence[dict],
+    iou_type: str | tuple[str, ...] = "bbox",
+    box_format: str = "xyxy",
+    iou_thresholds: list[float] | None = None,
+    rec_thresholds: list[float] | None = None,
+    max_detection_thresholds: list[int] | None = None,
+    class_metrics: bool = False,
+    extended_summary: bool = False,
+    average: str = "macro",
+) -> dict[str, torch.Tensor]:
+    """COCO mAP / mAR of per-image predictions, as torchmetrics' ``MeanAveragePrecision`` (pycocotools backend).
+
+    Args:
+        preds: one dict per image: ``boxes`` ``(N, 4)`` in ``box_format``, ``scores`` ``(N,)``, ``labels`` ``(N,)``
+            int, and for ``"segm"`` ``masks`` ``(N, H, W)`` bool/uint8.
+        target: one dict per image: ``boxes``, ``labels``, ``masks`` as above; optional ``iscrowd`` ``(M,)`` and
+            ``area`` ``(M,)`` (used where positive).
+        iou_type: ``"bbox"``, ``"segm"`` or both as a tuple (keys then get a ``bbox_`` / ``segm_`` prefix).
+        box_format: ``"xyxy"``, ``"xywh"`` or ``"cxcywh"``.
+        iou_thresholds, rec_thresholds, max_detection_thresholds: COCO's defaults when None (3 maxDets).
+        class_metrics: also ``map_per_class`` and ``mar_{maxDet}_per_class`` (else -1).
+        extended_summary: also the ``precision`` [T, R, K, A, M], ``recall`` and ``scores`` arrays (no ``ious``).
+        average: ``"macro"`` (per category, then the mean) or ``"micro"`` (all labels as one category).
+
+    Returns:
+        dict of float32 tensors: map, map_50, map_75, map_small, map_medium, map_large, mar_{m0}, mar_{m1},
+        mar_{m2}, mar_small, mar_medium, mar_large, map_per_class, mar_{m2}_per_class, classes (int32).
+
+    Raises:
+        ValueError: mismatched lengths, malformed tensors (shapes, non-finite values, negative box sizes).
+
+    Note:
+        CPU; exact (the COCOeval engine). Not differentiable.
+
+    Example:
+        >>> box, label = torch.tensor([[10.0, 10, 50, 50]]), torch.tensor([1])
+        >>> p = [{"boxes": box, "scores": torch.tensor([0.9]), "labels": label}]
+        >>> t = [{"boxes": box + torch.tensor([0.0, 0, 0, 2]), "labels": label}]
+        >>> mean_average_precision(p, t)["map_50"]
+        tensor(1.)
+    """
+    types = (iou_type,) if isinstance(iou_type, str) else tuple(iou_type)
+    if not types or any(t not in ("bbox", "segm") for t in types):
+        raise ValueError(f"iou_type must be 'bbox', 'segm' or a tuple of them, got {iou_type!r}")
+    if box_format not in ("xyxy", "xywh", "cxcywh"):
+        raise ValueError(f"box_format must be 'xyxy', 'xywh' or 'cxcywh', got {box_format!r}")
+    if average not in ("macro", "micro"):
+        raise ValueError(f"average must be 'macro' or 'micro', got {average!r}")
+    if len(preds) != len(target):
+        raise ValueError(f"preds and target must hold one dict per image: {len(preds)} != {len(target)}")
+    for k, (p, t) in enumerate(zip(preds, target)):
+        _check_item(p, k, "preds", types, True)
+        _check_item(t, k, "target", types, False)
+    iou_thrs = iou_thresholds or torch.linspace(0.5, 0.95, round((0.95 - 0.5) / 0.05) + 1).tolist()
+    rec_thrs = rec_thresholds or torch.linspace(0.0, 1.00, round(1.00 / 0.01) + 1).tolist()
+    max_dets = sorted(max_detection_thresholds or [1, 10, 100])
+    if len(max_dets) != 3:
+        raise ValueError("max_detection_thresholds must hold 3 values")
+    labels = [d["labels"].detach().cpu().to(torch.int64) for d in list(preds) + list(target)]
+    classes = torch.cat(labels).unique().tolist() if labels else []
+    out: dict[str, torch.Tensor] = {}
+    for i_type in types:
+        prefix = "" if len(types) == 1 else f"{i_type}_"
+        if len(preds) == 0:
+            stats = [-1.0] * 12
+            E = None
+        else:
+            micro = average == "micro"
+            E = _evaluate(preds, target, i_type, box_format, iou_thrs, rec_thrs, max_dets, micro, classes, types)
+            stats = summarize_dets(E.eval, E.params, show=False)
+        names = [*_KEYS, *(f"mar_{m}" for m in max_dets), "mar_small", "mar_medium", "mar_large"]
+        out.update({f"{prefix}{k}": torch.tensor(float(v), dtype=torch.float32) for k, v in zip(names, stats)})
+        if extended_summary and E is not None:
+            for key in ("precision", "recall", "scores"):
+                out[f"{prefix}{key}"] = torch.tensor(E.eval[key])
+        per_map, per_mar = torch.tensor([-1.0]), torch.tensor([-1.0])
+        if class_metrics and E is not None:
+            Em = (
+                E
+                if average == "macro"
+                else _evaluate(preds, target, i_type, box_format, iou_thrs, rec_thrs, max_dets, False, classes, types)
+            )
+            per_map, per_mar = _per_class(Em, len(classes))
+        out[f"{prefix}map_per_class"] = per_map.to(torch.float32).squeeze() if per_map.numel() == 1 else per_map
+        key = f"{prefix}mar_{max_dets[-1]}_per_class"
+        out[key] = per_mar.to(torch.float32).squeeze() if per_mar.numel() == 1 else per_mar
+    cls = torch.tensor(classes, dtype=torch.int32)
+    out["classes"] = cls.squeeze() if cls.numel() == 1 else cls
+    return out
+
+
+def _per_class(E: COCOeval, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """stats[0] and stats[8] of a one-category evaluation per class: its slice of the full evaluation (categories
+    are evaluated independently)."""
+    maps, mars = [], []
+    p = E.params
+    with contextlib.redirect_stdout(io.StringIO()):
+        for k in range(n):
+            ev = {"precision": E.eval["precision"][:, :, k : k + 1], "recall": E.eval["recall"][:, k : k + 1]}
+            maps.append(float(summary_value(ev, p, True, None, "all", 100, show=False)))
+            mars.append(float(summary_value(ev, p, False, None, "all", p.maxDets[2], show=False)))
+    return torch.tensor(maps, dtype=torch.float32), torch.tensor(mars, dtype=torch.float32)
+
+
+class MeanAveragePrecision:
+    """Stateful :func:`mean_average_precision`: ``update(preds, target)`` per batch, ``compute()``, ``reset()``.
+
+    Under ``torch.distributed`` (initialized), ``compute`` gathers every rank's images first, in torchmetrics'
+    order (image j of each rank's list, rank by rank), so every rank returns the same numbers as a single process
+    that saw the interleaved stream. Keyword arguments are :func:`mean_average_precision`'s.
+    """
+
+    def __init__(self, **kwargs):
+        self.kwargs = kwargs
+        mean_average_precision([], [], **{k: v for k, v in kwargs.items() if k != "class_metrics"})
+        self.reset()
+
+    def reset(self) -> None:
+        self._preds: list[dict] = []
+        self._target: list[dict] = []
+
+    def update(self, preds: Sequence[dict], target: Sequence[dict]) -> None:
+        """Append one batch (tensors are detached and moved to the CPU)."""
+        if len(preds) != len(target):
+            raise ValueError(f"preds and target must hold one dict per image: {len(preds)} != {len(target)}")
+        types = self.kwargs.get("iou_type", "bbox")
+        types = (types,) if isinstance(types, str) else tuple(types)
+        base = len(self._preds)
+        for k, (p, t) in enumerate(zip(preds, target)):
+            _check_item(p, base + k, "preds", types, True)
+            _check_item(t, base + k, "target", types, False)
+            self._preds.append({key: v.detach().cpu() for key, v in p.items() if isinstance(v, torch.Tensor)})
+            self._target.append({key: v.detach().cpu() for key, v in t.items() if isinstance(v, torch.Tensor)})
+
+    def _gathered(self) -> tuple[list, list]:
+        dist = torch.distributed
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+            return self._preds, self._target
+        world = dist.get_world_size()
+        preds, target = _gather_items(self._preds), _gather_items(self._target)
+        longest = max(len(p) for p in preds)
+        # torchmetrics' order: image j of every rank, then image j + 1.
+        p = [preds[r][j] for j in range(longest) for r in range(world) if j < len(preds[r])]
+        t = [target[r][j] for j in range(longest) for r in range(world) if j < len(target[r])]
+        return p, t
+
+    def compute(self) -> dict[str, torch.Tensor]:
+        preds, target = self._gathered()
+        return mean_average_precision(preds, target, **self.kwargs)
+
+
+_FIELDS = ("boxes", "scores", "labels", "masks", "iscrowd", "area")
+
+
+def _all_gather_1d(t: torch.Tensor) -> list[torch.Tensor]:
+    """Every rank's 1-D tensor (lengths may differ): sizes first, then the data padded to the longest."""
+    dist = torch.distributed
+    world = dist.get_world_size()
+    sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
+    dist.all_gather(sizes, torch.tensor([t.numel()], dtype=torch.int64))
+    longest = max(int(x) for x in sizes)
+    pad = torch.zeros(longest, dtype=t.dtype)
+    pad[: t.numel()] = t
+    outs = [torch.zeros(longest, dtype=t.dtype) for _ in range(world)]
+    dist.all_gather(outs, pad)
+    return [o[: int(x)] for o, x in zip(outs, sizes)]
+
+
+def _gather_items(items: list[dict]) -> list[list[dict]]:
+    """Each rank's list of per-image tensor dicts, exchanged as flat tensors (shape table + data per field)."""
+    per_rank: list[list[dict]] | None = None
+    for key in _FIELDS:
+        # Shape table: [ndim, d0, d1, d2] per image (ndim -1: the image has no such field).
+        shapes, flat, dtype = [], [], None
+        for it in items:
+            v = it.get(key)
+            if v is None:
+                shapes.append([-1, 0, 0, 0])
+                continue
+            dtype = v.dtype
+            dims = list(v.shape) + [0] * (3 - v.dim())
+            shapes.append([v.dim(), *dims[:3]])
+            flat.append(v.reshape(-1).to(torch.uint8 if v.dtype == torch.bool else v.dtype))
+        code = torch.tensor([_DTYPES.index(dtype) if dtype is not None else -1], dtype=torch.int64)
+        codes = _all_gather_1d(code)
+        known = [int(c) for c in codes if int(c) >= 0]
+        wire = _DTYPES[known[0]] if known else torch.float64
+        wire = torch.uint8 if wire == torch.bool else wire
+        data = torch.cat(flat).to(wire) if flat else torch.zeros(0, dtype=wire)
+        table = torch.tensor(shapes, dtype=torch.int64).reshape(-1)
+        tables, datas = _all_gather_1d(table), _all_gather_1d(data)
+        if per_rank is None:
+            per_rank = [[{} for _ in range(t.numel() // 4)] for t in tables]
+        for r, (tab, dat) in enumerate(zip(tables, datas)):
+            pos = 0
+            for j, row in enumerate(tab.reshape(-1, 4).tolist()):
+                if row[0] < 0:
+                    continue
+                shape = row[1 : 1 + row[0]]
+                n = int(np.prod(shape)) if shape else 1
+                v = dat[pos : pos + n].reshape(shape)
+                per_rank[r][j][key] = v.bool() if _DTYPES[int(codes[r])] == torch.bool else v
+                pos += n
+    return per_rank or []
+
+
+_DTYPES = [
+    torch.float32,
+    torch.float64,
+    torch.float16,
+    torch.bfloat16,
+    torch.int64,
+    torch.int32,
+    torch.uint8,
+    torch.bool,
+]
