@@ -68,3 +68,75 @@ def test_cli_nested_json_subprocess(tmp_path):
     cmd = [sys.executable, "-m", "vlkernels.cli", "captions", str(refs), str(preds)]
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 2 and r.stderr.strip().endswith("JSON nested too deeply to read"), r.stderr
+
+
+def _raw_demo(shared_data, n=300):
+    import gzip
+
+    golden = shared_data / "captions" / "golden"
+    with gzip.open(golden / "coco_val2014_captions_reconstructed.json.gz", "rt", encoding="utf-8") as f:
+        raw = json.load(f)
+    ids = sorted(raw)[:n]
+    anns = {"annotations": [{"image_id": int(k), "id": j, "caption": c} for k in ids for j, c in enumerate(raw[k])]}
+    # Results in another order than the annotations, a few of them only; captions of other images as candidates.
+    results = [{"image_id": int(k), "caption": raw[ids[(i * 7) % n]][0]} for i, k in enumerate(reversed(ids[: n - 20]))]
+    return anns, results
+
+
+@pytest.mark.parametrize("tokenize", [True, False])
+@pytest.mark.parametrize("blocks", [(65536, 4096), (3, 2)])
+def test_file_path_equals_the_object_path(shared_data, tmp_path, monkeypatch, tokenize, blocks):
+    # Two paths: the C++ file reader (blocked PTB tokenization and blocked document frequencies) and the Python
+    # objects path; equal bit for bit, per image and in corpus, whatever the block sizes.
+    from vlkernels.captioning import evaluate
+
+    anns, results = _raw_demo(shared_data)
+    monkeypatch.setattr(evaluate, "_BLOCK_CAPTIONS", blocks[0])
+    monkeypatch.setattr(evaluate, "_BLOCK_IMAGES", blocks[1])
+    files = evaluate_captions(_write(tmp_path, "a.json", anns), _write(tmp_path, "r.json", results), tokenize=tokenize)
+    objects = evaluate_captions(anns, results, tokenize=tokenize)
+    assert files == objects and files["images"] == 280
+
+
+def _write_big(path, n_img, refs=5, seed=0):
+    import random
+
+    rng = random.Random(seed)
+    words = "a man riding wave on top of surfboard the dog cat sitting table with plate food two people".split()
+
+    def cap():
+        return " ".join(rng.choice(words) for _ in range(rng.randint(7, 14))).capitalize() + "."
+
+    with open(path / "refs.json", "w") as f:
+        f.write('{"info": {}, "images": [], "annotations": [')
+        f.write(
+            ",".join(f'{{"image_id": {i}, "id": {j}, "caption": "{cap()}"}}' for i in range(n_img) for j in range(refs))
+        )
+        f.write("]}")
+    with open(path / "preds.json", "w") as f:
+        f.write("[" + ",".join(f'{{"image_id": {i}, "caption": "{cap()}"}}' for i in range(n_img)) + "]")
+    return path / "refs.json", path / "preds.json"
+
+
+_HWM = "int(next(l for l in open('/proc/self/status') if l.startswith('VmHWM')).split()[1])"
+
+
+@pytest.mark.slow
+def test_cli_peak_memory_bounded_by_the_file_size(tmp_path):
+    # Peak RSS of `vlkernels captions` above the interpreter's own (the same imports, no file) stays <= 3x the
+    # files' size (it was ~16x when the files became Python objects).
+    refs, preds = _write_big(tmp_path, 100_000)
+    size = refs.stat().st_size + preds.stat().st_size
+    assert size > 50e6
+    # Peak RSS of the process before the command (imports and the extension loaded) and after it.
+    code = (
+        "from vlkernels.cli import main; import vlkernels._ext as e; e.load(); "
+        f"base = {_HWM}; rc = main(['captions', {str(refs)!r}, {str(preds)!r}]); "
+        f"assert rc == 0; print(base, {_HWM})"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    base, peak = map(int, r.stdout.strip().splitlines()[-1].split())
+    ratio = (peak - base) * 1024 / size
+    print(f"peak RSS above baseline: {ratio:.2f}x the files ({size / 1e6:.0f} MB; {peak}, {base} KiB)")
+    assert ratio <= 3.0, f"peak {peak} KiB, baseline {base} KiB, files {size / 1e6:.0f} MB: {ratio:.2f}x"
