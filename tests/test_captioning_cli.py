@@ -140,3 +140,82 @@ def test_cli_peak_memory_bounded_by_the_file_size(tmp_path):
     ratio = (peak - base) * 1024 / size
     print(f"peak RSS above baseline: {ratio:.2f}x the files ({size / 1e6:.0f} MB; {peak}, {base} KiB)")
     assert ratio <= 3.0, f"peak {peak} KiB, baseline {base} KiB, files {size / 1e6:.0f} MB: {ratio:.2f}x"
+
+
+def test_file_reader_decodes_json_like_python(tmp_path):
+    # Escapes, surrogate pairs, non-ASCII, extra fields, duplicate keys (the last wins), str and int ids, -0 and
+    # whitespace: the C++ reader gives the captions Python's json gives.
+    refs_text = (
+        ' [ {"image_id": 1, "caption": "a \\u00e9t\\u00c9 d\\u00f6g \\ud83d\\ude00 \\"x\\" \\\\ \\/ \\t end"},\n'
+        '{"caption": "ignored", "image_id": 1, "caption": "a dog\\nruns", "extra": [1, {"a": null}, 2.5e3, true]},'
+        '{"image_id": "x1", "caption": "日本 語 cat"}, {"image_id": -0, "caption": "zero dog"} ]\r\n'
+    )
+    preds_text = '[{"image_id": 1, "caption": "a d\\u00f6g runs"}, {"image_id": "x1", "caption": "cat"},\n' + (
+        '{"image_id": 0, "caption": "zero"}]'
+    )
+    refs = _write(tmp_path, "refs.json", refs_text)
+    preds = _write(tmp_path, "preds.json", preds_text)
+    for tokenize in (False, True):
+        got = evaluate_captions(refs, preds, tokenize=tokenize)
+        want = evaluate_captions(json.loads(refs_text), json.loads(preds_text), tokenize=tokenize)
+        assert got == want
+
+
+@pytest.mark.parametrize(
+    "text,match",
+    [
+        ('[{"image_id": 1, "caption": "a \\ud800 b"}]', "lone surrogate"),
+        ('[{"image_id": 1, "caption": "a\x01"}]', "malformed JSON: invalid control character"),
+        ('[{"image_id": 1, "caption": "a"} 5]', "malformed JSON"),
+        ('[{"image_id": 1, "caption": "a"}] x', "malformed JSON: extra data"),
+        ('[{"image_id": 01, "caption": "a"}]', "malformed JSON"),
+        ('[{"image_id": 1.5, "caption": "a"}]', r"\[0\]: image_id must be an int or str, got float"),
+        ('[{"image_id": true, "caption": "a"}]', "image_id must be an int or str, got bool"),
+        ('[{"image_id": 1, "caption": null}]', r"\[0\] \(image 1\): caption must be str, got NoneType"),
+        ('[{"image_id": 1}]', r"\[0\]: record must be a dict with 'image_id' and 'caption'"),
+        ("[3]", r"\[0\]: record must be a dict"),
+        ('"text"', "expected a list of .* records, got str"),
+        ("", "malformed JSON"),
+        ('[{"image_id": 1, "caption": "\\x"}]', "invalid escape"),
+    ],
+)
+def test_file_reader_errors(tmp_path, text, match):
+    refs = _write(tmp_path, "refs.json", '[{"image_id": 1, "caption": "a"}]')
+    bad = _write(tmp_path, "bad.json", text)
+    with pytest.raises(ValueError, match=match):
+        evaluate_captions(refs, bad, tokenize=False)
+    (tmp_path / "latin1.json").write_bytes(b'[{"image_id": 1, "caption": "\xe9"}]')
+    with pytest.raises(ValueError, match="latin1.json: invalid UTF-8 at byte 29"):
+        evaluate_captions(refs, tmp_path / "latin1.json", tokenize=False)
+    with pytest.raises(ValueError, match="missing.json: cannot read"):
+        evaluate_captions(refs, tmp_path / "missing.json", tokenize=False)
+
+
+def test_bindings_check_what_they_receive():
+    # The C++ layer checks its inputs itself (a wrong object from a private caller is an exception, never a read
+    # out of bounds).
+    import numpy as np
+
+    from vlkernels import _ext
+
+    C = _ext.load()
+    with pytest.raises(TypeError, match="gts and res must be dicts"):
+        C.cap_score_images([], {}, False, C.CAP_CIDER, 4, 6.0, True, 0.0, np.zeros(2))
+    with pytest.raises(ValueError, match="n must be in"):
+        C.cap_score_images({}, {}, False, C.CAP_CIDER, 9, 6.0, True, 0.0, np.zeros(2))
+    with pytest.raises(ValueError, match="same image ids"):
+        C.cap_score_images({1: ["a"]}, {2: ["a"]}, False, C.CAP_CIDER, 4, 6.0, True, 0.0, np.zeros(2))
+    df = C.CapCiderDf(4)
+    i64 = np.int64
+    with pytest.raises(ValueError, match="outside the data array"):
+        df.add_documents((np.zeros(3, i64), np.array([2], i64), np.array([5], i64)), np.array([0, 1], i64))
+    with pytest.raises(ValueError, match="group offsets"):
+        df.add_documents(["a b"], np.array([0, 5], i64))
+    df.add_documents(["a b"], np.array([0, 1], i64))
+    log = np.log(np.maximum(1.0, np.arange(4.0)))
+    with pytest.raises(ValueError, match="ref_index out of range"):
+        df.score(["a"], ["a b"], np.array([0, 1], i64), np.array([3], i64), 6.0, 0.0, log)
+    with pytest.raises(ValueError, match="one entry per candidate"):
+        df.score(["a", "b"], ["a b"], np.array([0, 1], i64), np.array([0], i64), 6.0, 0.0, log)
+    with pytest.raises(ValueError, match=r"outside \[0, num_docs = 2\]"):
+        C.CapCiderDf(4).set_items(["a"], np.array([3], i64), 2)
