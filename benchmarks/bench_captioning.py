@@ -164,3 +164,44 @@ def _scst(images: int, samples: int, device: str):
         notes=f"{images * samples} candidates/call ({images} images x {samples} samples), Karpathy-test df; "
         "candidates/s = this count / median",
     )
+
+
+@register("captioning", "coco_files", quick={"images": 1000}, full={"images": 40504}, devices=("cpu",))
+def _coco_files(images: int, device: str):
+    """`vlkernels captions` from files (C++ reader, blocked tokenizer and df) against the same from Python objects."""
+    import tempfile
+
+    from vlkernels.captioning import evaluate_captions
+
+    raw = _golden("coco_val2014_captions_reconstructed.json.gz")
+    if raw is None:
+        return []
+    ids = list(raw)[:images]
+    anns = {"annotations": [{"image_id": int(k), "id": j, "caption": c} for k in ids for j, c in enumerate(raw[k][1:])]}
+    results = [{"image_id": int(k), "caption": raw[k][0]} for k in ids]
+    tmp = Path(tempfile.mkdtemp(prefix="bench_coco_files_"))
+    (tmp / "anns.json").write_text(json.dumps(anns), encoding="utf-8")
+    (tmp / "results.json").write_text(json.dumps(results), encoding="utf-8")
+
+    def from_objects():
+        with open(tmp / "anns.json", encoding="utf-8") as f:
+            a = json.load(f)
+        with open(tmp / "results.json", encoding="utf-8") as f:
+            r = json.load(f)
+        return evaluate_captions(a, r, per_image=False)
+
+    def check(out):
+        if out["vlkernels"] != out["python_objects"]:
+            raise AssertionError("the file path and the object path differ")
+
+    return Bench(
+        providers={
+            "vlkernels": lambda: evaluate_captions(tmp / "anns.json", tmp / "results.json", per_image=False),
+            "python_objects": from_objects,
+        },
+        baseline="python_objects",
+        check=check,
+        repeats=3,
+        mode="files",
+        notes=f"{images} val2014 images, raw captions (held-out protocol): json.load + one C++ call vs C++ file reader",
+    )

@@ -8,12 +8,14 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <memory>
 #include <mutex>
 #include <shared_mutex>
 #include <string>
 #include <vector>
 
 #include "captioning/cider.h"
+#include "captioning/coco_eval.h"
 #include "captioning/ngrams.h"
 #include "ptb_captions.h"
 #include "registry.h"
@@ -423,6 +425,67 @@ py::array_t<double> df_score(const vlk::cap::CiderDf& self, const py::object& ca
   return out;
 }
 
+// COCO-format evaluation of two files (BLEU-1..4 counts, ROUGE-L, CIDEr-D per image, results order) with bounded
+// memory: nothing per caption becomes a Python object. Returns {"keys": [image ids], "cider", "bleu_stats",
+// "bleu", "rouge", "any_ref_words"}; every input problem is a ValueError naming the file.
+py::dict evaluate_files(const std::string& refs, const std::string& preds, bool tokenize, int64_t block_captions,
+                        int64_t block_images) {
+  if (block_images < 1) throw py::value_error("block_images must be positive");
+  auto ev = std::make_unique<vlk::cap::CocoEval>();
+  try {
+    py::gil_scoped_release release;
+    vlk::cap::coco_prepare(refs, preds, tokenize, block_captions, *ev);
+  } catch (const std::runtime_error& e) {
+    throw py::value_error(e.what());  // a JsonError or an unreadable file
+  }
+  const int64_t m = ev->num_images();
+  py::module_ common = py::module_::import("vlkernels.captioning._common");
+  // The logarithms come from numpy, as the Python scorers compute them (bit-identical scores).
+  auto logdf = common.attr("log_table")(m).cast<py::array_t<double, py::array::c_style | py::array::forcecast>>();
+  const double ref_len = common.attr("ref_len_of")(m).cast<double>();
+  py::array_t<double> cider(m), rouge(m), bleu({m, int64_t{4}});
+  py::array_t<int64_t> stats({m, int64_t{10}});
+  double *pc = cider.mutable_data(), *pr = rouge.mutable_data(), *pb = bleu.mutable_data();
+  int64_t* ps = stats.mutable_data();
+  bool any_ref_words = false;
+  {
+    // One split of the text alive at a time, and the text freed before the CIDEr-D tables are built.
+    py::gil_scoped_release release;
+    vlk::cap::CocoEval& e = *ev;
+    {
+      vlk::cap::Vocab vocab;
+      Tokens spaces;
+      vlk::cap::tokenize_texts(e.views, vlk::cap::Split::kSpace, vocab, spaces);
+      vlk::cap::rouge_l_images(spaces, e.cand.data(), e.ref_off.data(), e.ref_caps.data(), m, 1.2, pr);
+    }
+    vlk::cap::Vocab vocab;
+    Tokens words;
+    vlk::cap::tokenize_texts(e.views, vlk::cap::Split::kWhitespace, vocab, words);
+    vlk::cap::coco_release_text(e);
+    any_ref_words = words.off[e.ref_caps.size()] > 0;
+    vlk::cap::bleu_images(words, e.cand.data(), e.ref_off.data(), e.ref_caps.data(), m, 4, ps, pb);
+    if (any_ref_words) vlk::cap::coco_cider_d(e, words, logdf.data(), logdf.size(), ref_len, block_images, pc);
+  }
+  py::list keys;
+  for (const std::string& k : ev->keys) {
+    if (k[0] == 'i') {
+      PyObject* v = PyLong_FromString(k.c_str() + 1, nullptr, 10);
+      if (v == nullptr) throw py::error_already_set();
+      keys.append(py::reinterpret_steal<py::object>(v));
+    } else {
+      keys.append(py::str(k.data() + 1, k.size() - 1));
+    }
+  }
+  py::dict out;
+  out["keys"] = keys;
+  out["cider"] = cider;
+  out["rouge"] = rouge;
+  out["bleu"] = bleu;
+  out["bleu_stats"] = stats;
+  out["any_ref_words"] = any_ref_words;
+  return out;
+}
+
 // A reader of the table that another thread may be filling (add_documents runs without the GIL).
 template <typename R>
 R locked(const vlk::cap::CiderDf& d, R (vlk::cap::CiderDf::*get)() const) {
@@ -448,6 +511,7 @@ VLK_BIND(captioning) {
   m.attr("CAP_ROUGE") = static_cast<int>(kRouge);
   m.def("cap_score_images", &score_images);
   m.def("cap_split_words", &split_words);
+  m.def("cap_evaluate_files", &evaluate_files);
   py::class_<vlk::cap::CiderDf>(m, "CapCiderDf")
       .def(py::init<int>())
       .def_property_readonly("n", &vlk::cap::CiderDf::n)

@@ -68,3 +68,154 @@ def test_cli_nested_json_subprocess(tmp_path):
     cmd = [sys.executable, "-m", "vlkernels.cli", "captions", str(refs), str(preds)]
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 2 and r.stderr.strip().endswith("JSON nested too deeply to read"), r.stderr
+
+
+def _raw_demo(shared_data, n=300):
+    import gzip
+
+    golden = shared_data / "captions" / "golden"
+    with gzip.open(golden / "coco_val2014_captions_reconstructed.json.gz", "rt", encoding="utf-8") as f:
+        raw = json.load(f)
+    ids = sorted(raw)[:n]
+    anns = {"annotations": [{"image_id": int(k), "id": j, "caption": c} for k in ids for j, c in enumerate(raw[k])]}
+    # Results in another order than the annotations, a few of them only; captions of other images as candidates.
+    results = [{"image_id": int(k), "caption": raw[ids[(i * 7) % n]][0]} for i, k in enumerate(reversed(ids[: n - 20]))]
+    return anns, results
+
+
+@pytest.mark.parametrize("tokenize", [True, False])
+@pytest.mark.parametrize("blocks", [(65536, 4096), (3, 2)])
+def test_file_path_equals_the_object_path(shared_data, tmp_path, monkeypatch, tokenize, blocks):
+    # Two paths: the C++ file reader (blocked PTB tokenization and blocked document frequencies) and the Python
+    # objects path; equal bit for bit, per image and in corpus, whatever the block sizes.
+    from vlkernels.captioning import evaluate
+
+    anns, results = _raw_demo(shared_data)
+    monkeypatch.setattr(evaluate, "_BLOCK_CAPTIONS", blocks[0])
+    monkeypatch.setattr(evaluate, "_BLOCK_IMAGES", blocks[1])
+    files = evaluate_captions(_write(tmp_path, "a.json", anns), _write(tmp_path, "r.json", results), tokenize=tokenize)
+    objects = evaluate_captions(anns, results, tokenize=tokenize)
+    assert files == objects and files["images"] == 280
+
+
+def _write_big(path, n_img, refs=5, seed=0):
+    import random
+
+    rng = random.Random(seed)
+    words = "a man riding wave on top of surfboard the dog cat sitting table with plate food two people".split()
+
+    def cap():
+        return " ".join(rng.choice(words) for _ in range(rng.randint(7, 14))).capitalize() + "."
+
+    with open(path / "refs.json", "w") as f:
+        f.write('{"info": {}, "images": [], "annotations": [')
+        f.write(
+            ",".join(f'{{"image_id": {i}, "id": {j}, "caption": "{cap()}"}}' for i in range(n_img) for j in range(refs))
+        )
+        f.write("]}")
+    with open(path / "preds.json", "w") as f:
+        f.write("[" + ",".join(f'{{"image_id": {i}, "caption": "{cap()}"}}' for i in range(n_img)) + "]")
+    return path / "refs.json", path / "preds.json"
+
+
+_HWM = "int(next(l for l in open('/proc/self/status') if l.startswith('VmHWM')).split()[1])"
+
+
+@pytest.mark.slow
+def test_cli_peak_memory_bounded_by_the_file_size(tmp_path):
+    # Peak RSS of `vlkernels captions` above the interpreter's own (the same imports, no file) stays <= 3x the
+    # files' size (it was ~16x when the files became Python objects).
+    refs, preds = _write_big(tmp_path, 100_000)
+    size = refs.stat().st_size + preds.stat().st_size
+    assert size > 50e6
+    # Peak RSS of the process before the command (imports and the extension loaded) and after it.
+    code = (
+        "from vlkernels.cli import main; import vlkernels._ext as e; e.load(); "
+        f"base = {_HWM}; rc = main(['captions', {str(refs)!r}, {str(preds)!r}]); "
+        f"assert rc == 0; print(base, {_HWM})"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    base, peak = map(int, r.stdout.strip().splitlines()[-1].split())
+    ratio = (peak - base) * 1024 / size
+    print(f"peak RSS above baseline: {ratio:.2f}x the files ({size / 1e6:.0f} MB; {peak}, {base} KiB)")
+    assert ratio <= 3.0, f"peak {peak} KiB, baseline {base} KiB, files {size / 1e6:.0f} MB: {ratio:.2f}x"
+
+
+def test_file_reader_decodes_json_like_python(tmp_path):
+    # Escapes, surrogate pairs, non-ASCII, extra fields, duplicate keys (the last wins), str and int ids, -0 and
+    # whitespace: the C++ reader gives the captions Python's json gives.
+    refs_text = (
+        ' [ {"image_id": 1, "caption": "a \\u00e9t\\u00c9 d\\u00f6g \\ud83d\\ude00 \\"x\\" \\\\ \\/ \\t end"},\n'
+        '{"caption": "ignored", "image_id": 1, "caption": "a dog\\nruns", "extra": [1, {"a": null}, 2.5e3, true]},'
+        '{"image_id": "x1", "caption": "日本 語 cat"}, {"image_id": -0, "caption": "zero dog"} ]\r\n'
+    )
+    preds_text = '[{"image_id": 1, "caption": "a d\\u00f6g runs"}, {"image_id": "x1", "caption": "cat"},\n' + (
+        '{"image_id": 0, "caption": "zero"}]'
+    )
+    refs = _write(tmp_path, "refs.json", refs_text)
+    preds = _write(tmp_path, "preds.json", preds_text)
+    for tokenize in (False, True):
+        got = evaluate_captions(refs, preds, tokenize=tokenize)
+        want = evaluate_captions(json.loads(refs_text), json.loads(preds_text), tokenize=tokenize)
+        assert got == want
+
+
+@pytest.mark.parametrize(
+    "text,match",
+    [
+        ('[{"image_id": 1, "caption": "a \\ud800 b"}]', "lone surrogate"),
+        ('[{"image_id": 1, "caption": "a\x01"}]', "malformed JSON: invalid control character"),
+        ('[{"image_id": 1, "caption": "a"} 5]', "malformed JSON"),
+        ('[{"image_id": 1, "caption": "a"}] x', "malformed JSON: extra data"),
+        ('[{"image_id": 01, "caption": "a"}]', "malformed JSON"),
+        ('[{"image_id": 1.5, "caption": "a"}]', r"\[0\]: image_id must be an int or str, got float"),
+        ('[{"image_id": true, "caption": "a"}]', "image_id must be an int or str, got bool"),
+        ('[{"image_id": 1, "caption": null}]', r"\[0\] \(image 1\): caption must be str, got NoneType"),
+        ('[{"image_id": 1}]', r"\[0\]: record must be a dict with 'image_id' and 'caption'"),
+        ("[3]", r"\[0\]: record must be a dict"),
+        ('"text"', "expected a list of .* records, got str"),
+        ("", "malformed JSON"),
+        ('[{"image_id": 1, "caption": "\\x"}]', "invalid escape"),
+    ],
+)
+def test_file_reader_errors(tmp_path, text, match):
+    refs = _write(tmp_path, "refs.json", '[{"image_id": 1, "caption": "a"}]')
+    bad = _write(tmp_path, "bad.json", text)
+    with pytest.raises(ValueError, match=match):
+        evaluate_captions(refs, bad, tokenize=False)
+    (tmp_path / "latin1.json").write_bytes(b'[{"image_id": 1, "caption": "\xe9"}]')
+    with pytest.raises(ValueError, match="latin1.json: invalid UTF-8 at byte 29"):
+        evaluate_captions(refs, tmp_path / "latin1.json", tokenize=False)
+    with pytest.raises(ValueError, match="missing.json: cannot read"):
+        evaluate_captions(refs, tmp_path / "missing.json", tokenize=False)
+
+
+def test_bindings_check_what_they_receive():
+    # The C++ layer checks its inputs itself (a wrong object from a private caller is an exception, never a read
+    # out of bounds).
+    import numpy as np
+
+    from vlkernels import _ext
+
+    C = _ext.load()
+    with pytest.raises(TypeError, match="gts and res must be dicts"):
+        C.cap_score_images([], {}, False, C.CAP_CIDER, 4, 6.0, True, 0.0, np.zeros(2))
+    with pytest.raises(ValueError, match="n must be in"):
+        C.cap_score_images({}, {}, False, C.CAP_CIDER, 9, 6.0, True, 0.0, np.zeros(2))
+    with pytest.raises(ValueError, match="same image ids"):
+        C.cap_score_images({1: ["a"]}, {2: ["a"]}, False, C.CAP_CIDER, 4, 6.0, True, 0.0, np.zeros(2))
+    df = C.CapCiderDf(4)
+    i64 = np.int64
+    with pytest.raises(ValueError, match="outside the data array"):
+        df.add_documents((np.zeros(3, i64), np.array([2], i64), np.array([5], i64)), np.array([0, 1], i64))
+    with pytest.raises(ValueError, match="group offsets"):
+        df.add_documents(["a b"], np.array([0, 5], i64))
+    df.add_documents(["a b"], np.array([0, 1], i64))
+    log = np.log(np.maximum(1.0, np.arange(4.0)))
+    with pytest.raises(ValueError, match="ref_index out of range"):
+        df.score(["a"], ["a b"], np.array([0, 1], i64), np.array([3], i64), 6.0, 0.0, log)
+    with pytest.raises(ValueError, match="one entry per candidate"):
+        df.score(["a", "b"], ["a b"], np.array([0, 1], i64), np.array([0], i64), 6.0, 0.0, log)
+    with pytest.raises(ValueError, match=r"outside \[0, num_docs = 2\]"):
+        C.CapCiderDf(4).set_items(["a"], np.array([3], i64), 2)

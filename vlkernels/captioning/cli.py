@@ -11,14 +11,14 @@ def cmd_captions(args: argparse.Namespace) -> int:
     from vlkernels.captioning.evaluate import evaluate_captions
 
     try:
-        res = evaluate_captions(args.refs, args.preds, tokenize=not args.pretokenized)
+        res = evaluate_captions(args.refs, args.preds, tokenize=not args.pretokenized, per_image=False)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps({k: v for k, v in res.items() if k != "per_image"}))
+        print(json.dumps(res))
         return 0
-    print(f"images   {len(res['per_image'])}")
+    print(f"images   {res['images']}")
     print(f"CIDEr-D  {res['CIDEr']:.4f}")
     print(f"BLEU-4   {res['Bleu_4']:.4f}")
     print(f"ROUGE-L  {res['ROUGE_L']:.4f}")

@@ -12,6 +12,10 @@ from vlkernels.captioning._common import load, score_images
 from vlkernels.captioning.cider import _NO_REFERENCE_WORDS, _read_json
 from vlkernels.captioning.metrics import bleu_totals
 
+# Captions PTB-tokenized per call, and images per document-frequency step, on the file path: bounded scratch.
+_BLOCK_CAPTIONS = 65536
+_BLOCK_IMAGES = 4096
+
 
 def _loaded(obj: Any, name: str) -> tuple[Any, str]:
     """(the JSON of a path, or obj itself; the name errors use)."""
@@ -80,6 +84,7 @@ def evaluate_captions(
     results: str | os.PathLike | Sequence,
     *,
     tokenize: bool = True,
+    per_image: bool = True,
 ) -> dict[str, Any]:
     """BLEU-1..4, ROUGE-L and CIDEr-D of COCO-format results, as pycocoevalcap's ``COCOEvalCap``.
 
@@ -91,9 +96,15 @@ def evaluate_captions(
             ``{"image_id", "caption"}`` records, or a ``{image_id: [caption, ...]}`` dict (or a JSON file of one).
         results: a results file (path) or list of ``{"image_id", "caption"}``, one per image.
         tokenize: PTB-tokenize both sides first (default True, as COCOEvalCap).
+        per_image: include ``"per_image"`` (default True).
 
     Returns:
-        ``{"Bleu_1".."Bleu_4", "ROUGE_L", "CIDEr": float, "per_image": {image_id: {metric: float}}}``.
+        ``{"Bleu_1".."Bleu_4", "ROUGE_L", "CIDEr": float, "images": int, "per_image": {image_id: {metric: float}}}``.
+
+    Note:
+        Two file paths are read by C++ into compact buffers (no Python object per caption; captions tokenized and
+        CIDEr-D's document frequencies counted in blocks): peak memory stays near twice the files' size.
+        ``1`` and ``"1"`` are distinct image ids on both paths.
 
     Raises:
         ValueError: unreadable / malformed / too deeply nested JSON or invalid UTF-8 (naming the file), records
@@ -105,6 +116,10 @@ def evaluate_captions(
         ...                   tokenize=False)["ROUGE_L"]
         1.0
     """
+    if isinstance(annotations, (str, os.PathLike)) and isinstance(results, (str, os.PathLike)):
+        C = load()
+        scores = C.cap_evaluate_files(str(annotations), str(results), tokenize, _BLOCK_CAPTIONS, _BLOCK_IMAGES)
+        return _report(scores, scores["keys"], per_image)
     gts_all = _references(*_loaded(annotations, "annotations"))
     ress = _results(*_loaded(results, "results"))
     res: dict[Any, list[str]] = {}
@@ -123,13 +138,19 @@ def evaluate_captions(
     C = load()
     # One C++ call: read, PTB-tokenize (each dict as one batch, as COCOEvalCap), BLEU + ROUGE-L + CIDEr-D.
     scores = score_images(gts, res, C.CAP_CIDER | C.CAP_BLEU | C.CAP_ROUGE, tokenize=tokenize)
+    return _report(scores, list(gts), per_image)
+
+
+def _report(scores: dict[str, Any], images: list, per_image: bool) -> dict[str, Any]:
     if not scores["any_ref_words"]:
         raise ValueError(_NO_REFERENCE_WORDS)
     bleu, bleu_img = bleu_totals(scores["bleu_stats"], scores["bleu"], 4)
     out: dict[str, Any] = {f"Bleu_{k + 1}": float(bleu[k]) for k in range(4)}
     out["ROUGE_L"] = float(np.mean(scores["rouge"]))
     out["CIDEr"] = float(np.mean(scores["cider"]))
-    columns = [(f"Bleu_{k + 1}", bleu_img[k]) for k in range(4)]
-    columns += [("ROUGE_L", scores["rouge"].tolist()), ("CIDEr", scores["cider"].tolist())]
-    out["per_image"] = {img: {name: float(col[i]) for name, col in columns} for i, img in enumerate(gts)}
+    out["images"] = len(images)
+    if per_image:
+        columns = [(f"Bleu_{k + 1}", bleu_img[k]) for k in range(4)]
+        columns += [("ROUGE_L", scores["rouge"].tolist()), ("CIDEr", scores["cider"].tolist())]
+        out["per_image"] = {img: {name: float(col[i]) for name, col in columns} for i, img in enumerate(images)}
     return out

@@ -1,0 +1,550 @@
+#include "captioning/coco_json.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <unordered_map>
+
+namespace vlk::cap {
+
+namespace {
+
+constexpr int kMaxDepth = 1000;  // Python's json gives up near its recursion limit; so do we, with a message
+
+// Python type names of JSON values, for messages that read like the Python layer's.
+enum class Kind { kObject, kArray, kString, kInt, kFloat, kBool, kNull };
+const char* kind_name(Kind k) {
+  switch (k) {
+    case Kind::kObject: return "dict";
+    case Kind::kArray: return "list";
+    case Kind::kString: return "str";
+    case Kind::kInt: return "int";
+    case Kind::kFloat: return "float";
+    case Kind::kBool: return "bool";
+    default: return "NoneType";
+  }
+}
+
+class Parser {
+ public:
+  Parser(const char* data, int64_t size, bool results, KeepImage keep, void* ctx, CaptionRecords& out)
+      : begin_(data), p_(data), end_(data + size), results_(results), keep_(keep), ctx_(ctx), out_(out) {}
+  // Called as the parse advances (the memory-mapped reader releases what lies behind).
+  void (*progress)(const char* at, void* arg) = nullptr;
+  void* progress_arg = nullptr;
+
+  void run() {
+    ws();
+    if (p_ == end_) fail("malformed JSON: expecting value");
+    if (*p_ == '[') {
+      records("");
+    } else if (*p_ == '{') {
+      top_object();
+    } else {
+      const Kind k = skip_value(0);
+      throw JsonError(std::string("expected a list of {'image_id', 'caption'} records, got ") + kind_name(k));
+    }
+    ws();
+    if (p_ != end_) fail("malformed JSON: extra data");
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& what) const {
+    int64_t line = 1, col = 1;
+    for (const char* q = begin_; q < p_ && q < end_; ++q) {
+      if (*q == '\n') {
+        ++line;
+        col = 1;
+      } else {
+        ++col;
+      }
+    }
+    throw JsonError(what + " at line " + std::to_string(line) + " column " + std::to_string(col));
+  }
+  void ws() {
+    while (p_ < end_ && (*p_ == ' ' || *p_ == '\t' || *p_ == '\n' || *p_ == '\r')) ++p_;
+    if (progress != nullptr) progress(p_, progress_arg);
+  }
+  void expect(char c) {
+    ws();
+    if (p_ == end_ || *p_ != c) fail(std::string("malformed JSON: expecting '") + c + "'");
+    ++p_;
+  }
+  bool peek(char c) {
+    ws();
+    return p_ < end_ && *p_ == c;
+  }
+
+  static int hexval(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  }
+  uint32_t hex4() {
+    if (end_ - p_ < 4) fail("malformed JSON: invalid \\uXXXX escape");
+    uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) {
+      const int h = hexval(p_[i]);
+      if (h < 0) fail("malformed JSON: invalid \\uXXXX escape");
+      v = v * 16 + static_cast<uint32_t>(h);
+    }
+    p_ += 4;
+    return v;
+  }
+  static void put_utf8(std::string& s, uint32_t cp) {
+    if (cp < 0x80) {
+      s.push_back(static_cast<char>(cp));
+    } else if (cp < 0x800) {
+      s.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+      s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    } else if (cp < 0x10000) {
+      s.push_back(static_cast<char>(0xE0 | (cp >> 12)));
+      s.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+      s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    } else {
+      s.push_back(static_cast<char>(0xF0 | (cp >> 18)));
+      s.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+      s.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+      s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    }
+  }
+  // Length of the valid UTF-8 sequence at p_ (lead byte >= 0x80), or 0 (as Python's strict decoder rejects it).
+  int utf8_len() const {
+    const auto* s = reinterpret_cast<const unsigned char*>(p_);
+    const int64_t left = end_ - p_;
+    const unsigned char c = s[0];
+    auto cont = [&](int i) { return i < left && (s[i] & 0xC0) == 0x80; };
+    if (c >= 0xC2 && c <= 0xDF) return cont(1) ? 2 : 0;
+    if (c >= 0xE0 && c <= 0xEF) {
+      if (!cont(1) || !cont(2)) return 0;
+      if (c == 0xE0 && s[1] < 0xA0) return 0;   // overlong
+      if (c == 0xED && s[1] >= 0xA0) return 0;  // surrogate
+      return 3;
+    }
+    if (c >= 0xF0 && c <= 0xF4) {
+      if (!cont(1) || !cont(2) || !cont(3)) return 0;
+      if (c == 0xF0 && s[1] < 0x90) return 0;
+      if (c == 0xF4 && s[1] >= 0x90) return 0;
+      return 4;
+    }
+    return 0;
+  }
+  // A string at p_ (after ws). Decoded into `into` when given, else only checked.
+  void string(std::string* into) {
+    if (p_ == end_ || *p_ != '"') fail("malformed JSON: expecting '\"'");
+    ++p_;
+    for (;;) {
+      const char* run = p_;
+      while (p_ < end_ && *p_ != '"' && *p_ != '\\' && static_cast<unsigned char>(*p_) >= 0x20 &&
+             static_cast<unsigned char>(*p_) < 0x80)
+        ++p_;
+      if (into != nullptr) into->append(run, static_cast<size_t>(p_ - run));
+      if (p_ == end_) fail("malformed JSON: unterminated string");
+      const unsigned char c = static_cast<unsigned char>(*p_);
+      if (c == '"') {
+        ++p_;
+        return;
+      }
+      if (c >= 0x80) {
+        const int n = utf8_len();
+        if (n == 0) throw JsonError("invalid UTF-8 at byte " + std::to_string(p_ - begin_));
+        if (into != nullptr) into->append(p_, static_cast<size_t>(n));
+        p_ += n;
+        continue;
+      }
+      if (c < 0x20) fail("malformed JSON: invalid control character in a string");
+      ++p_;  // backslash
+      if (p_ == end_) fail("malformed JSON: unterminated string");
+      const char e = *p_++;
+      char out;
+      switch (e) {
+        case '"': out = '"'; break;
+        case '\\': out = '\\'; break;
+        case '/': out = '/'; break;
+        case 'b': out = '\b'; break;
+        case 'f': out = '\f'; break;
+        case 'n': out = '\n'; break;
+        case 'r': out = '\r'; break;
+        case 't': out = '\t'; break;
+        case 'u': {
+          uint32_t cp = hex4();
+          if (cp >= 0xD800 && cp <= 0xDBFF && end_ - p_ >= 6 && p_[0] == '\\' && p_[1] == 'u') {
+            const char* save = p_;
+            p_ += 2;
+            const uint32_t lo = hex4();
+            if (lo >= 0xDC00 && lo <= 0xDFFF) {
+              cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+            } else {
+              p_ = save;
+            }
+          }
+          if (cp >= 0xD800 && cp <= 0xDFFF) fail("a string holds a lone surrogate escape (not valid UTF-8)");
+          if (into != nullptr) put_utf8(*into, cp);
+          continue;
+        }
+        default: fail("malformed JSON: invalid escape");
+      }
+      if (into != nullptr) into->push_back(out);
+    }
+  }
+  // A number at p_; `digits` receives the canonical text of an integer. Returns kInt or kFloat.
+  Kind number(std::string* digits) {
+    const char* s = p_;
+    if (*p_ == '-') ++p_;
+    if (p_ < end_ && (*p_ == 'I')) return literal("Infinity", Kind::kFloat);
+    if (p_ == end_ || *p_ < '0' || *p_ > '9') fail("malformed JSON: expecting value");
+    if (*p_ == '0') {
+      ++p_;
+    } else {
+      while (p_ < end_ && *p_ >= '0' && *p_ <= '9') ++p_;
+    }
+    const char* int_end = p_;
+    bool is_float = false;
+    if (p_ < end_ && *p_ == '.') {
+      ++p_;
+      if (p_ == end_ || *p_ < '0' || *p_ > '9') fail("malformed JSON: expecting digits after '.'");
+      while (p_ < end_ && *p_ >= '0' && *p_ <= '9') ++p_;
+      is_float = true;
+    }
+    if (p_ < end_ && (*p_ == 'e' || *p_ == 'E')) {
+      ++p_;
+      if (p_ < end_ && (*p_ == '+' || *p_ == '-')) ++p_;
+      if (p_ == end_ || *p_ < '0' || *p_ > '9') fail("malformed JSON: expecting exponent digits");
+      while (p_ < end_ && *p_ >= '0' && *p_ <= '9') ++p_;
+      is_float = true;
+    }
+    if (!is_float && digits != nullptr) {
+      digits->assign(s, int_end);
+      if (*digits == "-0") *digits = "0";
+    }
+    return is_float ? Kind::kFloat : Kind::kInt;
+  }
+  Kind literal(const char* word, Kind k) {
+    const size_t n = std::strlen(word);
+    if (static_cast<size_t>(end_ - p_) < n || std::memcmp(p_, word, n) != 0) fail("malformed JSON: expecting value");
+    p_ += n;
+    return k;
+  }
+  // Any value (checked, not kept); returns its kind. `depth` bounds the nesting.
+  Kind skip_value(int depth) {
+    ws();
+    if (p_ == end_) fail("malformed JSON: expecting value");
+    if (depth > kMaxDepth) throw JsonError("JSON nested too deeply to read");
+    switch (*p_) {
+      case '{':
+        ++p_;
+        if (peek('}')) {
+          ++p_;
+          return Kind::kObject;
+        }
+        for (;;) {
+          ws();
+          string(nullptr);
+          expect(':');
+          skip_value(depth + 1);
+          if (peek(',')) {
+            ++p_;
+            continue;
+          }
+          expect('}');
+          return Kind::kObject;
+        }
+      case '[':
+        ++p_;
+        if (peek(']')) {
+          ++p_;
+          return Kind::kArray;
+        }
+        for (;;) {
+          skip_value(depth + 1);
+          if (peek(',')) {
+            ++p_;
+            continue;
+          }
+          expect(']');
+          return Kind::kArray;
+        }
+      case '"': string(nullptr); return Kind::kString;
+      case 't': return literal("true", Kind::kBool);
+      case 'f': return literal("false", Kind::kBool);
+      case 'n': return literal("null", Kind::kNull);
+      case 'N': return literal("NaN", Kind::kFloat);
+      default: return number(nullptr);
+    }
+  }
+
+  void add_caption(const std::string& key, const std::string& caption) {
+    if (keep_ != nullptr && !keep_(key, ctx_)) return;
+    auto it = index_.find(key);
+    if (it == index_.end()) {
+      it = index_.emplace(key, static_cast<int64_t>(out_.keys.size())).first;
+      out_.keys.push_back(key);
+    }
+    out_.text.append(caption);
+    out_.off.push_back(static_cast<int64_t>(out_.text.size()));
+    out_.image.push_back(it->second);
+  }
+
+  std::string where(int64_t i) const { return name_ + "[" + std::to_string(i) + "]"; }
+
+  // [record, ...] with record = {"image_id": int | str, "caption": str, ...} (other fields skipped).
+  void records(const std::string& prefix) {
+    name_ = prefix;
+    expect('[');
+    if (peek(']')) {
+      ++p_;
+      return;
+    }
+    std::string key, caption, field;
+    for (int64_t i = 0;; ++i) {
+      ws();
+      if (p_ == end_ || *p_ != '{') {
+        skip_value(1);
+        throw JsonError(where(i) + ": record must be a dict with 'image_id' and 'caption'");
+      }
+      ++p_;
+      bool has_id = false, has_caption = false;
+      Kind id_kind = Kind::kNull, caption_kind = Kind::kNull;
+      if (!peek('}')) {
+        for (;;) {
+          ws();
+          field.clear();
+          string(&field);
+          expect(':');
+          ws();
+          if (p_ == end_) fail("malformed JSON: expecting value");
+          if (field == "image_id") {
+            has_id = true;
+            if (*p_ == '"') {
+              key.assign("s");
+              string(&key);
+              id_kind = Kind::kString;
+            } else if (*p_ == '-' || (*p_ >= '0' && *p_ <= '9')) {
+              std::string digits;
+              id_kind = number(&digits);
+              key = "i" + digits;
+            } else {
+              id_kind = skip_value(1);
+            }
+          } else if (field == "caption") {
+            has_caption = true;
+            if (*p_ == '"') {
+              caption.clear();
+              string(&caption);
+              caption_kind = Kind::kString;
+            } else {
+              caption_kind = skip_value(1);
+            }
+          } else {
+            skip_value(1);
+          }
+          if (peek(',')) {
+            ++p_;
+            continue;
+          }
+          expect('}');
+          break;
+        }
+      } else {
+        ++p_;
+      }
+      if (!has_id || !has_caption) throw JsonError(where(i) + ": record must be a dict with 'image_id' and 'caption'");
+      if (id_kind != Kind::kInt && id_kind != Kind::kString)
+        throw JsonError(where(i) + ": image_id must be an int or str, got " + kind_name(id_kind));
+      if (caption_kind != Kind::kString)
+        throw JsonError(where(i) + " (image " + shown(key) + "): caption must be str, got " + kind_name(caption_kind));
+      add_caption(key, caption);
+      if (peek(',')) {
+        ++p_;
+        continue;
+      }
+      expect(']');
+      return;
+    }
+  }
+
+  // An object: a COCO annotation file ("annotations": [records]) or {image_id: [caption, ...]}.
+  void top_object() {
+    ++p_;
+    bool annotations = false, coco_fields = false;
+    // The {id: [...]} layout is only known once the whole object is read ("annotations" may come last): its
+    // captions are kept aside and dropped if it turns out to be a COCO file.
+    CaptionRecords layout;
+    std::unordered_map<std::string, int64_t> layout_index;
+    std::string bad_key;
+    Kind bad_kind = Kind::kNull;
+    std::string field, caption;
+    if (peek('}')) {
+      ++p_;
+    } else {
+      for (;;) {
+        ws();
+        field.clear();
+        string(&field);
+        expect(':');
+        ws();
+        if (field == "annotations" && !results_) {
+          if (!peek('[')) {
+            const Kind k = skip_value(1);
+            throw JsonError(std::string("expected a list of {'image_id', 'caption'} records, got ") + kind_name(k));
+          }
+          annotations = true;
+          records("");
+        } else if (results_) {
+          annotations = annotations || field == "annotations";
+          skip_value(1);
+        } else {
+          coco_fields = coco_fields || field == "images" || field == "info";
+          if (!peek('[')) {
+            const Kind k = skip_value(1);
+            if (bad_key.empty()) {
+              bad_key = field;
+              bad_kind = k;
+            }
+          } else {
+            ++p_;
+            bool all_str = true;
+            if (!peek(']')) {
+              for (;;) {
+                ws();
+                if (p_ < end_ && *p_ == '"' && all_str) {
+                  caption.clear();
+                  string(&caption);
+                  if (!annotations) {
+                    const std::string key = "s" + field;
+                    if (keep_ == nullptr || keep_(key, ctx_)) {
+                      auto it = layout_index.find(key);
+                      if (it == layout_index.end()) {
+                        it = layout_index.emplace(key, static_cast<int64_t>(layout.keys.size())).first;
+                        layout.keys.push_back(key);
+                      }
+                      layout.text.append(caption);
+                      layout.off.push_back(static_cast<int64_t>(layout.text.size()));
+                      layout.image.push_back(it->second);
+                    }
+                  }
+                } else {
+                  const Kind k = skip_value(1);
+                  if (k != Kind::kString) all_str = false;
+                }
+                if (peek(',')) {
+                  ++p_;
+                  continue;
+                }
+                expect(']');
+                break;
+              }
+            } else {
+              ++p_;
+            }
+            if (!all_str && bad_key.empty()) {
+              bad_key = field;
+              bad_kind = Kind::kArray;
+            }
+          }
+        }
+        if (peek(',')) {
+          ++p_;
+          continue;
+        }
+        expect('}');
+        break;
+      }
+    }
+    if (results_) {
+      throw JsonError(std::string("a results file is a list of {'image_id', 'caption'} records, one per image, got a "
+                                  "dict") +
+                      (annotations ? " (this looks like an annotation file: pass it first)" : ""));
+    }
+    if (annotations) return;
+    if (coco_fields) throw JsonError("a COCO annotation file needs an 'annotations' list");
+    if (!bad_key.empty()) {
+      throw JsonError("['" + bad_key + "']: a {image_id: [captions]} reference file needs a list of str per image, got " +
+                      kind_name(bad_kind) + " (or a COCO annotation file with an 'annotations' list)");
+    }
+    out_ = std::move(layout);
+  }
+
+  static std::string shown(const std::string& key) { return key[0] == 'i' ? key.substr(1) : "'" + key.substr(1) + "'"; }
+
+  const char* begin_;
+  const char* p_;
+  const char* end_;
+  bool results_;
+  KeepImage keep_;
+  void* ctx_;
+  CaptionRecords& out_;
+  std::string name_;
+  std::unordered_map<std::string, int64_t> index_;
+};
+
+struct Mapped {
+  const char* data = nullptr;
+  size_t size = 0;
+  size_t released = 0;
+  ~Mapped() {
+    if (data != nullptr && size > 0) munmap(const_cast<char*>(data), size);
+  }
+};
+
+// Releases the mapped pages behind the parse position in 8 MiB steps (they are clean file pages: dropping them
+// costs nothing, and a later error message that needs the line number reads them back).
+void release_behind(const char* at, void* arg) {
+  auto* m = static_cast<Mapped*>(arg);
+  constexpr size_t kStep = size_t{8} << 20;
+  const size_t pos = static_cast<size_t>(at - m->data);
+  if (pos < m->released + 2 * kStep) return;
+  const size_t upto = (pos - kStep) & ~(kStep - 1);
+  madvise(const_cast<char*>(m->data) + m->released, upto - m->released, MADV_DONTNEED);
+  m->released = upto;
+}
+
+}  // namespace
+
+void read_caption_json(const char* data, int64_t size, bool results, KeepImage keep, void* ctx, CaptionRecords& out) {
+  Parser p(data, size, results, keep, ctx, out);
+  p.run();
+}
+
+void read_caption_file(const std::string& path, bool results, KeepImage keep, void* ctx, CaptionRecords& out) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error("cannot read (" + std::string(std::strerror(errno)) + ")");
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    const int e = errno;
+    close(fd);
+    throw std::runtime_error("cannot read (" + std::string(std::strerror(e)) + ")");
+  }
+  Mapped m;
+  m.size = static_cast<size_t>(st.st_size);
+  if (m.size > 0) {
+    void* p = mmap(nullptr, m.size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      const int e = errno;
+      close(fd);
+      throw std::runtime_error("cannot read (" + std::string(std::strerror(e)) + ")");
+    }
+    m.data = static_cast<const char*>(p);
+    madvise(p, m.size, MADV_SEQUENTIAL);
+  }
+  close(fd);
+  // Reserved, not touched: untouched pages cost no memory, and growth by doubling would hold the old and the new
+  // buffer at once (3x the captions' size for a moment). A record takes at least ~30 bytes of JSON.
+  out.text.reserve(m.size);
+  out.off.reserve(m.size / 24 + 1);
+  out.image.reserve(m.size / 24 + 1);
+  static const char kEmpty[1] = {0};
+  Parser parser(m.data != nullptr ? m.data : kEmpty, static_cast<int64_t>(m.size), results, keep, ctx, out);
+  if (m.data != nullptr) {
+    parser.progress = &release_behind;
+    parser.progress_arg = &m;
+  }
+  parser.run();
+}
+
+}  // namespace vlk::cap
