@@ -48,7 +48,8 @@ def _size_of(rle: object, name: str, k: int) -> tuple[int, int]:
     return h, w
 
 
-def _uncompressed_runs(counts: object, hw: int, name: str, k: int) -> np.ndarray:
+def _run_lengths(counts: object, name: str, k: int) -> np.ndarray:
+    """Uncompressed counts -> int64 runs, each an integer in [0, 2**32) (their sum is not checked here)."""
     try:
         runs = np.asarray(counts, dtype=np.float64)
     except (TypeError, ValueError):
@@ -57,7 +58,25 @@ def _uncompressed_runs(counts: object, hw: int, name: str, k: int) -> np.ndarray
         raise ValueError(f"{name}[{k}]['counts'] must be a flat list of integer run lengths")
     if runs.size and (runs.min() < 0 or runs.max() > _MAX_PIXELS):
         raise ValueError(f"{name}[{k}]['counts'] run lengths must lie in [0, 2**32)")
-    runs = runs.astype(np.int64)
+    return runs.astype(np.int64)
+
+
+def _counts_bytes(counts: bytes | str, name: str, k: int) -> bytes:
+    """A compressed counts string as bytes. pycocotools encodes str as UTF-8; every valid COCO string is ASCII
+    (characters 48..111), so anything else is refused here by name rather than decoded as some other mask."""
+    if isinstance(counts, bytes):
+        return counts
+    if not counts.isascii():
+        i, ch = next((i, ch) for i, ch in enumerate(counts) if not ch.isascii())
+        raise ValueError(
+            f"malformed RLE string at {name}[{k}]: non-ASCII character {ch!r} at position {i} (COCO RLE counts use "
+            "the characters '0' to 'o')"
+        )
+    return counts.encode("ascii")
+
+
+def _uncompressed_runs(counts: object, hw: int, name: str, k: int) -> np.ndarray:
+    runs = _run_lengths(counts, name, k)
     if int(runs.sum()) != hw:
         raise ValueError(f"malformed RLE at {name}[{k}]: runs sum to {int(runs.sum())} but the size h*w is {hw}")
     return runs
@@ -72,7 +91,7 @@ def _parse(rles: Sequence[RLE], name: str) -> _RleSet:
     raw = [r["counts"] for r in rles]
     C = _ext.load()
     if all(isinstance(c, (bytes, str)) for c in raw):
-        strings = [c.encode("ascii", "replace") if isinstance(c, str) else c for c in raw]
+        strings = [_counts_bytes(c, name, k) for k, c in enumerate(raw)]
         counts, offsets, error = C.rle_parse(strings, hw.data_ptr())
         if error:
             raise ValueError(error)
@@ -81,8 +100,7 @@ def _parse(rles: Sequence[RLE], name: str) -> _RleSet:
         parts = []
         for k, c in enumerate(raw):
             if isinstance(c, (bytes, str)):
-                one = c.encode("ascii", "replace") if isinstance(c, str) else c
-                runs, _, error = C.rle_parse([one], hw[k : k + 1].data_ptr())
+                runs, _, error = C.rle_parse([_counts_bytes(c, name, k)], hw[k : k + 1].data_ptr())
                 if error:
                     raise ValueError(error.replace("index 0", f"index {k}"))
                 parts.append(runs)
