@@ -247,3 +247,13 @@ def test_rle_encode_every_layout_matches_pycocotools(hw):
     for name, m in layouts.items():
         assert rle_encode(m) == ref, name
         assert rle_encode(m, compress=False).to_coco() == ref, name
+
+
+def test_rle_str_counts_must_be_ascii():
+    # pycocotools encodes str counts as UTF-8; no valid COCO string has a non-ASCII character, so "é" is refused
+    # by name instead of being decoded as some mask.
+    for counts in ("é", "1é2", "1\u200b3"):
+        with pytest.raises(ValueError, match="non-ASCII character"):
+            rle_decode({"size": [2, 2], "counts": counts})
+        with pytest.raises(ValueError, match="non-ASCII character"):
+            rle_area([{"size": [2, 2], "counts": "13"}, {"size": [2, 2], "counts": counts}])
