@@ -11,13 +11,7 @@
 #include <cstdint>
 #include <string>
 
-#ifndef VLK_HD
-#ifdef __CUDACC__
-#define VLK_HD __host__ __device__ __forceinline__
-#else
-#define VLK_HD inline
-#endif
-#endif
+#include "core/hd.h"
 
 namespace vlk {
 namespace rle {

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from vlkernels import _ext
-from vlkernels.boxes.rle import _MAX_PIXELS, _counts_bytes, _parse, _run_lengths, _size_of
+from vlkernels.boxes.rle_dicts import _MAX_PIXELS, _counts_bytes, _parse, _run_lengths, _size_of
 
 RLE = dict  # {"size": [h, w], "counts": bytes}
 

@@ -14,8 +14,8 @@ import torch
 
 from vlkernels import _ext
 from vlkernels._validate import check_same_device, check_tensor
+from vlkernels.boxes.rle_dicts import _MAX_PIXELS, _parse
 
-_MAX_PIXELS = 2**32 - 1  # pycocotools keeps sizes and runs in 32-bit unsigned integers
 # Tests set this: CPU then runs the exact twins of the CUDA kernels' split of the work (the two-pass encoder, one
 # call per thread range with a running exclusive scan; area and IoU in 32 lane slices) instead of the fast CPU
 # layout (one-pass encoder, one slice per pair).
@@ -103,8 +103,6 @@ class RleCounts:
         size -> :class:`RleCounts` on ``device`` (default CPU). Strings are decoded by the bounds-checked C++ parser;
         ValueError as :func:`vlkernels.ops.rle_decode` (malformed strings, runs not summing to ``h*w``, mixed sizes).
         """
-        from vlkernels.boxes.rle import _parse
-
         s = _parse(rles, "rles")
         if len(s) == 0:
             raise ValueError("rles is empty: an RleCounts needs a mask size; build it from tensors instead")
