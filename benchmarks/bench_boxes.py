@@ -124,33 +124,60 @@ def _rle_iou_counts(n: int, m: int, h: int, w: int, device: str) -> Bench:
     )
 
 
-@register(
-    "boxes",
-    "rle_encode",
-    quick={"n": 32, "h": 480, "w": 640},
-    full={"n": 100, "h": 480, "w": 640},
-)
-def _rle_encode(n: int, h: int, w: int, device: str) -> Bench:
-    from pycocotools import mask as coco_mask
+# The layouts users hold. pycocotools encodes only (H, W, N) Fortran-order uint8; any other layout is converted for
+# it inside its timing (np.asfortranarray of the transpose, a bool -> uint8 view). vlkernels reads all four in place
+# (a Fortran array as the zero-copy torch view .permute(2, 0, 1)).
+_ENCODE_LAYOUTS = {
+    "rle_encode": ("nhw", torch.bool),
+    "rle_encode_nhw_uint8": ("nhw", torch.uint8),
+    "rle_encode_fortran_uint8": ("fortran", torch.uint8),
+    "rle_encode_fortran_bool": ("fortran", torch.bool),
+}
 
-    host = coco_mask.decode(_coco_rles(n, h, w, 5))  # (H, W, N) Fortran order: what pycocotools wants
-    masks = torch.from_numpy(np.ascontiguousarray(host.transpose(2, 0, 1))).bool().to(device)
 
-    def check(out):
-        if out["vlkernels"] != out["pycocotools"] or out["vlkernels-counts"].to_coco() != out["pycocotools"]:
-            raise AssertionError("RLE encoding differs from pycocotools")
+def _rle_encode_case(layout: str, dtype: torch.dtype):
+    def case(n: int, h: int, w: int, device: str) -> Bench:
+        from pycocotools import mask as coco_mask
 
-    return Bench(
-        providers={
-            "vlkernels": lambda: rle_encode(masks),
-            "vlkernels-counts": lambda: rle_encode(masks, compress=False),
-            "pycocotools": lambda: coco_mask.encode(host),
-        },
-        baseline="pycocotools",
-        check=check,
-        bytes=n * h * w,
-        notes="(N, H, W) bool masks on the device -> compressed strings (vlkernels) or RleCounts on the device "
-        "(vlkernels-counts); pycocotools gets the host Fortran-order array it needs, prepared outside the timing",
+        host = coco_mask.decode(_coco_rles(n, h, w, 5))  # (H, W, N) Fortran-order uint8
+        np_dtype = np.bool_ if dtype == torch.bool else np.uint8
+        if layout == "fortran":
+            held = np.asfortranarray(host.astype(np_dtype))
+            masks = torch.from_numpy(held).permute(2, 0, 1).to(device)
+
+            def coco():
+                return coco_mask.encode(held.view(np.uint8))
+        else:
+            masks = torch.from_numpy(np.ascontiguousarray(host.transpose(2, 0, 1))).to(dtype).to(device)
+
+            def coco():
+                return coco_mask.encode(np.asfortranarray(masks.cpu().numpy().view(np.uint8).transpose(1, 2, 0)))
+
+        def check(out):
+            if out["vlkernels"] != out["pycocotools"] or out["vlkernels-counts"].to_coco() != out["pycocotools"]:
+                raise AssertionError("RLE encoding differs from pycocotools")
+
+        kind = "Fortran (H, W, N) numpy" if layout == "fortran" else "(N, H, W) C-order torch"
+        return Bench(
+            providers={
+                "vlkernels": lambda: rle_encode(masks),
+                "vlkernels-counts": lambda: rle_encode(masks, compress=False),
+                "pycocotools": coco,
+            },
+            baseline="pycocotools",
+            check=check,
+            bytes=n * h * w,
+            notes=f"{kind} {str(dtype).replace('torch.', '')} masks -> compressed strings (vlkernels) or RleCounts "
+            "(vlkernels-counts); pycocotools' timing includes converting to its (H, W, N) Fortran uint8 layout "
+            + ("(a free bool -> uint8 view)" if layout == "fortran" else "(transpose copy)"),
+        )
+
+    return case
+
+
+for _name, (_layout, _dtype) in _ENCODE_LAYOUTS.items():
+    register("boxes", _name, quick={"n": 32, "h": 480, "w": 640}, full={"n": 100, "h": 480, "w": 640})(
+        _rle_encode_case(_layout, _dtype)
     )
 
 

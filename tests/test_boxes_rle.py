@@ -221,3 +221,39 @@ def test_mask_iou_custom_op_registration():
     a = torch.from_numpy(blobs(3, 9, 7, seed=12)).reshape(1, 3, 63)
     b = torch.from_numpy(blobs(2, 9, 7, seed=13)).reshape(1, 2, 63)
     torch.library.opcheck(torch.ops.vlkernels.mask_iou.default, (a, b, False))
+
+
+@pytest.mark.parametrize("hw", [(1, 1), (1, 130), (130, 1), (63, 65), (64, 64), (37, 129), (5, 200)])
+def test_rle_encode_every_layout_matches_pycocotools(hw):
+    # The SIMD encoder reads column-contiguous (Fortran / pycocotools' layout) and row-contiguous (torch C order)
+    # masks in place; other strides take the generic scan. Values other than 0/1 count as foreground.
+    masks = blobs(12, *hw, seed=hw[0] * 7 + hw[1])
+    masks[2] *= 200
+    ref = coco_encode(masks.astype(bool).astype(np.uint8))
+    nhw = torch.from_numpy(masks)
+    fortran = torch.from_numpy(np.asfortranarray(masks.transpose(1, 2, 0))).permute(2, 0, 1)
+    wide = torch.zeros(12, hw[0], hw[1] + 3, dtype=torch.uint8)
+    wide[:, :, 1:-2] = nhw
+    strided = torch.zeros(12, 2 * hw[0], 2 * hw[1], dtype=torch.uint8)
+    strided[:, ::2, ::2] = nhw
+    layouts = {
+        "nhw": nhw,
+        "nhw_bool": nhw.bool(),
+        "fortran": fortran,
+        "fortran_bool": fortran.bool(),
+        "row_padded": wide[:, :, 1:-2],
+        "strided": strided[:, ::2, ::2],
+    }
+    for name, m in layouts.items():
+        assert rle_encode(m) == ref, name
+        assert rle_encode(m, compress=False).to_coco() == ref, name
+
+
+def test_rle_str_counts_must_be_ascii():
+    # pycocotools encodes str counts as UTF-8; no valid COCO string has a non-ASCII character, so "é" is refused
+    # by name instead of being decoded as some mask.
+    for counts in ("é", "1é2", "1\u200b3"):
+        with pytest.raises(ValueError, match="non-ASCII character"):
+            rle_decode({"size": [2, 2], "counts": counts})
+        with pytest.raises(ValueError, match="non-ASCII character"):
+            rle_area([{"size": [2, 2], "counts": "13"}, {"size": [2, 2], "counts": counts}])

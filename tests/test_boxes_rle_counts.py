@@ -8,6 +8,7 @@ import pytest
 import torch
 from pycocotools import mask as coco_mask
 
+from vlkernels import _ext
 from vlkernels.boxes import rle_counts
 from vlkernels.ops import RleCounts, rle_area, rle_decode, rle_encode, rle_iou, rle_to_bbox
 
@@ -294,3 +295,56 @@ def test_rle_counts_cuda_equals_pycocotools():
     assert len(none) == 0 and rle_decode(none).shape == (0, 5, 4) and rle_iou(none, none).shape == (0, 0)
     flat = rle_encode(torch.zeros(3, 0, 5, dtype=torch.uint8, device="cuda"), compress=False)
     assert flat.counts.tolist() == [0, 0, 0] and rle_area(flat).tolist() == [0, 0, 0]
+
+
+def _op_cases():
+    good_c, good_o = torch.tensor([1, 3, 0, 4]), torch.tensor([0, 2, 4])
+    ops = torch.ops.vlkernels
+    return [
+        # int32 counts read as int64 would run past the buffer.
+        (
+            lambda: ops.rle_counts_decode(torch.tensor([1, 3], dtype=torch.int32).view(torch.int64), good_o[:2], 2, 2),
+            "offsets must start at 0 and end",
+        ),
+        (lambda: ops.rle_counts_area(good_c.to(torch.int16), good_o), "dtype int16"),
+        (lambda: ops.rle_counts_area(good_c, torch.tensor([0, 2, 400])), "end at counts.numel"),
+        (lambda: ops.rle_counts_area(good_c, torch.tensor([0, 3, 1, 4])), "non-decreasing"),
+        (lambda: ops.rle_counts_area(good_c, torch.tensor([5, 4])), "start at 0"),
+        (lambda: ops.rle_counts_area(torch.tensor([1, -3]), torch.tensor([0, 2])), r"\[0, 2\*\*32\)"),
+        (lambda: ops.rle_counts_decode(good_c, torch.tensor([0, 2, 9]), 2, 2), "end at counts.numel"),
+        (lambda: ops.rle_counts_decode(good_c, good_o, 3, 2), "runs sum to"),
+        (lambda: ops.rle_counts_decode(good_c, good_o.to(torch.int32), 2, 2), "offsets has dtype int32"),
+        (lambda: ops.rle_counts_bbox(good_c, torch.tensor([0, 5]), 2, 2), "end at counts.numel"),
+        (
+            lambda: ops.rle_counts_iou(
+                good_c, good_o, good_c, torch.tensor([0, 1]), 2, 2, torch.zeros(1, dtype=torch.uint8)
+            ),
+            "end at counts.numel",
+        ),
+        (
+            lambda: ops.rle_counts_iou(good_c, good_o, good_c, good_o, 2, 2, torch.zeros(1, dtype=torch.uint8)),
+            "one flag per ground truth",
+        ),
+    ]
+
+
+@pytest.mark.parametrize("k", range(12))
+def test_registered_ops_validate_their_inputs(k):
+    call, match = _op_cases()[k]
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_cpu_bindings_check_the_csr():
+    # The C++ entry points refuse a CSR that would make them read outside counts (what reaches them from any path).
+    C = _ext.load()
+    counts, out = torch.tensor([1, 3, 0, 4]), torch.zeros(2, dtype=torch.int64)
+    bad = torch.tensor([0, 2, 400])
+    with pytest.raises(ValueError, match="end at the number of runs"):
+        C.rle_area(counts.data_ptr(), bad.data_ptr(), 2, out.data_ptr(), 1, counts.numel())
+    decreasing = torch.tensor([0, 3, 1])
+    with pytest.raises(ValueError, match="non-decreasing"):
+        C.rle_area(counts.data_ptr(), decreasing.data_ptr(), 2, out.data_ptr(), 1, counts.numel())
+    img = torch.zeros(2, 4, dtype=torch.uint8)
+    with pytest.raises(ValueError, match="offsets"):
+        C.rle_decode_csum(counts.cumsum(0).data_ptr(), bad.data_ptr(), 2, 4, img.data_ptr(), counts.numel())

@@ -21,6 +21,7 @@ SANITIZED_TESTS = [
     "tests/test_boxes_iou.py",
     "tests/test_boxes_rle.py",
     "tests/test_boxes_rle_counts.py",
+    "tests/test_boxes_mask_api.py",
     "tests/test_boxes_grounding.py",
     "tests/test_captioning.py",
     "tests/test_captioning_api.py",

@@ -6,11 +6,7 @@
 #include <cmath>
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define VLK_HD __host__ __device__ __forceinline__
-#else
-#define VLK_HD inline
-#endif
+#include "core/hd.h"
 
 namespace vlk {
 namespace boxes {

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "boxes/cpu_features.h"
+#include "core/cpu_features.h"
 #include "core/parallel.h"
 
 namespace vlk {

@@ -5,8 +5,9 @@
 #include <cmath>
 #include <cstdint>
 
-#include "boxes/cpu_features.h"
+#include "core/cpu_features.h"
 #include "boxes/rle_counts.h"
+#include "boxes/rle_encode.h"
 #include "core/parallel.h"
 
 namespace vlk {
@@ -273,16 +274,22 @@ void rle_encode_runs(const uint8_t* masks, int64_t n, const MaskStrides& ms, std
   const int64_t hw = ms.h * ms.w;
   std::vector<std::vector<int64_t>> per(static_cast<size_t>(n));
   parallel_for(n, 1, [&](int64_t begin, int64_t end) {
-    // One pass per mask, chunk by chunk (a chunk holds at most kChunk boundaries), so the scratch grows with the
-    // runs, not with the pixels.
-    std::vector<int64_t> buf(static_cast<size_t>(rle::kChunk)), ends;
+    // Column- or row-contiguous masks: the SIMD bit-packing encoder (rle_encode.h). Other strides: one pass per
+    // mask, chunk by chunk (a chunk holds at most kChunk boundaries), so the scratch grows with the runs, not with
+    // the pixels.
+    std::vector<int64_t> buf, ends;
+    std::vector<uint64_t> scratch;
     for (int64_t k = begin; k < end; ++k) {
       ends.clear();
-      for (int64_t c = 0; c * rle::kChunk < hw; ++c) {
-        int64_t b, e;
-        rle::chunk_range(c, hw, &b, &e);
-        const int64_t got = rle::write_transitions(masks + k * ms.sn, ms.h, ms.sy, ms.sx, b, e, buf.data());
-        ends.insert(ends.end(), buf.begin(), buf.begin() + got);
+      const uint8_t* mask = masks + k * ms.sn;
+      if (!rle_mask_boundaries(mask, ms, ends, scratch)) {
+        buf.resize(static_cast<size_t>(rle::kChunk));
+        for (int64_t c = 0; c * rle::kChunk < hw; ++c) {
+          int64_t b, e;
+          rle::chunk_range(c, hw, &b, &e);
+          const int64_t got = rle::write_transitions(mask, ms.h, ms.sy, ms.sx, b, e, buf.data());
+          ends.insert(ends.end(), buf.begin(), buf.begin() + got);
+        }
       }
       const int64_t m = static_cast<int64_t>(ends.size()) + 1;
       per[k].resize(static_cast<size_t>(m));

@@ -9,6 +9,16 @@
 
 namespace vlk {
 
+std::string rle_check_csr(const int64_t* offsets, int64_t n, int64_t total) {
+  if (n < 0) return "negative number of RLEs";
+  if (offsets[0] != 0) return "offsets[0] must be 0, got " + std::to_string(offsets[0]);
+  for (int64_t k = 0; k < n; ++k)
+    if (offsets[k + 1] < offsets[k]) return "offsets must be non-decreasing (offsets[" + std::to_string(k + 1) + "])";
+  if (offsets[n] != total)
+    return "offsets must end at the number of runs " + std::to_string(total) + ", got " + std::to_string(offsets[n]);
+  return {};
+}
+
 void launch_rle_count_chunks(const uint8_t* masks, int64_t n, MaskStrides ms, int64_t* chunk_cnt) {
   const int64_t hw = ms.h * ms.w;
   const int64_t nchunks = (hw + rle::kChunk - 1) / rle::kChunk;

@@ -9,14 +9,9 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
-#ifndef VLK_HD
-#ifdef __CUDACC__
-#define VLK_HD __host__ __device__ __forceinline__
-#else
-#define VLK_HD inline
-#endif
-#endif
+#include "core/hd.h"
 
 namespace vlk {
 namespace rle {
@@ -237,6 +232,9 @@ struct MaskStrides {
   int64_t h, w, sn, sy, sx;
 };
 void launch_rle_count_chunks(const uint8_t* masks, int64_t n, MaskStrides ms, int64_t* chunk_cnt);
+// "" when offsets[0 .. n] start at 0, never decrease and end at total (the number of runs), else what is wrong: the
+// CPU entry points check this before reading counts[offsets[k] ..] (a bad CSR would read out of bounds).
+std::string rle_check_csr(const int64_t* offsets, int64_t n, int64_t total);
 // ends: [offsets[n]]; slot offsets[k] + r receives mask k's r-th boundary position (the last slot of each mask is
 // left for rle_runs_from_ends, which never reads it). chunk_base[k, c]: boundaries in chunks before c of mask k.
 void launch_rle_write_ends(const uint8_t* masks, int64_t n, MaskStrides ms, const int64_t* chunk_base,

@@ -6,7 +6,6 @@ tensors on CPU or CUDA; ``rle_counts.py``)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -15,88 +14,7 @@ from vlkernels import _ext
 from vlkernels._validate import check_finite, check_same_device, check_tensor
 from vlkernels.boxes import rle_counts as _rc
 from vlkernels.boxes.rle_counts import RleCounts
-
-_MAX_PIXELS = 2**32 - 1  # pycocotools keeps sizes and runs in 32-bit unsigned integers
-RLE = dict  # {"size": [h, w], "counts": bytes | str | list[int]}
-
-
-@dataclass
-class _RleSet:
-    """Flattened runs: counts[offsets[k]:offsets[k + 1]] are RLE k's runs; h, w per RLE (all int64)."""
-
-    counts: torch.Tensor
-    offsets: torch.Tensor
-    h: torch.Tensor
-    w: torch.Tensor
-
-    def __len__(self) -> int:
-        return int(self.h.numel())
-
-
-def _size_of(rle: object, name: str, k: int) -> tuple[int, int]:
-    if not isinstance(rle, Mapping) or "size" not in rle or "counts" not in rle:
-        raise ValueError(f"{name}[{k}] must be an RLE dict with 'size' and 'counts', got {type(rle).__name__}")
-    size = rle["size"]
-    if not isinstance(size, Sequence) or len(size) != 2:
-        raise ValueError(f"{name}[{k}]['size'] must be [height, width], got {size!r}")
-    try:
-        h, w = int(size[0]), int(size[1])
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}[{k}]['size'] must hold two integers, got {size!r}") from None
-    if h < 0 or w < 0 or h * w > _MAX_PIXELS:
-        raise ValueError(f"{name}[{k}]['size'] {size!r} must be non-negative with h*w < 2**32")
-    return h, w
-
-
-def _uncompressed_runs(counts: object, hw: int, name: str, k: int) -> np.ndarray:
-    try:
-        runs = np.asarray(counts, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}[{k}]['counts'] must be bytes, str or a list of run lengths") from None
-    if runs.ndim != 1 or not np.all(np.isfinite(runs)) or np.any(runs != np.floor(runs)):
-        raise ValueError(f"{name}[{k}]['counts'] must be a flat list of integer run lengths")
-    if runs.size and (runs.min() < 0 or runs.max() > _MAX_PIXELS):
-        raise ValueError(f"{name}[{k}]['counts'] run lengths must lie in [0, 2**32)")
-    runs = runs.astype(np.int64)
-    if int(runs.sum()) != hw:
-        raise ValueError(f"malformed RLE at {name}[{k}]: runs sum to {int(runs.sum())} but the size h*w is {hw}")
-    return runs
-
-
-def _parse(rles: Sequence[RLE], name: str) -> _RleSet:
-    """Validate a list of RLE dicts and flatten their runs (compressed strings are decoded in C++)."""
-    if isinstance(rles, Mapping) or isinstance(rles, (str, bytes)) or not isinstance(rles, Sequence):
-        raise ValueError(f"{name} must be a list of RLE dicts, got {type(rles).__name__}")
-    sizes = [_size_of(r, name, k) for k, r in enumerate(rles)]
-    hw = torch.tensor([h * w for h, w in sizes], dtype=torch.int64)
-    raw = [r["counts"] for r in rles]
-    C = _ext.load()
-    if all(isinstance(c, (bytes, str)) for c in raw):
-        strings = [c.encode("ascii", "replace") if isinstance(c, str) else c for c in raw]
-        counts, offsets, error = C.rle_parse(strings, hw.data_ptr())
-        if error:
-            raise ValueError(error)
-        counts, offsets = torch.from_numpy(counts), torch.from_numpy(offsets)
-    else:
-        parts = []
-        for k, c in enumerate(raw):
-            if isinstance(c, (bytes, str)):
-                one = c.encode("ascii", "replace") if isinstance(c, str) else c
-                runs, _, error = C.rle_parse([one], hw[k : k + 1].data_ptr())
-                if error:
-                    raise ValueError(error.replace("index 0", f"index {k}"))
-                parts.append(runs)
-            else:
-                parts.append(_uncompressed_runs(c, int(hw[k]), name, k))
-        lengths = torch.tensor([len(p) for p in parts], dtype=torch.int64)
-        offsets = torch.zeros(len(parts) + 1, dtype=torch.int64)
-        offsets[1:] = torch.cumsum(lengths, 0)
-        counts = (
-            torch.from_numpy(np.concatenate(parts).astype(np.int64)) if parts else torch.zeros(0, dtype=torch.int64)
-        )
-    h = torch.tensor([s[0] for s in sizes], dtype=torch.int64)
-    w = torch.tensor([s[1] for s in sizes], dtype=torch.int64)
-    return _RleSet(counts.contiguous(), offsets.contiguous(), h, w)
+from vlkernels.boxes.rle_dicts import _MAX_PIXELS, RLE, _parse
 
 
 def _as_list(rles: RLE | Sequence[RLE]) -> tuple[list, bool]:
@@ -218,7 +136,7 @@ def rle_area(rles: RLE | Sequence[RLE] | RleCounts) -> torch.Tensor:
     s = _parse(items, "rles")
     out = torch.zeros(len(s), dtype=torch.int64)
     if len(s):
-        _ext.load().rle_area(s.counts.data_ptr(), s.offsets.data_ptr(), len(s), out.data_ptr(), 1)
+        _ext.load().rle_area(s.counts.data_ptr(), s.offsets.data_ptr(), len(s), out.data_ptr(), 1, s.counts.numel())
     return out[0] if single else out
 
 
@@ -250,9 +168,8 @@ def rle_to_bbox(rles: RLE | Sequence[RLE] | RleCounts) -> torch.Tensor:
     s = _parse(items, "rles")
     out = torch.zeros(len(s), 4, dtype=torch.float64)
     if len(s):
-        _ext.load().rle_to_bbox(
-            s.counts.data_ptr(), s.offsets.data_ptr(), len(s), s.h.data_ptr(), s.w.data_ptr(), out.data_ptr()
-        )
+        args = (s.counts.data_ptr(), s.offsets.data_ptr(), len(s), s.h.data_ptr(), s.w.data_ptr(), out.data_ptr())
+        _ext.load().rle_to_bbox(*args, s.counts.numel())
     return out[0] if single else out
 
 

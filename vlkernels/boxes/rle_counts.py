@@ -14,8 +14,8 @@ import torch
 
 from vlkernels import _ext
 from vlkernels._validate import check_same_device, check_tensor
+from vlkernels.boxes.rle_dicts import _MAX_PIXELS, _parse
 
-_MAX_PIXELS = 2**32 - 1  # pycocotools keeps sizes and runs in 32-bit unsigned integers
 # Tests set this: CPU then runs the exact twins of the CUDA kernels' split of the work (the two-pass encoder, one
 # call per thread range with a running exclusive scan; area and IoU in 32 lane slices) instead of the fast CPU
 # layout (one-pass encoder, one slice per pair).
@@ -103,8 +103,6 @@ class RleCounts:
         size -> :class:`RleCounts` on ``device`` (default CPU). Strings are decoded by the bounds-checked C++ parser;
         ValueError as :func:`vlkernels.ops.rle_decode` (malformed strings, runs not summing to ``h*w``, mixed sizes).
         """
-        from vlkernels.boxes.rle import _parse
-
         s = _parse(rles, "rles")
         if len(s) == 0:
             raise ValueError("rles is empty: an RleCounts needs a mask size; build it from tensors instead")
@@ -120,10 +118,26 @@ class RleCounts:
         return [{"size": list(self._size), "counts": s} for s in strings]
 
 
-def _validate(counts: object, offsets: object, size: object) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int]]:
+def _validate_csr(counts: object, offsets: object) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dtypes, ranks, device and the CSR structure (offsets 0 .. counts.numel(), non-decreasing)."""
     check_tensor(counts, "counts", dtypes=(torch.int64, torch.int32), ndim=1)
     check_tensor(offsets, "offsets", dtypes=(torch.int64,), ndim=1)
     check_same_device(counts=counts, offsets=offsets)
+    if offsets.numel() == 0:
+        raise ValueError("offsets must hold N + 1 entries (at least [0])")
+    counts = counts.to(torch.int64).contiguous()
+    offsets = offsets.contiguous()
+    if int(offsets[0]) != 0 or int(offsets[-1]) != counts.numel():
+        raise ValueError(
+            f"offsets must start at 0 and end at counts.numel() = {counts.numel()}, got {int(offsets[0])} .. "
+            f"{int(offsets[-1])}"
+        )
+    if bool((offsets.diff() < 0).any()):
+        raise ValueError("offsets must be non-decreasing")
+    return counts, offsets
+
+
+def _validate(counts: object, offsets: object, size: object) -> tuple[torch.Tensor, torch.Tensor, tuple[int, int]]:
     try:
         # operator.index: Python, numpy and 0-d torch integers pass; floats and bools do not.
         if not isinstance(size, Sequence) or len(size) != 2 or any(isinstance(v, bool) for v in size):
@@ -133,18 +147,8 @@ def _validate(counts: object, offsets: object, size: object) -> tuple[torch.Tens
         raise ValueError(f"size must be (height, width) integers, got {size!r}") from None
     if h < 0 or w < 0 or h * w > _MAX_PIXELS:
         raise ValueError(f"size {size!r} must be non-negative with h*w < 2**32")
-    if offsets.numel() == 0:
-        raise ValueError("offsets must hold N + 1 entries (at least [0])")
-    counts = counts.to(torch.int64).contiguous()
-    offsets = offsets.contiguous()
+    counts, offsets = _validate_csr(counts, offsets)
     hw = h * w
-    if int(offsets[0]) != 0 or int(offsets[-1]) != counts.numel():
-        raise ValueError(
-            f"offsets must start at 0 and end at counts.numel() = {counts.numel()}, got {int(offsets[0])} .. "
-            f"{int(offsets[-1])}"
-        )
-    if bool((offsets.diff() < 0).any()):
-        raise ValueError("offsets must be non-decreasing")
     bad = ((counts < 0) | (counts > hw)).nonzero()
     if bad.numel():
         j = int(bad[0])
@@ -228,7 +232,8 @@ def decode_counts(rc: RleCounts) -> torch.Tensor:
     out = torch.empty(len(rc), w, h, dtype=torch.uint8, device=rc.device)
     if out.numel():
         csum = rc.counts.cumsum(0)
-        _run("rle_decode_csum", rc.device, csum.data_ptr(), rc.offsets.data_ptr(), len(rc), h * w, out.data_ptr())
+        args = (csum.data_ptr(), rc.offsets.data_ptr(), len(rc), h * w, out.data_ptr())
+        _run("rle_decode_csum", rc.device, *args, cpu=(rc.counts.numel(),))
     return out.transpose(1, 2).contiguous().to(device)
 
 
@@ -238,7 +243,7 @@ def area_counts(rc: RleCounts) -> torch.Tensor:
     out = torch.zeros(len(rc), dtype=torch.int64, device=rc.device)
     if len(rc):
         args = (rc.counts.data_ptr(), rc.offsets.data_ptr(), len(rc), out.data_ptr())
-        _run("rle_area", rc.device, *args, cpu=(_parts(),))
+        _run("rle_area", rc.device, *args, cpu=(_parts(), rc.counts.numel()))
     return out.to(device)
 
 
@@ -251,7 +256,7 @@ def bbox_counts(rc: RleCounts) -> torch.Tensor:
         h = torch.full((n,), rc.size[0], dtype=torch.int64, device=rc.device)
         w = torch.full((n,), rc.size[1], dtype=torch.int64, device=rc.device)
         args = (rc.counts.data_ptr(), rc.offsets.data_ptr(), n, h.data_ptr(), w.data_ptr(), out.data_ptr())
-        _run("rle_to_bbox", rc.device, *args)
+        _run("rle_to_bbox", rc.device, *args, cpu=(rc.counts.numel(),))
     return out.to(device)
 
 
@@ -280,7 +285,7 @@ def iou_counts(dt: RleCounts, gt: RleCounts, crowd: torch.Tensor) -> torch.Tenso
         crowd.data_ptr(),
         out.data_ptr(),
     )
-    _run("rle_iou_csum", dt.device, *args, cpu=(_parts(),))
+    _run("rle_iou_csum", dt.device, *args, cpu=(_parts(), dt.counts.numel(), gt.counts.numel()))
     return out.to(device)
 
 
@@ -289,7 +294,8 @@ def iou_counts(dt: RleCounts, gt: RleCounts, crowd: torch.Tensor) -> torch.Tenso
 # the data (it synchronizes once to learn it).
 @torch.library.custom_op("vlkernels::rle_counts_decode", mutates_args=())
 def decode_op(counts: torch.Tensor, offsets: torch.Tensor, h: int, w: int) -> torch.Tensor:
-    return decode_counts(RleCounts._trusted(counts, offsets, (h, w)))
+    # Registered ops are callable directly (torch.ops.vlkernels.*) with any tensors: each validates as RleCounts.
+    return decode_counts(RleCounts(counts, offsets, (h, w)))
 
 
 @decode_op.register_fake
@@ -299,6 +305,11 @@ def _(counts, offsets, h, w):
 
 @torch.library.custom_op("vlkernels::rle_counts_area", mutates_args=())
 def area_op(counts: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    counts, offsets = _validate_csr(counts, offsets)
+    bad = ((counts < 0) | (counts > _MAX_PIXELS)).nonzero()
+    if bad.numel():
+        j = int(bad[0])
+        raise ValueError(f"counts[{j}] = {int(counts[j])}: run lengths must lie in [0, 2**32)")
     return area_counts(RleCounts._trusted(counts, offsets, (0, 0)))
 
 
@@ -309,7 +320,7 @@ def _(counts, offsets):
 
 @torch.library.custom_op("vlkernels::rle_counts_bbox", mutates_args=())
 def bbox_op(counts: torch.Tensor, offsets: torch.Tensor, h: int, w: int) -> torch.Tensor:
-    return bbox_counts(RleCounts._trusted(counts, offsets, (h, w)))
+    return bbox_counts(RleCounts(counts, offsets, (h, w)))
 
 
 @bbox_op.register_fake
@@ -327,8 +338,12 @@ def iou_op(
     w: int,
     crowd: torch.Tensor,
 ) -> torch.Tensor:
-    dt = RleCounts._trusted(dt_counts, dt_offsets, (h, w))
-    return iou_counts(dt, RleCounts._trusted(gt_counts, gt_offsets, (h, w)), crowd)
+    dt, gt = RleCounts(dt_counts, dt_offsets, (h, w)), RleCounts(gt_counts, gt_offsets, (h, w))
+    check_same_device(dt=dt.counts, gt=gt.counts)
+    check_tensor(crowd, "crowd", dtypes=(torch.uint8,), ndim=1, device=dt.device)
+    if crowd.numel() != len(gt):
+        raise ValueError(f"crowd must hold one flag per ground truth ({len(gt)}), got {crowd.numel()}")
+    return iou_counts(dt, gt, crowd)
 
 
 @iou_op.register_fake

@@ -1,5 +1,5 @@
 // Function multiversioning for the CPU kernels: a loop is compiled once portable and once for a newer ISA
-// (popcnt, AVX2) through a target attribute; a run-time CPUID check picks one, so the module still loads and
+// (popcnt, AVX2, AVX-512BW) through a target attribute; a run-time CPUID check picks one, so the module still loads and
 // runs on any x86-64 (and builds unchanged elsewhere).
 #pragma once
 
@@ -16,6 +16,15 @@ namespace vlk {
 inline bool cpu_has_popcnt() {
 #if VLK_X86_MULTIVERSION
   static const bool has = __builtin_cpu_supports("popcnt");
+  return has;
+#else
+  return false;
+#endif
+}
+
+inline bool cpu_has_avx512bw() {
+#if VLK_X86_MULTIVERSION
+  static const bool has = __builtin_cpu_supports("avx512bw");
   return has;
 #else
   return false;
