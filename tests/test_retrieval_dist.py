@@ -121,8 +121,10 @@ def test_topk_triton_chunked_equals_reference(k, tmp_path, capsys):
     # One block of queries: the interpreter's tl.sort is slow (each gallery tile of the fused kernel sorts twice).
     img, txt, _ = _data()
     txt = txt[:30]
+    if k > len(img):  # a gallery past k (k is clamped to the gallery size); repeated rows: exact ties
+        img = torch.cat([img] * -(-k // len(img)))[: k + 13]
     ex = [[int(j) % 45, (int(j) * 7) % 45] for j in range(30)]
-    rv, ri = topk_ref(txt, img, k, Positives.from_lists(ex, 45, queries=[]))
+    rv, ri = topk_ref(txt, img, k, Positives.from_lists(ex, len(img), queries=[]))
     v, i = topk(txt, img, k, exclude=ex, backend="triton", device_chunk=32)  # gallery chunks of 32 and 13 rows
     assert torch.equal(i, ri) and torch.equal(v.double(), rv)
     np.save(tmp_path / "img.npy", img.half().numpy())

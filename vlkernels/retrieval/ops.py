@@ -108,11 +108,11 @@ def _try_open(a, b, name_a: str, name_b: str, backend: str, group):
         raise  # not reached: shard_layout raises on every rank
 
 
-def _device_chunk(device_chunk: int) -> int:
+def _device_chunk(device_chunk: int, device: torch.device) -> int:
     """Rows per device chunk, rounded up to whole tiles so every tile sits where it sits unchunked."""
-    from vlkernels.retrieval.triton_ops import BLOCK_M, BLOCK_N
+    from vlkernels.retrieval.configs import chunk_align
 
-    tile = max(BLOCK_M, BLOCK_N)
+    tile = chunk_align(device)
     return -(-int(device_chunk) // tile) * tile
 
 
@@ -309,7 +309,7 @@ def evaluate(
         from vlkernels.retrieval.triton_ops import count_stream
 
         dt = _triton_dtype(images, texts, device)
-        chunk = _device_chunk(device_chunk)
+        chunk = _device_chunk(device_chunk, device)
         bar = engine._progress(2 * -(-len(texts) // chunk) * -(-n_img // chunk), progress, "retrieval")
         # Texts are sharded: text-to-image queries are local rows; image-to-text queries see a sharded gallery.
         r_above = count_stream(texts, images, t2i_pos, row_offset, 0, dt, device, chunk, None, bar)
@@ -377,7 +377,7 @@ def rank_metrics(
     else:
         from vlkernels.retrieval.triton_ops import count_stream
 
-        chunk = _device_chunk(device_chunk)
+        chunk = _device_chunk(device_chunk, device)
         bar = engine._progress(-(-len(q) // chunk) * -(-len(g) // chunk), progress, "retrieval")
         above = count_stream(q, g, pos, offset, 0, _triton_dtype(q, g, device), device, chunk, None, bar)
         if bar is not None:
@@ -455,7 +455,7 @@ def topk(
         from vlkernels.retrieval.triton_ops import topk_stream
 
         dt = _triton_dtype(q, g, device)
-        vals, idx = topk_stream(q, g, k, ex, offset, dt, device, _device_chunk(device_chunk), progress)
+        vals, idx = topk_stream(q, g, k, ex, offset, dt, device, _device_chunk(device_chunk, device), progress)
     if group is not None:
         v, i = all_gather_cat(vals, group), all_gather_cat(idx, group)
         vals, idx = engine.merge_topk(v.cpu(), i.cpu(), k)

@@ -5,11 +5,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from vlkernels.retrieval.configs import Tile, max_fused_k, score_tile, topk_tile
 from vlkernels.retrieval.io import Embeddings
 from vlkernels.retrieval.positives import Positives
 
-BLOCK_M, BLOCK_N, BLOCK_K = 32, 32, 32
-MAX_SLOTS = 8
 EMPTY = torch.iinfo(torch.int64).min
 # Keys per matmul tile of the large-k top-K path (256 MiB of int64): bounds its device memory.
 WORK_ELEMS = 1 << 25
@@ -21,37 +20,37 @@ def _prep(x: torch.Tensor) -> torch.Tensor:
     return x.contiguous()
 
 
-def _splits(n_g: int, n_q: int, block_n: int, device: torch.device) -> tuple[int, int]:
+def _splits(n_g: int, n_q: int, block_m: int, block_n: int, device: torch.device) -> tuple[int, int]:
     """Gallery splits so the grid fills the device; cols_per_split stays a multiple of block_n (tile alignment)."""
     sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
-    m_blocks = max(1, -(-n_q // BLOCK_M))
+    m_blocks = max(1, -(-n_q // block_m))
     splits = max(1, min(-(-n_g // block_n), -(-2 * sms // m_blocks)))
     per = -(-n_g // splits)
     per = -(-per // block_n) * block_n
     return -(-n_g // per), per
 
 
-def gt_scores_fwd(q: torch.Tensor, g: torch.Tensor, pair_q: np.ndarray, pair_g: np.ndarray) -> np.ndarray:
-    """Scores of (query, gallery) pairs read from the same score tiles the counting kernel computes."""
+def gt_scores_fwd(q: torch.Tensor, g: torch.Tensor, pair_q: np.ndarray, pair_g: np.ndarray, t: Tile) -> np.ndarray:
+    """Scores of (query, gallery) pairs read from the same score tiles (tile ``t``) the counting kernel computes."""
     from vlkernels.retrieval.kernels import _gt_score_fwd_kernel
 
     out = np.zeros(len(pair_q), dtype=np.float32)
     if len(pair_q) == 0:
         return out
-    tm, tn = pair_q // BLOCK_M, pair_g // BLOCK_N
-    key = tm * (-(-g.shape[0] // BLOCK_N)) + tn
+    tm, tn = pair_q // t.block_m, pair_g // t.block_n
+    key = tm * (-(-g.shape[0] // t.block_n)) + tn
     order = np.argsort(key, kind="stable")
     key_s = key[order]
     tiles, starts = np.unique(key_s, return_index=True)
     tile_ptr = np.append(starts, len(key_s)).astype(np.int64)
     dev = q.device
-    t = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(dev)
+    dv = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(dev)
     res = torch.empty(len(pair_q), dtype=torch.float32, device=dev)
-    n_tiles_n = -(-g.shape[0] // BLOCK_N)
+    n_tiles_n = -(-g.shape[0] // t.block_n)
     _gt_score_fwd_kernel[(len(tiles),)](
-        q, g, t(tiles // n_tiles_n), t(tiles % n_tiles_n), t(tile_ptr), t(pair_q[order]), t(pair_g[order]), res,
+        q, g, dv(tiles // n_tiles_n), dv(tiles % n_tiles_n), dv(tile_ptr), dv(pair_q[order]), dv(pair_g[order]), res,
         q.shape[0], g.shape[0], q.shape[1], q.stride(0), g.stride(0),
-        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
+        BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_K=t.block_k, num_warps=t.num_warps, num_stages=t.num_stages,
     )  # fmt: skip
     out[order] = res.cpu().numpy()
     return out
@@ -63,11 +62,11 @@ def _load(src: Embeddings, a: int, b: int, dtype: torch.dtype, device: torch.dev
     return _prep(src.chunk(a, b, dtype).to(device))
 
 
-def _slot_width(n_slots: int) -> int:
-    """Plane width covering every launch of at most MAX_SLOTS slots, each padded to a power of two (constexpr)."""
+def _slot_width(n_slots: int, max_slots: int) -> int:
+    """Plane width covering every launch of at most max_slots slots, each padded to a power of two (constexpr)."""
     width = 0
-    for s0 in range(0, n_slots, MAX_SLOTS):
-        width = max(width, s0 + (1 << (min(MAX_SLOTS, n_slots - s0) - 1).bit_length()))
+    for s0 in range(0, n_slots, max_slots):
+        width = max(width, s0 + (1 << (min(max_slots, n_slots - s0) - 1).bit_length()))
     return width
 
 
@@ -94,6 +93,7 @@ def count_stream(
     """
     from vlkernels.retrieval.kernels import _rank_count_fwd_kernel
 
+    t = score_tile(device, dtype)
     n_q, n_g = len(queries), len(gallery)
     pq = pos.pair_queries()
     active = np.zeros(pos.num_queries, dtype=bool)
@@ -114,7 +114,7 @@ def count_stream(
             q_cur, qc_cur = _load(queries, qc * chunk, min(n_q, (qc + 1) * chunk), dtype, device), qc
         g = _load(gallery, gc * chunk, min(n_g, (gc + 1) * chunk), dtype, device)
         e = sel[order[a:b]]
-        thr[e] = gt_scores_fwd(q_cur, g, lq[order[a:b]] - qc * chunk, lg[order[a:b]] - gc * chunk)
+        thr[e] = gt_scores_fwd(q_cur, g, lq[order[a:b]] - qc * chunk, lg[order[a:b]] - gc * chunk, t)
     if group is not None:
         from vlkernels.retrieval.distributed import all_reduce
 
@@ -132,7 +132,7 @@ def count_stream(
             continue
         rows = pq[e] - q_offset - q0
         slot = e - pos.indptr[pq[e]]
-        width = _slot_width(int(slot.max()) + 1)
+        width = _slot_width(int(slot.max()) + 1, t.max_slots)
         thr_plane = np.full((q1 - q0, width), np.inf, dtype=np.float32)
         pos_plane = np.full((q1 - q0, width), -1, dtype=np.int64)
         thr_plane[rows, slot], pos_plane[rows, slot] = thr[e], pos.indices[e]
@@ -143,13 +143,14 @@ def count_stream(
             g = _load(gallery, g0, min(n_g, g0 + chunk), dtype, device)
             # Padding slots keep +inf thresholds (never counted) whatever their shifted index.
             pos_c = pos_t - (g_offset + g0)
-            n_split, per = _splits(g.shape[0], q.shape[0], BLOCK_N, device)
-            for s0 in range(0, width, MAX_SLOTS):
-                slots_c = 1 << (min(MAX_SLOTS, width - s0) - 1).bit_length()
-                _rank_count_fwd_kernel[(-(-q.shape[0] // BLOCK_M), n_split)](
+            n_split, per = _splits(g.shape[0], q.shape[0], t.block_m, t.block_n, device)
+            for s0 in range(0, width, t.max_slots):
+                slots_c = 1 << (min(t.max_slots, width - s0) - 1).bit_length()
+                _rank_count_fwd_kernel[(-(-q.shape[0] // t.block_m), n_split)](
                     q, g, thr_t, pos_c, out,
                     q.shape[0], g.shape[0], q.shape[1], q.stride(0), g.stride(0), per, width, s0,
-                    BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, SLOTS=slots_c,
+                    BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_K=t.block_k, SLOTS=slots_c,
+                    num_warps=t.num_warps, num_stages=t.num_stages,
                 )  # fmt: skip
             if bar is not None:
                 bar.update(1)
@@ -187,8 +188,8 @@ def topk_stream(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Top-k over gallery chunks of ``chunk`` rows for query chunks of ``chunk`` rows; unsorted ties are impossible:
     candidates are unique int64 keys (score bits, global index ``offset + j``), merged chunk by chunk with
-    torch.topk. k + the most exclusions of a query <= 256: the fused kernel, exclusions filtered from the best
-    k + extra; larger: device matmul tiles with exclusions masked before selection."""
+    torch.topk. k + the most exclusions of a query <= max_fused_k (64 on CUDA): the fused kernel, exclusions
+    filtered from the best k + extra; larger: device matmul tiles with exclusions masked before selection."""
     from vlkernels.retrieval import engine
 
     n_q, n_g = len(queries), len(gallery)
@@ -198,7 +199,7 @@ def topk_stream(
         return vals, idx
     has_ex = exclude is not None and len(exclude.indices) > 0
     kk = k + (int(exclude.counts.max()) if has_ex else 0)
-    fused = kk <= 256
+    fused = kk <= max_fused_k(device)
     block_n = max(16, 1 << (kk - 1).bit_length()) if fused else 1
     g_chunk = -(-chunk // block_n) * block_n
     bar = engine._progress(-(-n_q // chunk) * -(-n_g // g_chunk), progress, "top-k")
@@ -258,10 +259,11 @@ def _topk_keys(q: torch.Tensor, g: torch.Tensor, block_n: int, index_offset: int
     from vlkernels.retrieval.kernels import _topk_fwd_kernel
 
     n_q, n_g = q.shape[0], g.shape[0]
-    n_split, per = _splits(n_g, n_q, block_n, q.device)
+    t = topk_tile(q.device, q.dtype, block_n)
+    n_split, per = _splits(n_g, n_q, t.block_m, block_n, q.device)
     keys = torch.empty((n_split, n_q, block_n), dtype=torch.int64, device=q.device)
-    _topk_fwd_kernel[(-(-n_q // BLOCK_M), n_split)](
+    _topk_fwd_kernel[(-(-n_q // t.block_m), n_split)](
         q, g, keys, n_q, n_g, q.shape[1], q.stride(0), g.stride(0), per, index_offset,
-        BLOCK_M=BLOCK_M, BLOCK_N=block_n, BLOCK_K=BLOCK_K,
+        BLOCK_M=t.block_m, BLOCK_N=block_n, BLOCK_K=t.block_k, num_warps=t.num_warps, num_stages=t.num_stages,
     )  # fmt: skip
     return keys.permute(1, 0, 2).reshape(n_q, -1)
