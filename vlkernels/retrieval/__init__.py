@@ -5,11 +5,13 @@ from vlkernels.retrieval.io import Embeddings, load_array
 from vlkernels.retrieval.metrics import Ranks, metrics_from_ranks
 from vlkernels.retrieval.ops import RetrievalResult, evaluate, rank_metrics, topk
 from vlkernels.retrieval.positives import Positives
+from vlkernels.retrieval.stateful import RetrievalMetric
 
 __all__ = [
     "Embeddings",
     "Positives",
     "Ranks",
+    "RetrievalMetric",
     "RetrievalResult",
     "evaluate",
     "load_array",
