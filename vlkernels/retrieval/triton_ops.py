@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 
 from vlkernels.retrieval.configs import Tile, max_fused_k, score_tile, topk_tile
 from vlkernels.retrieval.io import Embeddings
+from vlkernels.retrieval.plan import SlotPlan
 from vlkernels.retrieval.positives import Positives
 
 EMPTY = torch.iinfo(torch.int64).min
@@ -30,11 +33,12 @@ def _splits(n_g: int, n_q: int, block_m: int, block_n: int, device: torch.device
     return -(-n_g // per), per
 
 
-def gt_scores_fwd(q: torch.Tensor, g: torch.Tensor, pair_q: np.ndarray, pair_g: np.ndarray, t: Tile) -> np.ndarray:
-    """Scores of (query, gallery) pairs read from the same score tiles (tile ``t``) the counting kernel computes."""
+def gt_scores_fwd(q: torch.Tensor, g: torch.Tensor, pair_q: np.ndarray, pair_g: np.ndarray, t: Tile) -> torch.Tensor:
+    """Scores of (query, gallery) pairs read from the same score tiles (tile ``t``) the counting kernel computes;
+    fp32, on the device of ``q``, in pair order."""
     from vlkernels.retrieval.kernels import _gt_score_fwd_kernel
 
-    out = np.zeros(len(pair_q), dtype=np.float32)
+    out = torch.zeros(len(pair_q), dtype=torch.float32, device=q.device)
     if len(pair_q) == 0:
         return out
     tm, tn = pair_q // t.block_m, pair_g // t.block_n
@@ -52,7 +56,7 @@ def gt_scores_fwd(q: torch.Tensor, g: torch.Tensor, pair_q: np.ndarray, pair_g: 
         q.shape[0], g.shape[0], q.shape[1], q.stride(0), g.stride(0),
         BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_K=t.block_k, num_warps=t.num_warps, num_stages=t.num_stages,
     )  # fmt: skip
-    out[order] = res.cpu().numpy()
+    out[dv(order)] = res
     return out
 
 
@@ -99,8 +103,9 @@ def count_stream(
     active = np.zeros(pos.num_queries, dtype=bool)
     active[pos.queries] = True
     mine = active[pq] & (pq >= q_offset) & (pq < q_offset + n_q)
-    # Pass 1: thresholds of the pairs whose positive is local, chunk pair by chunk pair (query chunk held).
-    thr = np.full(len(pq), -np.inf, dtype=np.float32)
+    # Pass 1: thresholds of the pairs whose positive is local, chunk pair by chunk pair (query chunk held). The
+    # thresholds and counts stay on the device until the end: no host sync per chunk.
+    thr = torch.full((len(pq),), float("-inf"), dtype=torch.float32, device=device)
     sel = np.flatnonzero(mine & (pos.indices >= g_offset) & (pos.indices < g_offset + n_g))
     lq, lg = pq[sel] - q_offset, pos.indices[sel] - g_offset
     key = (lq // chunk) * max(1, -(-n_g // chunk)) + lg // chunk
@@ -114,30 +119,28 @@ def count_stream(
             q_cur, qc_cur = _load(queries, qc * chunk, min(n_q, (qc + 1) * chunk), dtype, device), qc
         g = _load(gallery, gc * chunk, min(n_g, (gc + 1) * chunk), dtype, device)
         e = sel[order[a:b]]
-        thr[e] = gt_scores_fwd(q_cur, g, lq[order[a:b]] - qc * chunk, lg[order[a:b]] - gc * chunk, t)
+        thr[torch.from_numpy(e).to(device)] = gt_scores_fwd(
+            q_cur, g, lq[order[a:b]] - qc * chunk, lg[order[a:b]] - gc * chunk, t
+        )
     if group is not None:
         from vlkernels.retrieval.distributed import all_reduce
 
-        thr = all_reduce(torch.from_numpy(thr), "max", group).numpy()
+        thr = all_reduce(thr, "max", group)
 
     # Pass 2: per query chunk, planes of (threshold, global positive index) per slot; every gallery chunk counted.
-    above = np.zeros(len(pq), dtype=np.int64)
+    above = torch.zeros(len(pq), dtype=torch.int64, device=device)
+    slot_width = functools.partial(_slot_width, max_slots=t.max_slots)
     for q0 in range(0, n_q, chunk):
         q1 = min(n_q, q0 + chunk)
-        lo, hi = pos.indptr[q_offset + q0], pos.indptr[q_offset + q1]
-        e = lo + np.flatnonzero(mine[lo:hi])
-        if len(e) == 0:
+        plan = SlotPlan.build(pos, q_offset + q0, q_offset + q1, mine, slot_width)
+        if plan is None:
             if bar is not None:
                 bar.update(-(-n_g // chunk))
             continue
-        rows = pq[e] - q_offset - q0
-        slot = e - pos.indptr[pq[e]]
-        width = _slot_width(int(slot.max()) + 1, t.max_slots)
-        thr_plane = np.full((q1 - q0, width), np.inf, dtype=np.float32)
-        pos_plane = np.full((q1 - q0, width), -1, dtype=np.int64)
-        thr_plane[rows, slot], pos_plane[rows, slot] = thr[e], pos.indices[e]
+        width = plan.width
         q = _load(queries, q0, q1, dtype, device)
-        thr_t, pos_t = torch.from_numpy(thr_plane).to(device), torch.from_numpy(pos_plane).to(device)
+        thr_t = plan.planes(thr, float("inf"), slot_major=False)
+        pos_t = plan.planes(pos.indices, -1, slot_major=False, device=device)
         out = torch.zeros((q1 - q0, width), dtype=torch.int64, device=device)
         for g0 in range(0, n_g, chunk):
             g = _load(gallery, g0, min(n_g, g0 + chunk), dtype, device)
@@ -154,8 +157,8 @@ def count_stream(
                 )  # fmt: skip
             if bar is not None:
                 bar.update(1)
-        above[e] = out.cpu().numpy()[rows, slot]
-    return above
+        above[torch.from_numpy(plan.pairs).to(device)] = plan.take(out, slot_major=False)
+    return above.cpu().numpy()
 
 
 def encode_keys(scores: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
