@@ -141,7 +141,7 @@ def test_device_chunk_and_device_rejected(monkeypatch):
         with pytest.raises(ValueError, match="device_chunk must be a positive integer"):
             fn(*args, backend="triton", device_chunk=0)
     # Host inputs, no interpreter and no CUDA device: nowhere to run the kernels.
-    monkeypatch.setattr("vlkernels.retrieval.ops.interpreting", lambda: False)
+    monkeypatch.setattr("vlkernels.retrieval.functional.interpreting", lambda: False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     for fn, args in calls:
         with pytest.raises(ValueError, match="needs a CUDA device"):

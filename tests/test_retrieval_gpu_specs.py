@@ -81,9 +81,9 @@ def _profile_all() -> None:
 def test_kernel_specs_compile_without_spills():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    out = subprocess.run(
-        [sys.executable, __file__], capture_output=True, text=True, env=env, cwd=Path(__file__).parents[1]
-    )
+    root = str(Path(__file__).resolve().parents[1])  # the checkout under test, not an installed copy
+    env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+    out = subprocess.run([sys.executable, __file__], capture_output=True, text=True, env=env, cwd=root)
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     assert len(rows) == len(configs.kernel_specs())

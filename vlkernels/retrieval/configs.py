@@ -1,6 +1,6 @@
 """Tile configurations of the retrieval Triton kernels: small tiles for the interpreter, GPU tiles per (arch, dtype).
 
-The launchers in ``triton_ops.py`` read their tiles here and nowhere else; ``kernel_specs()`` lists every
+The launchers in ``ops.py`` read their tiles here and nowhere else; ``kernel_specs()`` lists every
 (kernel, arch, dtype, config) they can launch on CUDA, for the offline compile check (``vlkernels/_gpu_specs.py``).
 Reasoning (no GPU to tune on; see README.md, "GPU tiles"): tensor-core tiles for fp16/bf16 (warpgroup MMA on sm_90
 needs BLOCK_M >= 64 per warpgroup), BLOCK_K = 64 on sm_90 / 32 on sm_80 so a 3-stage pipeline fits shared memory,

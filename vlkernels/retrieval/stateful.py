@@ -1,8 +1,8 @@
 """A stateful retrieval metric for training and evaluation loops (torchmetrics' ``Metric`` conventions, without it).
 
 Embeddings accumulate batch by batch in memory, or past ``memory_budget`` bytes in a memory-mapped spill file;
-``compute()`` evaluates them with :func:`~vlkernels.retrieval.ops.evaluate` (exact, streamed), gathering across the
-ranks of a torch.distributed group first.
+``compute()`` evaluates them with :func:`~vlkernels.retrieval.functional.evaluate` (exact, streamed), gathering
+across the ranks of a torch.distributed group first.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from vlkernels.retrieval.ops import RetrievalResult, _check_ks, _check_policy, evaluate
+from vlkernels.retrieval.functional import RetrievalResult, _check_ks, _check_policy, evaluate
 
 
 class _RowStore:
@@ -80,7 +80,7 @@ class RetrievalMetric:
     over everything added since the last ``reset()`` (cached until the next update).
 
     Args:
-        ks, top_k, empty: as in :func:`~vlkernels.retrieval.ops.evaluate`.
+        ks, top_k, empty: as in :func:`~vlkernels.retrieval.functional.evaluate`.
         memory_budget: bytes of embeddings held in memory per rank before every row moves to a memory-mapped spill
             file (None: no limit; 0: always spill). The files are deleted by ``reset()`` and on garbage collection.
         spill_dir: folder of the spill files (default: the system temporary folder).
