@@ -91,8 +91,8 @@ def _check_output(path: Path | None) -> None:
 
 
 def cmd_retrieval(args: argparse.Namespace) -> int:
+    from vlkernels.retrieval.functional import evaluate
     from vlkernels.retrieval.io import Embeddings
-    from vlkernels.retrieval.ops import evaluate
 
     try:
         _check_output(args.json)

@@ -64,14 +64,20 @@ def _rank_count_fwd_kernel(
     cnt = tl.zeros([BLOCK_M, SLOTS], dtype=tl.int32)
     n_start = pid_s.to(tl.int64) * cols_per_split
     n_end = tl.minimum(n_start + cols_per_split, n_g)
+    # The slot planes do not depend on the gallery tile: loaded once, positives made relative to the split start
+    # (int32 compares in the loop; padding slots keep +inf thresholds and never count).
+    b_thr = tl.load(thr_ptr + slot_off, mask=mask_m[:, None], other=float("inf"))
+    b_pos = tl.load(pos_ptr + slot_off, mask=mask_m[:, None], other=-1) - n_start
+    b_pos = tl.minimum(tl.maximum(b_pos, -1), cols_per_split).to(tl.int32)
     for n0 in range(n_start, n_end, BLOCK_N):
         offs_n = n0 + tl.arange(0, BLOCK_N)
         b_s = _score_tile(q_ptr, g_ptr, offs_m, offs_n, n_q, n_g, dim, stride_q, stride_g, BLOCK_K)
+        rel_n = (offs_n - n_start).to(tl.int32)
         valid = offs_n[None, :] < n_end
         for p in tl.static_range(SLOTS):
-            t = tl.load(thr_ptr + offs_m * n_slots_total + slot0 + p, mask=mask_m, other=float("inf"))
-            g = tl.load(pos_ptr + offs_m * n_slots_total + slot0 + p, mask=mask_m, other=-1)
-            win = (b_s > t[:, None]) | ((b_s == t[:, None]) & (offs_n[None, :] < g[:, None]))
+            t = tl.sum(tl.where(offs_p[None, :] == p, b_thr, 0.0), axis=1)
+            g = tl.sum(tl.where(offs_p[None, :] == p, b_pos, 0), axis=1)
+            win = (b_s > t[:, None]) | ((b_s == t[:, None]) & (rel_n[None, :] < g[:, None]))
             c = tl.sum((win & valid).to(tl.int32), axis=1)
             cnt += tl.where(offs_p[None, :] == p, c[:, None], 0)
     tl.atomic_add(out_ptr + slot_off, cnt.to(tl.int64), mask=mask_m[:, None])

@@ -1,463 +1,282 @@
-"""Public retrieval functions: evaluate (rank metrics, both directions) and topk (with exclusions)."""
+"""Launchers of the Triton retrieval kernels (CUDA, or CPU tensors under TRITON_INTERPRET=1); tiles: configs.py."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
 
 import numpy as np
 import torch
 
-from vlkernels._triton import interpreting, triton_installed
-from vlkernels.retrieval import engine
-from vlkernels.retrieval.distributed import all_gather_cat, all_reduce, shard_layout
+from vlkernels.retrieval.configs import Tile, max_fused_k, score_tile, topk_tile
 from vlkernels.retrieval.io import Embeddings
-from vlkernels.retrieval.metrics import Ranks, metrics_from_ranks, ranks_from_counts
+from vlkernels.retrieval.plan import SlotPlan
 from vlkernels.retrieval.positives import Positives
 
-DIRECTIONS = ("text_to_image", "image_to_text")
-# The `empty` policies for evaluated queries without a positive, and the score each gives them (torchmetrics'
-# empty_target_action "error", "skip", "neg", "pos").
-EMPTY_VALUES = {"error": None, "skip": None, "zero": 0.0, "one": 1.0}
+EMPTY = torch.iinfo(torch.int64).min
+# Keys per matmul tile of the large-k top-K path (256 MiB of int64): bounds its device memory.
+WORK_ELEMS = 1 << 25
 
 
-class RetrievalResult(dict):
-    """``{"text_to_image": {metric: value}, "image_to_text": {...}}`` (the seed task's layout) with the per-query
-    ranks of each direction in ``.ranks[direction]`` (a :class:`~vlkernels.retrieval.metrics.Ranks`)."""
-
-    def __init__(self, metrics: dict, ranks: dict[str, Ranks]):
-        super().__init__(metrics)
-        self.ranks = ranks
-
-    def table(self) -> str:
-        """A readable table, one row per direction."""
-        keys = list(next(iter(self.values())).keys()) if self else []
-        head = f"{'direction':<15}" + "".join(f"{k:>12}" for k in keys)
-        lines = [head, "-" * len(head)]
-        for d, m in self.items():
-            lines.append(f"{d:<15}" + "".join(f"{m[k]:>12.4f}" for k in keys))
-        return "\n".join(lines)
+def _prep(x: torch.Tensor) -> torch.Tensor:
+    # fp16/bf16 go to tl.dot as they are (fp32 accumulation); fp64 is narrowed (Triton dots are fp32 at most).
+    x = x.to(torch.float32) if x.dtype == torch.float64 else x
+    return x.contiguous()
 
 
-def as_positives(gt, num_queries: int, num_gallery: int, name: str, every_query: bool = True) -> Positives:
-    """Positives from a Positives, a CSR tuple ``(indptr, indices)``, an ``(P, 2)`` pair array, or lists.
+def _splits(n_g: int, n_q: int, block_m: int, block_n: int, device: torch.device) -> tuple[int, int]:
+    """Gallery splits so the grid fills the device; cols_per_split stays a multiple of block_n (tile alignment)."""
+    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
+    m_blocks = max(1, -(-n_q // block_m))
+    splits = max(1, min(-(-n_g // block_n), -(-2 * sms // m_blocks)))
+    per = -(-n_g // splits)
+    per = -(-per // block_n) * block_n
+    return -(-n_g // per), per
 
-    ``every_query``: every query is evaluated and needs a positive; False for exclusion lists (no query evaluated).
+
+def gt_scores_fwd(q: torch.Tensor, g: torch.Tensor, pair_q: np.ndarray, pair_g: np.ndarray, t: Tile) -> torch.Tensor:
+    """Scores of (query, gallery) pairs read from the same score tiles (tile ``t``) the counting kernel computes;
+    fp32, on the device of ``q``, in pair order."""
+    from vlkernels.retrieval.kernels import _gt_score_fwd_kernel
+
+    out = torch.zeros(len(pair_q), dtype=torch.float32, device=q.device)
+    if len(pair_q) == 0:
+        return out
+    tm, tn = pair_q // t.block_m, pair_g // t.block_n
+    key = tm * (-(-g.shape[0] // t.block_n)) + tn
+    order = np.argsort(key, kind="stable")
+    key_s = key[order]
+    tiles, starts = np.unique(key_s, return_index=True)
+    tile_ptr = np.append(starts, len(key_s)).astype(np.int64)
+    dev = q.device
+    dv = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(dev)
+    res = torch.empty(len(pair_q), dtype=torch.float32, device=dev)
+    n_tiles_n = -(-g.shape[0] // t.block_n)
+    _gt_score_fwd_kernel[(len(tiles),)](
+        q, g, dv(tiles // n_tiles_n), dv(tiles % n_tiles_n), dv(tile_ptr), dv(pair_q[order]), dv(pair_g[order]), res,
+        q.shape[0], g.shape[0], q.shape[1], q.stride(0), g.stride(0),
+        BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_K=t.block_k, num_warps=t.num_warps, num_stages=t.num_stages,
+    )  # fmt: skip
+    out[dv(order)] = res
+    return out
+
+
+def _load(src: Embeddings, a: int, b: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Rows a..b of a source on the compute device: a view when it already lives there in ``dtype``, else a copy
+    of just those rows (memory-mapped files are read chunk by chunk)."""
+    return _prep(src.chunk(a, b, dtype).to(device))
+
+
+def _slot_width(n_slots: int, max_slots: int) -> int:
+    """Plane width covering every launch of at most max_slots slots, each padded to a power of two (constexpr)."""
+    width = 0
+    for s0 in range(0, n_slots, max_slots):
+        width = max(width, s0 + (1 << (min(max_slots, n_slots - s0) - 1).bit_length()))
+    return width
+
+
+def count_stream(
+    queries: Embeddings,
+    gallery: Embeddings,
+    pos: Positives,
+    q_offset: int,
+    g_offset: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    chunk: int,
+    group=None,
+    bar=None,
+) -> np.ndarray:
+    """Candidates ranked above each evaluated pair of ``pos`` (global indices), in pair order; pairs whose query is
+    not in this process's ``queries`` (global rows ``q_offset..``) get 0, to be summed over the group by the caller.
+
+    ``gallery`` holds global gallery rows ``g_offset..``; with ``group`` the gallery is sharded and the thresholds
+    of pairs whose positive lives on another rank arrive by all_reduce(MAX). Both sources stream in chunks of
+    ``chunk`` rows (a multiple of the tile), so tiles, and therefore every score, are the same in the ground-truth
+    pass and the counting pass. Ties compare global gallery indices: the positive plane is shifted by each
+    gallery chunk's global start.
     """
-    queries = None if every_query else np.zeros(0, dtype=np.int64)
-    if isinstance(gt, Positives):
-        if gt.num_queries != num_queries or gt.num_gallery != num_gallery:
-            raise ValueError(
-                f"{name} covers {gt.num_queries} queries x {gt.num_gallery} gallery items; "
-                f"expected {num_queries} x {num_gallery}"
-            )
-        return gt
-    if isinstance(gt, tuple) and len(gt) == 2:
-        return Positives.from_csr(gt[0], gt[1], num_gallery, queries=queries, allow_empty=True)
-    if isinstance(gt, (np.ndarray, torch.Tensor)):
-        a = gt.detach().cpu().numpy() if isinstance(gt, torch.Tensor) else gt
-        if a.ndim != 2 or a.shape[1] != 2:
-            raise ValueError(f"{name} as an array must hold (query, gallery) pairs with shape (P, 2), got {a.shape}")
-        return Positives.from_pairs(a[:, 0], a[:, 1], num_queries, num_gallery, queries=queries, allow_empty=True)
-    if isinstance(gt, Sequence):
-        if len(gt) != num_queries:
-            raise ValueError(f"{name} has {len(gt)} lists; expected one per query ({num_queries})")
-        return Positives.from_lists(gt, num_gallery, queries=queries, allow_empty=True)
-    raise ValueError(f"{name} must be Positives, (indptr, indices), a (P, 2) pair array or a list of lists")
+    from vlkernels.retrieval.kernels import _rank_count_fwd_kernel
 
-
-def _open(a, b, name_a: str, name_b: str, backend: str) -> tuple[Embeddings, Embeddings, str, torch.device]:
-    """Both embedding sources validated (dims, devices, finite values), the backend, and the compute device.
-
-    The Triton path computes on the CUDA device of either input; host sources (CPU tensors, arrays, memory-mapped
-    files) stream to it chunk by chunk, also when both are on the host and backend="triton" is asked for.
-    """
-    if backend not in ("auto", "cpu", "triton"):
-        raise ValueError(f"backend must be 'auto', 'cpu' or 'triton', got {backend!r}")
-    ea, eb = Embeddings(a, name_a), Embeddings(b, name_b)
-    if ea.shape[1] != eb.shape[1]:
-        raise ValueError(f"embedding dims differ: {name_a} has D={ea.shape[1]}, {name_b} has D={eb.shape[1]}")
-    cuda = {d for d in (ea.device, eb.device) if d.type == "cuda"}
-    if len(cuda) > 1 or (ea.device != eb.device and backend != "triton"):
-        raise ValueError(f"inputs must be on one device, got {name_a} on {ea.device}, {name_b} on {eb.device}")
-    device = next(iter(cuda)) if cuda else torch.device("cpu")
-    if backend == "auto":
-        backend = "triton" if cuda else "cpu"
-    elif backend == "triton":
-        if not triton_installed():
-            raise ValueError("backend='triton' needs triton installed")
-        if not cuda and not interpreting():
-            if not torch.cuda.is_available():
-                raise ValueError("backend='triton' needs a CUDA device (or TRITON_INTERPRET=1 for CPU tensors)")
-            device = torch.device("cuda", torch.cuda.current_device())
-    elif cuda:
-        raise ValueError(f"backend='cpu' needs CPU tensors, got {next(iter(cuda))}")
-    ea.check_finite()
-    eb.check_finite()
-    return ea, eb, backend, device
-
-
-def _try_open(a, b, name_a: str, name_b: str, backend: str, group):
-    """``_open``; with a group, a ValueError of this rank is first announced to the others (``shard_layout``), so
-    every rank raises instead of some being left blocked in a later collective."""
-    try:
-        return _open(a, b, name_a, name_b, backend)
-    except ValueError as e:
-        if group is None:
-            raise
-        shard_layout(0, group, str(e))
-        raise  # not reached: shard_layout raises on every rank
-
-
-def _device_chunk(device_chunk: int) -> int:
-    """Rows per device chunk, rounded up to whole tiles so every tile sits where it sits unchunked."""
-    from vlkernels.retrieval.triton_ops import BLOCK_M, BLOCK_N
-
-    tile = max(BLOCK_M, BLOCK_N)
-    return -(-int(device_chunk) // tile) * tile
-
-
-def _triton_dtype(a: Embeddings, b: Embeddings, device: torch.device) -> torch.dtype:
-    """One operand dtype for tl.dot: fp16/bf16 stay as they are when both sides agree, anything else runs in fp32."""
-    same_lowp = a.dtype == b.dtype and a.dtype in (torch.float16, torch.bfloat16)
-    # The interpreter (CPU tensors) multiplies bf16 bit patterns in tl.dot (triton-lang/triton#11584): widen there;
-    # exact, since bf16 products are exact in fp32 and tl.dot accumulates in fp32 either way.
-    if same_lowp and a.dtype == torch.bfloat16 and device.type == "cpu":
-        return torch.float32
-    return a.dtype if same_lowp else torch.float32
-
-
-def _labels(x) -> np.ndarray:
-    if isinstance(x, torch.Tensor):
-        return x.detach().cpu().numpy()
-    return np.asarray(x)
-
-
-def _check_ks(ks) -> tuple[int, ...]:
-    """``ks`` as a tuple of positive ints; one int is accepted as ``(ks,)``."""
-    if isinstance(ks, (int, np.integer)) and not isinstance(ks, bool):
-        ks = (ks,)
-    if isinstance(ks, (str, bytes)) or not isinstance(ks, Sequence | np.ndarray):
-        raise ValueError(f"ks must be a positive integer or a sequence of them, got {ks!r}")
-    bad = [k for k in ks if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1]
-    if not len(ks) or bad:
-        raise ValueError(f"ks must be positive integers, got {tuple(ks)}")
-    return tuple(int(k) for k in ks)
-
-
-def _check_policy(top_k, empty: str) -> None:
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1):
-        raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
-    if empty not in EMPTY_VALUES:
-        raise ValueError(f"empty must be one of {tuple(EMPTY_VALUES)}, got {empty!r}")
-
-
-def _metrics(pos: Positives, above: np.ndarray, ks, top_k, empty: str, direction: str, derived: str = ""):
-    """Ranks and metrics of one direction; evaluated queries without a positive handled by the ``empty`` policy."""
-    kept, missing = pos.without_empty()
-    if len(missing) and empty == "error":
-        raise ValueError(
-            f"{direction}: {len(missing)} evaluated queries have no positive (first: query {int(missing[0])}){derived}"
-            "; pass empty='skip' to leave them out, or 'zero' / 'one' to score them 0 / 1 (CLI: --empty)"
+    t = score_tile(device, dtype)
+    n_q, n_g = len(queries), len(gallery)
+    pq = pos.pair_queries()
+    active = np.zeros(pos.num_queries, dtype=bool)
+    active[pos.queries] = True
+    mine = active[pq] & (pq >= q_offset) & (pq < q_offset + n_q)
+    # Pass 1: thresholds of the pairs whose positive is local, chunk pair by chunk pair (query chunk held). The
+    # thresholds and counts stay on the device until the end: no host sync per chunk.
+    thr = torch.full((len(pq),), float("-inf"), dtype=torch.float32, device=device)
+    sel = np.flatnonzero(mine & (pos.indices >= g_offset) & (pos.indices < g_offset + n_g))
+    lq, lg = pq[sel] - q_offset, pos.indices[sel] - g_offset
+    key = (lq // chunk) * max(1, -(-n_g // chunk)) + lg // chunk
+    order = np.argsort(key, kind="stable")
+    keys, starts = np.unique(key[order], return_index=True)
+    ends = np.append(starts[1:], len(order))
+    q_cur, qc_cur = None, -1
+    for kk, a, b in zip(keys.tolist(), starts.tolist(), ends.tolist()):
+        qc, gc = divmod(kk, max(1, -(-n_g // chunk)))
+        if qc != qc_cur:
+            q_cur, qc_cur = _load(queries, qc * chunk, min(n_q, (qc + 1) * chunk), dtype, device), qc
+        g = _load(gallery, gc * chunk, min(n_g, (gc + 1) * chunk), dtype, device)
+        e = sel[order[a:b]]
+        thr[torch.from_numpy(e).to(device)] = gt_scores_fwd(
+            q_cur, g, lq[order[a:b]] - qc * chunk, lg[order[a:b]] - gc * chunk, t
         )
-    ranks = ranks_from_counts(kept, above)
-    num_empty = 0 if empty == "skip" else len(missing)
-    return metrics_from_ranks(ranks, ks, top_k, num_empty, EMPTY_VALUES[empty] or 0.0), ranks
-
-
-def _compute_dtype(a: Embeddings, b: Embeddings) -> torch.dtype:
-    """CPU compute dtype of a pair: fp64 when either side is fp64 (both are promoted), else fp32."""
-    return torch.float64 if torch.float64 in (a.dtype, b.dtype) else torch.float32
-
-
-def _check_chunks(**sizes: int) -> None:
-    for name, v in sizes.items():
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"{name} must be a positive integer, got {v!r}")
-
-
-def evaluate(
-    image_emb,
-    text_emb,
-    text_to_image=None,
-    ks: Sequence[int] | int = (1, 5, 10),
-    *,
-    t2i=None,
-    i2t=None,
-    top_k: int | None = None,
-    empty: str = "error",
-    backend: str = "auto",
-    chunk_rows: int = 1024,
-    chunk_cols: int = 512,
-    cache_bytes: int = 256 << 20,
-    device_chunk: int = 1 << 16,
-    progress: bool = False,
-    group=None,
-) -> RetrievalResult:
-    """Exact image-text retrieval metrics in both directions, streamed: the score matrix is never materialized.
-
-    For query q with positives P_q, candidates are ordered by score ``s = <q, g>`` descending, then gallery index
-    ascending, and each positive p gets the 1-indexed rank
-
-    .. math:: \\mathrm{rank}_q(p) = 1 + |\\{ j : s_{qj} > s_{qp} \\}| + |\\{ j < p : s_{qj} = s_{qp} \\}|
-
-    counted tile by tile (counts add over tiles, chunks and processes). From the ranks r_1 < ... < r_m of a query's
-    positives and its relevant count R (= m unless out-of-gallery positives are declared):
-    R@K = 100·[r_1 ≤ K], MeanR / MedianR of r_1, MRR = 1/r_1, AP = (1/R) Σ_i i/r_i,
-    mAP@R = (1/R) Σ_{r_i ≤ R} i/r_i and R-Precision = |{i : r_i ≤ R}|/R (eccv_caption, Chun et al. 2022),
-    NDCG = Σ_i 1/log2(1+r_i) / Σ_{i≤R} 1/log2(1+i), each averaged over queries.
-
-    Args:
-        image_emb: ``(N_img, D)`` image embeddings: tensor, numpy array, or a .npy/.safetensors path (memory-mapped).
-        text_emb: ``(N_txt, D)`` text embeddings, same forms; with ``group``, this process's contiguous shard.
-        text_to_image: ``(N_txt,)`` int image index of each caption (the seed task's ground truth). Image-to-text
-            positives are an image's captions. Leave None when giving ``t2i`` / ``i2t``.
-        ks: the K of R@K (one int or a sequence).
-        t2i: general text-to-image positives (Positives, CSR ``(indptr, indices)``, ``(P, 2)`` pairs or lists);
-            a Positives may carry graded ``relevance`` (NDCG's gain).
-        i2t: general image-to-text positives; when only one of t2i / i2t is given the other is its transpose
-            (every query of the derived direction evaluated).
-        top_k: cut MRR, mAP, R-Precision and NDCG at rank k (torchmetrics' ``top_k``); keys become ``MRR@k``, ...
-        empty: evaluated queries without a positive: "error" (default), "skip" (left out), "zero" / "one" (score
-            0 / 1 in every metric but MeanR / MedianR; torchmetrics' ``empty_target_action`` "neg" / "pos").
-        backend: "auto" (Triton when an input is on CUDA, else C++ on CPU), "cpu", or "triton" (on the CUDA
-            device of the inputs, host inputs streaming to the current CUDA device; CPU under TRITON_INTERPRET=1).
-        chunk_rows, chunk_cols: tile of the streamed (texts x images) score matrix on CPU.
-        cache_bytes: tiles kept between the two CPU passes (tiles holding ground-truth pairs).
-        device_chunk: Triton path: rows of texts and of images held on the device at a time (rounded up to whole
-            32-row tiles); both stream in such chunks from wherever they live (host, memory-mapped file, device).
-        progress: show a tqdm bar (tiles on CPU, chunk pairs on Triton).
-        group: torch.distributed process group (any backend: gloo, NCCL). ``text_emb`` is this rank's contiguous
-            shard of the texts, in rank order; ``image_emb`` and the ground truth are the full, identical sets on
-            every rank. Per-shard counts are summed by all_reduce; every rank returns the full result.
-
-    Returns:
-        RetrievalResult: ``{"text_to_image": {...}, "image_to_text": {...}}`` with ``R@K`` (percent), ``MeanR``,
-        ``MedianR``, ``MRR``, ``mAP``, ``mAP@R``, ``R-Precision``, ``NDCG`` (fractions), and ``.ranks``.
-
-    Raises:
-        ValueError: mismatched D, non-finite embeddings, ground truth out of range, a query without positives
-            (``empty="error"``; the message names the direction, and whether it was derived), unreadable files
-            (wrong dtype, shape or format), empty inputs, bad ks, top_k, empty, chunk sizes or backend; with a
-            group, any rank's input error (raised on every rank) or D / image count / dtypes differing by rank.
-
-    Note:
-        Ties: lower gallery index first, on every backend; equal to ranking with ``np.argsort(-s, kind="stable")``
-        (the seed's default quicksort leaves tie order unspecified; without ties the results are identical).
-        Scores accumulate in fp32 (in fp64 on CPU when either input is fp64: the other is promoted); fp16/bf16 are
-        widened per chunk. Each ground-truth
-        score is read from the same tile computation as the scores it is compared with. Extra memory:
-        O(N_img·D + pairs + tiles), not N_img·N_txt: on CPU the images are held in memory and the texts stream in
-        ``chunk_rows`` chunks (memory-mapped files are read chunk by chunk); the Triton path streams both in
-        ``device_chunk`` chunks (device memory O(device_chunk·D + pairs of a chunk)); host or memory-mapped
-        inputs with backend="triton" stream to the current CUDA device. Sharded runs equal unsharded ones exactly
-        (ties use global text indices); a validation error on any rank raises on every rank, as do differing D,
-        image count or dtypes across ranks. Deterministic. Not differentiable.
-
-    Example:
-        >>> img = torch.eye(3); txt = torch.eye(3)[[0, 0, 1, 2]]
-        >>> evaluate(img, txt, [0, 0, 1, 2])["text_to_image"]["R@1"]
-        100.0
-    """
-    ks = _check_ks(ks)
-    _check_policy(top_k, empty)
-    _check_chunks(chunk_rows=chunk_rows, chunk_cols=chunk_cols, device_chunk=device_chunk)
-    if cache_bytes < 0:
-        raise ValueError(f"cache_bytes must be >= 0, got {cache_bytes}")
-    images, texts, backend, device = _try_open(image_emb, text_emb, "image_emb", "text_emb", backend, group)
-    row_offset, n_txt = shard_layout(
-        len(texts), group, D=images.shape[1], num_images=len(images), dtypes=(str(images.dtype), str(texts.dtype))
-    )
-    n_img = len(images)
-    if n_img == 0 or n_txt == 0:
-        raise ValueError(f"empty input: {n_img} images and {n_txt} texts; both must be non-empty")
-    if text_to_image is not None:
-        if t2i is not None or i2t is not None:
-            raise ValueError("give either text_to_image or t2i/i2t, not both")
-        labels = _labels(text_to_image)
-        if labels.shape != (n_txt,):
-            raise ValueError(f"text_to_image has shape {labels.shape}; expected ({n_txt},), one image per text")
-        t2i_pos = Positives.from_labels(labels, n_img)
-        i2t_pos = t2i_pos.transpose(allow_empty=True)
-        derived = {"image_to_text": " (images without a caption in text_to_image)"}
-    elif t2i is None and i2t is None:
-        raise ValueError("ground truth missing: give text_to_image, or t2i and/or i2t positives")
-    else:
-        t2i_pos = as_positives(t2i, n_txt, n_img, "t2i") if t2i is not None else None
-        i2t_pos = as_positives(i2t, n_img, n_txt, "i2t") if i2t is not None else None
-        derived = {}
-        if t2i_pos is None:
-            t2i_pos = i2t_pos.transpose(allow_empty=True)
-            derived["text_to_image"] = " (derived as the transpose of i2t, which was given alone: give t2i too)"
-        if i2t_pos is None:
-            i2t_pos = t2i_pos.transpose(allow_empty=True)
-            derived["image_to_text"] = " (derived as the transpose of t2i, which was given alone: give i2t too)"
-    if backend == "cpu":
-        cols = images.full(_compute_dtype(images, texts))
-        r_above, c_above = engine.count_both(
-            texts,
-            cols,
-            t2i_pos,
-            i2t_pos,
-            row_offset,
-            int(chunk_rows),
-            int(chunk_cols),
-            int(cache_bytes),
-            progress,
-            group,
-        )
-    else:
-        from vlkernels.retrieval.triton_ops import count_stream
-
-        dt = _triton_dtype(images, texts, device)
-        chunk = _device_chunk(device_chunk)
-        bar = engine._progress(2 * -(-len(texts) // chunk) * -(-n_img // chunk), progress, "retrieval")
-        # Texts are sharded: text-to-image queries are local rows; image-to-text queries see a sharded gallery.
-        r_above = count_stream(texts, images, t2i_pos, row_offset, 0, dt, device, chunk, None, bar)
-        c_above = count_stream(images, texts, i2t_pos, 0, row_offset, dt, device, chunk, group, bar)
-        if bar is not None:
-            bar.close()
-        if group is not None:
-            both = all_reduce(torch.from_numpy(np.concatenate([r_above, c_above])), "sum", group).numpy()
-            r_above, c_above = both[: len(r_above)], both[len(r_above) :]
-    both = {"text_to_image": (t2i_pos, r_above), "image_to_text": (i2t_pos, c_above)}
-    out = {d: _metrics(p, a, ks, top_k, empty, d, derived.get(d, "")) for d, (p, a) in both.items()}
-    return RetrievalResult({d: out[d][0] for d in DIRECTIONS}, {d: out[d][1] for d in DIRECTIONS})
-
-
-def rank_metrics(
-    queries,
-    gallery,
-    positives,
-    ks: Sequence[int] | int = (1, 5, 10),
-    *,
-    top_k: int | None = None,
-    empty: str = "error",
-    backend: str = "auto",
-    chunk_rows: int = 1024,
-    chunk_cols: int = 512,
-    device_chunk: int = 1 << 16,
-    progress: bool = False,
-    group=None,
-) -> tuple[dict[str, float], Ranks]:
-    """One direction of :func:`evaluate` for any query/gallery pair and any positives.
-
-    Args:
-        queries: ``(Q, D)`` embeddings (tensor, array or file path); with ``group``, this rank's contiguous shard
-            of the queries, in rank order (as the texts of :func:`evaluate`).
-        gallery: ``(M, D)`` embeddings, the full gallery on every rank.
-        positives: Positives, CSR ``(indptr, indices)``, ``(P, 2)`` pairs or one list per query (global indices).
-        ks, top_k, empty, backend, chunk_rows, chunk_cols, device_chunk, progress, group: as in :func:`evaluate`.
-
-    Returns:
-        ``(metrics, ranks)``: the metric dict of :func:`evaluate` and the per-query :class:`Ranks`.
-
-    Raises:
-        ValueError: as :func:`evaluate`.
-
-    Note:
-        Same tie policy (score descending, then gallery index ascending), exactness and sharding as :func:`evaluate`.
-
-    Example:
-        >>> m, r = rank_metrics(torch.tensor([[0.1, 0.8, 0.9, 0.7]]), torch.eye(4), [[1, 3]])
-        >>> round(m["mAP"], 4)  # positives at ranks 2 and 3: (1/2 + 2/3) / 2 = 7/12
-        0.5833
-    """
-    ks = _check_ks(ks)
-    _check_policy(top_k, empty)
-    _check_chunks(chunk_rows=chunk_rows, chunk_cols=chunk_cols, device_chunk=device_chunk)
-    q, g, backend, device = _try_open(queries, gallery, "queries", "gallery", backend, group)
-    offset, n_q = shard_layout(len(q), group, D=q.shape[1], num_gallery=len(g), dtypes=(str(q.dtype), str(g.dtype)))
-    if n_q == 0 or len(g) == 0:
-        raise ValueError(f"empty input: {n_q} queries and {len(g)} gallery items; both must be non-empty")
-    pos = as_positives(positives, n_q, len(g), "positives")
-    if backend == "cpu":
-        none = Positives.from_pairs([], [], len(g), n_q, queries=[])
-        args = (offset, int(chunk_rows), int(chunk_cols), 0, progress, group)
-        above, _ = engine.count_both(q, g.full(_compute_dtype(q, g)), pos, none, *args)
-    else:
-        from vlkernels.retrieval.triton_ops import count_stream
-
-        chunk = _device_chunk(device_chunk)
-        bar = engine._progress(-(-len(q) // chunk) * -(-len(g) // chunk), progress, "retrieval")
-        above = count_stream(q, g, pos, offset, 0, _triton_dtype(q, g, device), device, chunk, None, bar)
-        if bar is not None:
-            bar.close()
-        if group is not None:
-            above = all_reduce(torch.from_numpy(above), "sum", group).numpy()
-    return _metrics(pos, above, ks, top_k, empty, "queries")
-
-
-def topk(
-    queries,
-    gallery,
-    k: int,
-    exclude=None,
-    *,
-    backend: str = "auto",
-    chunk_queries: int = 1024,
-    chunk_gallery: int = 4096,
-    device_chunk: int = 1 << 16,
-    progress: bool = False,
-    group=None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Top-k gallery items of each query by inner product, streamed over gallery chunks (no (Q, M) matrix).
-
-    .. math:: \\mathrm{topk}_q = \\text{the first } k \\text{ of } g \\text{ ordered by } (\\langle q, g\\rangle
-        \\downarrow, \\; g \\uparrow), \\; g \\notin \\mathrm{exclude}_q
-
-    Args:
-        queries: ``(Q, D)`` tensor, array or .npy/.safetensors path (fp16/bf16/fp32/fp64); the same on every rank.
-        gallery: ``(M, D)`` tensor, array or .npy/.safetensors path (memory-mapped and read in chunks); with
-            ``group``, this process's contiguous shard, in rank order (indices are global).
-        k: results per query; clamped to the gallery size M (the global size with ``group``), so the result is
-            ``(Q, min(k, M))`` and a huge k cannot allocate past the data.
-        exclude: positives to leave out (hard-negative mining): Positives, CSR, ``(P, 2)`` pairs or lists.
-        backend: "auto", "cpu" or "triton" (as in :func:`evaluate`).
-        chunk_queries, chunk_gallery: CPU tile.
-        device_chunk: Triton path: rows of queries and of the gallery held on the device at a time.
-        progress: tqdm bar over gallery chunks (CPU) or chunk pairs (Triton).
-        group: torch.distributed group sharding the gallery; shard results are merged by all_gather.
-
-    Returns:
-        ``(values, indices)``: ``(Q, min(k, M))`` scores (fp32; fp64 on CPU when either input is fp64) and int64
-        gallery indices, best first; when exclusions leave fewer candidates a row is padded with ``-inf`` / ``-1``
-        (faiss's convention; faiss also pads k > M, where this clamps).
-
-    Raises:
-        ValueError: mismatched D, non-finite embeddings, k < 0, exclusions out of range, bad files or backend; with
-            a group, any rank's input error (raised on every rank) or D / query count / dtypes differing by rank.
-
-    Note:
-        Ties: lower gallery index first (deterministic, identical on CPU, Triton and sharded runs, across chunk
-        and shard boundaries). Device memory on Triton: two ``device_chunk``-row chunks, the running best of a
-        query chunk, and (k > 256 - exclusions) matmul tiles of at most 2^25 scores. Not differentiable.
-
-    Example:
-        >>> topk(torch.eye(2), torch.eye(2), 1)
-        (tensor([[1.], [1.]]), tensor([[0], [1]]))
-    """
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
-        raise ValueError(f"k must be a non-negative integer, got {k!r}")
-    k = int(k)
-    _check_chunks(chunk_queries=chunk_queries, chunk_gallery=chunk_gallery, device_chunk=device_chunk)
-    q, g, backend, device = _try_open(queries, gallery, "queries", "gallery", backend, group)
-    offset, n_gal = shard_layout(len(g), group, D=q.shape[1], num_queries=len(q), dtypes=(str(q.dtype), str(g.dtype)))
-    k = min(k, n_gal)
-    ex = as_positives(exclude, len(q), n_gal, "exclude", every_query=False) if exclude is not None else None
-    if ex is not None and group is not None:
-        # Each shard only masks its own gallery items, with local indices.
-        keep = (ex.indices >= offset) & (ex.indices < offset + len(g))
-        ex = Positives.from_pairs(ex.pair_queries()[keep], ex.indices[keep] - offset, len(q), len(g), queries=[])
-    if backend == "cpu":
-        qt = q.full(_compute_dtype(q, g))
-        vals, idx = engine.topk_stream(qt, g, k, ex, offset, int(chunk_queries), int(chunk_gallery), progress)
-    else:
-        from vlkernels.retrieval.triton_ops import topk_stream
-
-        dt = _triton_dtype(q, g, device)
-        vals, idx = topk_stream(q, g, k, ex, offset, dt, device, _device_chunk(device_chunk), progress)
     if group is not None:
-        v, i = all_gather_cat(vals, group), all_gather_cat(idx, group)
-        vals, idx = engine.merge_topk(v.cpu(), i.cpu(), k)
-        vals, idx = vals.to(device), idx.to(device)
-    return engine.sort_topk(vals, idx)
+        from vlkernels.retrieval.distributed import all_reduce
+
+        thr = all_reduce(thr, "max", group)
+
+    # Pass 2: per query chunk, planes of (threshold, global positive index) per slot; every gallery chunk counted.
+    above = torch.zeros(len(pq), dtype=torch.int64, device=device)
+    slot_width = functools.partial(_slot_width, max_slots=t.max_slots)
+    for q0 in range(0, n_q, chunk):
+        q1 = min(n_q, q0 + chunk)
+        plan = SlotPlan.build(pos, q_offset + q0, q_offset + q1, mine, slot_width)
+        if plan is None:
+            if bar is not None:
+                bar.update(-(-n_g // chunk))
+            continue
+        width = plan.width
+        q = _load(queries, q0, q1, dtype, device)
+        thr_t = plan.planes(thr, float("inf"), slot_major=False)
+        pos_t = plan.planes(pos.indices, -1, slot_major=False, device=device)
+        out = torch.zeros((q1 - q0, width), dtype=torch.int64, device=device)
+        for g0 in range(0, n_g, chunk):
+            g = _load(gallery, g0, min(n_g, g0 + chunk), dtype, device)
+            # Padding slots keep +inf thresholds (never counted) whatever their shifted index.
+            pos_c = pos_t - (g_offset + g0)
+            n_split, per = _splits(g.shape[0], q.shape[0], t.block_m, t.block_n, device)
+            for s0 in range(0, width, t.max_slots):
+                slots_c = 1 << (min(t.max_slots, width - s0) - 1).bit_length()
+                _rank_count_fwd_kernel[(-(-q.shape[0] // t.block_m), n_split)](
+                    q, g, thr_t, pos_c, out,
+                    q.shape[0], g.shape[0], q.shape[1], q.stride(0), g.stride(0), per, width, s0,
+                    BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_K=t.block_k, SLOTS=slots_c,
+                    num_warps=t.num_warps, num_stages=t.num_stages,
+                )  # fmt: skip
+            if bar is not None:
+                bar.update(1)
+        above[torch.from_numpy(plan.pairs).to(device)] = plan.take(out, slot_major=False)
+    return above.cpu().numpy()
+
+
+def encode_keys(scores: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """The kernel's packing in torch: int64 keys ordered as (fp32 score descending, index ascending)."""
+    bits = scores.float().contiguous().view(torch.int32)
+    order = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits).to(torch.int64)
+    return (order << 32) | (4294967295 - index)
+
+
+def decode_keys(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inverse of the kernel's key packing: (fp32 scores, int64 indices); empty keys give (-inf, -1)."""
+    empty = keys == EMPTY
+    order = (keys >> 32).to(torch.int32)
+    bits = torch.where(order < 0, order ^ 0x7FFFFFFF, order)
+    vals = bits.view(torch.float32).masked_fill(empty, float("-inf"))
+    idx = (4294967295 - (keys & 4294967295)).masked_fill(empty, -1)
+    return vals, idx
+
+
+def topk_stream(
+    queries: Embeddings,
+    gallery: Embeddings,
+    k: int,
+    exclude: Positives | None,
+    offset: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    chunk: int,
+    progress: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-k over gallery chunks of ``chunk`` rows for query chunks of ``chunk`` rows; unsorted ties are impossible:
+    candidates are unique int64 keys (score bits, global index ``offset + j``), merged chunk by chunk with
+    torch.topk. k + the most exclusions of a query <= max_fused_k (64 on CUDA): the fused kernel, exclusions
+    filtered from the best k + extra; larger: device matmul tiles with exclusions masked before selection."""
+    from vlkernels.retrieval import cpu
+
+    n_q, n_g = len(queries), len(gallery)
+    vals = torch.full((n_q, k), float("-inf"), dtype=torch.float32, device=device)
+    idx = torch.full((n_q, k), -1, dtype=torch.int64, device=device)
+    if n_q == 0 or k == 0:
+        return vals, idx
+    has_ex = exclude is not None and len(exclude.indices) > 0
+    kk = k + (int(exclude.counts.max()) if has_ex else 0)
+    fused = kk <= max_fused_k(device)
+    block_n = max(16, 1 << (kk - 1).bit_length()) if fused else 1
+    g_chunk = -(-chunk // block_n) * block_n
+    bar = cpu._progress(-(-n_q // chunk) * -(-n_g // g_chunk), progress, "top-k")
+    for q0 in range(0, n_q, chunk):
+        q1 = min(n_q, q0 + chunk)
+        q = _load(queries, q0, q1, dtype, device)
+        if has_ex:
+            lo, hi = exclude.indptr[q0], exclude.indptr[q1]
+            eq = torch.from_numpy(exclude.pair_queries()[lo:hi] - q0).to(device)
+            eg = torch.from_numpy(exclude.indices[lo:hi]).to(device)
+        # A fixed width of empty keys: rows with fewer candidates decode to (-inf, -1), faiss's padding.
+        best = torch.full((q1 - q0, kk if fused else k), EMPTY, dtype=torch.int64, device=device)
+        for g0 in range(0, n_g, g_chunk):
+            g = _load(gallery, g0, min(n_g, g0 + g_chunk), dtype, device)
+            if fused:
+                keys = torch.cat([best, _topk_keys(q, g, block_n, offset + g0)], 1)
+                best = torch.topk(keys, kk, dim=1).values
+            else:
+                _merge_matmul(best, q, g, offset + g0, g0, (eq, eg) if has_ex else None)
+            if bar is not None:
+                bar.update(1)
+        v, i = decode_keys(best)
+        if fused and has_ex:
+            # Mark a candidate excluded when (query, index) is listed: a per-row membership test.
+            ex = torch.zeros_like(i, dtype=torch.bool)
+            ex.index_put_((eq,), i[eq] == (eg + offset)[:, None], accumulate=True)
+            v, i = cpu.sort_topk(v.masked_fill(ex, float("-inf")), i.masked_fill(ex, -1))
+        vals[q0:q1], idx[q0:q1] = v[:, :k], i[:, :k]
+    if bar is not None:
+        bar.close()
+    return vals, idx
+
+
+def _merge_matmul(best: torch.Tensor, q: torch.Tensor, g: torch.Tensor, index0: int, g0: int, ex) -> None:
+    """k past the fused kernel's register budget: score tiles of at most WORK_ELEMS keys from device matmuls
+    merged into ``best`` in place; exclusions ``(query in chunk, local gallery index)`` masked before selection."""
+    k = best.shape[1]
+    cols = min(g.shape[0], 8192)
+    rows = max(1, WORK_ELEMS // (k + cols))
+    for r0 in range(0, q.shape[0], rows):
+        r1 = min(q.shape[0], r0 + rows)
+        if ex is not None:
+            m_rows = (ex[0] >= r0) & (ex[0] < r1)
+        for c0 in range(0, g.shape[0], cols):
+            c1 = min(g.shape[0], c0 + cols)
+            # fp32 operands: a low-precision product would round every score to fp16/bf16 (spurious ties).
+            s = q[r0:r1].float() @ g[c0:c1].float().T
+            keys = encode_keys(s, torch.arange(c0, c1, device=q.device) + index0)
+            if ex is not None:
+                m = m_rows & (ex[1] >= g0 + c0) & (ex[1] < g0 + c1)
+                keys[ex[0][m] - r0, ex[1][m] - g0 - c0] = EMPTY
+            best[r0:r1] = torch.topk(torch.cat([best[r0:r1], keys], 1), k, dim=1).values
+
+
+def _topk_keys(q: torch.Tensor, g: torch.Tensor, block_n: int, index_offset: int) -> torch.Tensor:
+    """The fused kernel on one (query chunk, gallery chunk): each split's best block_n keys, side by side."""
+    from vlkernels.retrieval.kernels import _topk_fwd_kernel
+
+    n_q, n_g = q.shape[0], g.shape[0]
+    t = topk_tile(q.device, q.dtype, block_n)
+    n_split, per = _splits(n_g, n_q, t.block_m, block_n, q.device)
+    keys = torch.empty((n_split, n_q, block_n), dtype=torch.int64, device=q.device)
+    _topk_fwd_kernel[(-(-n_q // t.block_m), n_split)](
+        q, g, keys, n_q, n_g, q.shape[1], q.stride(0), g.stride(0), per, index_offset,
+        BLOCK_M=t.block_m, BLOCK_N=block_n, BLOCK_K=t.block_k, num_warps=t.num_warps, num_stages=t.num_stages,
+    )  # fmt: skip
+    return keys.permute(1, 0, 2).reshape(n_q, -1)
+
+
+def __getattr__(name: str):
+    # The public functions lived in this module before the launchers moved here (ops.py holds launchers in every
+    # family); old imports such as `from vlkernels.retrieval.ops import evaluate` keep working.
+    if name in ("evaluate", "rank_metrics", "topk", "RetrievalResult", "as_positives"):
+        from vlkernels.retrieval import functional
+
+        return getattr(functional, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

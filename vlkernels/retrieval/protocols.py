@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from vlkernels.retrieval.ops import RetrievalResult, evaluate
+from vlkernels.retrieval.functional import RetrievalResult, evaluate
 from vlkernels.retrieval.positives import Positives
 
 

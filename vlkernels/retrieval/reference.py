@@ -30,7 +30,7 @@ def ranks_ref(scores: np.ndarray, pos: Positives) -> Ranks:
     )
 
 
-def evaluate_ref(image_emb, text_emb, text_to_image, ks=(1, 5, 10)) -> dict:
+def evaluate_ref(image_emb, text_emb, text_to_image, ks=(1, 5, 10), top_k=None) -> dict:
     """Both directions from the full (texts x images) matrix in fp64."""
     img = torch.as_tensor(image_emb).double().numpy()
     txt = torch.as_tensor(text_emb).double().numpy()
@@ -38,8 +38,8 @@ def evaluate_ref(image_emb, text_emb, text_to_image, ks=(1, 5, 10)) -> dict:
     t2i = Positives.from_labels(text_to_image, img.shape[0])
     i2t = t2i.transpose()
     return {
-        "text_to_image": metrics_from_ranks(ranks_ref(s, t2i), ks),
-        "image_to_text": metrics_from_ranks(ranks_ref(s.T, i2t), ks),
+        "text_to_image": metrics_from_ranks(ranks_ref(s, t2i), ks, top_k),
+        "image_to_text": metrics_from_ranks(ranks_ref(s.T, i2t), ks, top_k),
     }
 
 

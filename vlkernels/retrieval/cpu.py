@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import dataclasses
 import os
 import threading
 
@@ -19,6 +20,7 @@ import torch
 
 from vlkernels import _ext
 from vlkernels.retrieval.io import Embeddings
+from vlkernels.retrieval.plan import SlotPlan
 from vlkernels.retrieval.positives import Positives
 
 
@@ -144,45 +146,27 @@ def count_both(
     r_ptr_local = row_pos.indptr[row_offset : row_offset + n_local + 1].copy()
     # Pairs of queries that are not evaluated are skipped by giving them an empty range: count them, discard later.
     r_thr_c = np.where(r_local, r_thr, inf).astype(np_dtype)
-    # Column pairs per column chunk, in one of two layouts. Dense chunks (every column has about the same number of
-    # positives, e.g. 5 captions per image) use slot planes counted down the tile's columns in place; sparse ones
-    # (few evaluated columns, or very uneven positive counts) gather their columns into a transposed copy and count
-    # along its rows, so the work follows the number of pairs rather than max positives x chunk width.
+    # Column pairs per column chunk: one _ColumnBlock each, dense slot planes or sparse CSR (see the class).
     c_active_q = np.zeros(n_cols, dtype=bool)
     c_active_q[col_pos.queries] = True
-    plans = []
+    blocks: list[_ColumnBlock | None] = []
     for cc in range(n_cc):
         a, b = cc * chunk_cols, min(n_cols, (cc + 1) * chunk_cols)
-        lo, hi = col_pos.indptr[a], col_pos.indptr[b]
-        sel = np.arange(lo, hi)[c_active[lo:hi]]
-        if len(sel) == 0:
-            plans.append(None)
-            continue
-        slot = sel - col_pos.indptr[cq[sel]]
-        k = int(slot.max()) + 1
-        if k * (b - a) <= 2 * len(sel):
-            pos = np.full((k, b - a), -1, dtype=np.int64)
-            thr = np.full((k, b - a), inf, dtype=np_dtype)
-            pos[slot, cq[sel] - a] = c_rows[sel]
-            thr[slot, cq[sel] - a] = c_thr[sel]
-            cnt = torch.zeros((k, b - a), dtype=torch.int64)
-            plans.append(("dense", sel, slot, k, torch.from_numpy(pos), torch.from_numpy(thr), cnt))
+        plan = SlotPlan.build(col_pos, a, b, c_active)
+        if plan is None:
+            blocks.append(None)
+        elif plan.width * plan.n <= 2 * len(plan.pairs):
+            thr = plan.planes(c_thr.astype(np_dtype), inf, slot_major=True)
+            pos = plan.planes(c_rows, -1, slot_major=True)
+            blocks.append(_ColumnBlock(plan, pos, thr, torch.zeros_like(pos)))
         else:
             act = np.flatnonzero(c_active_q[a:b])
             ptr = np.zeros(len(act) + 1, dtype=np.int64)
             np.cumsum(col_pos.counts[a + act], out=ptr[1:])
+            sel = plan.pairs
+            pos, thr = torch.from_numpy(c_rows[sel].copy()), torch.from_numpy(c_thr[sel].astype(np_dtype))
             cnt = torch.zeros(len(sel), dtype=torch.int64)
-            plans.append(
-                (
-                    "sparse",
-                    sel,
-                    torch.from_numpy(act),
-                    torch.from_numpy(ptr),
-                    torch.from_numpy(c_rows[sel].copy()),
-                    torch.from_numpy(c_thr[sel].astype(np_dtype)),
-                    cnt,
-                )
-            )
+            blocks.append(_ColumnBlock(plan, pos, thr, cnt, torch.from_numpy(act), torch.from_numpy(ptr)))
 
     # Pass 2: every tile once, both directions.
     r_ptr_t = torch.from_numpy(r_ptr_local)
@@ -191,7 +175,7 @@ def count_both(
     bar = _progress(n_rc * n_cc, progress, "retrieval")
     # Column counts are per worker (every worker walks every column chunk), summed after.
     worker_cnt = [
-        [None if p is None else p[-1] if w == 0 else torch.zeros_like(p[-1]) for p in plans] for w in range(n_workers)
+        [None if b is None else b.cnt if w == 0 else torch.zeros_like(b.cnt) for b in blocks] for w in range(n_workers)
     ]
 
     def pass2(w: int) -> None:
@@ -215,9 +199,8 @@ def count_both(
                     r_thr_t.data_ptr(),
                     r_out_t.data_ptr(),
                 )
-                plan = plans[cc]
-                if plan is not None and plan[0] == "dense":
-                    _, _, _, k, pos, thr, _ = plan
+                blk = blocks[cc]
+                if blk is not None and blk.act is None:
                     cnt = worker_cnt[w][cc]
                     cols_fn(
                         s.data_ptr(),
@@ -225,24 +208,23 @@ def count_both(
                         nc,
                         s.stride(0),
                         row_offset + r0,
-                        k,
-                        pos.data_ptr(),
-                        thr.data_ptr(),
+                        blk.plan.width,
+                        blk.pos.data_ptr(),
+                        blk.thr.data_ptr(),
                         cnt.data_ptr(),
                     )
-                elif plan is not None:
-                    _, _, act, ptr, pos, thr, _ = plan
+                elif blk is not None:
                     cnt = worker_cnt[w][cc]
-                    sub = s[:, act].T.contiguous()
+                    sub = s[:, blk.act].T.contiguous()
                     rows_fn(
                         sub.data_ptr(),
                         sub.shape[0],
                         nr,
                         sub.stride(0),
                         row_offset + r0,
-                        ptr.data_ptr(),
-                        pos.data_ptr(),
-                        thr.data_ptr(),
+                        blk.ptr.data_ptr(),
+                        blk.pos.data_ptr(),
+                        blk.thr.data_ptr(),
                         cnt.data_ptr(),
                     )
                 if bar is not None:
@@ -253,17 +235,14 @@ def count_both(
     if bar is not None:
         bar.close()
     for w in range(1, n_workers):
-        for cc, p in enumerate(plans):
-            if p is not None:
-                p[-1].add_(worker_cnt[w][cc])
+        for cc, blk in enumerate(blocks):
+            if blk is not None:
+                blk.cnt.add_(worker_cnt[w][cc])
 
     c_above = np.zeros(len(cq), dtype=np.int64)
-    for cc, plan in enumerate(plans):
-        if plan is not None and plan[0] == "dense":
-            _, sel, slot, _, _, _, cnt = plan
-            c_above[sel] = cnt.numpy()[slot, cq[sel] - cc * chunk_cols]
-        elif plan is not None:
-            c_above[plan[1]] = plan[6].numpy()
+    for blk in blocks:
+        if blk is not None:
+            c_above[blk.plan.pairs] = (blk.plan.take(blk.cnt, slot_major=True) if blk.act is None else blk.cnt).numpy()
     r_above = np.where(r_local, r_above, 0)
     if group is not None:
         import torch.distributed as dist
@@ -272,6 +251,21 @@ def count_both(
         dist.all_reduce(both, op=dist.ReduceOp.SUM, group=group)
         r_above, c_above = both[: len(rq)].numpy(), both[len(rq) :].numpy()
     return r_above, c_above
+
+
+@dataclasses.dataclass
+class _ColumnBlock:
+    """Column queries of one column chunk. Dense (``act`` None: about as many positives per column, e.g. 5 captions
+    per image): ``(width, cols)`` slot planes counted down the tile's columns in place. Sparse (few evaluated columns
+    or uneven counts): the evaluated columns gathered into a transposed copy (``act``) and counted along its rows
+    as CSR (``ptr``), so the work follows the pairs rather than max positives x chunk width."""
+
+    plan: SlotPlan
+    pos: torch.Tensor
+    thr: torch.Tensor
+    cnt: torch.Tensor
+    act: torch.Tensor | None = None
+    ptr: torch.Tensor | None = None
 
 
 def num_threads() -> int:
