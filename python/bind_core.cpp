@@ -110,7 +110,7 @@ VLK_BIND(core) {
         "Per-thread limit for calls made by this Python thread (0: none); returns the previous one.");
   m.def("count_above", &count_above, py::arg("scores"), py::arg("thresholds"), py::arg("out"), py::arg("inclusive"),
         py::arg("num_threads") = 0, py::arg("stream") = 0);
-  m.def("spin_interruptible", &spin_interruptible, py::arg("seconds"), py::arg("num_threads") = 0);
-  m.def("parallel_sum", &parallel_sum, py::arg("n"), py::arg("grain"), py::arg("num_threads") = 0);
-  m.def("set_spawn_limit_for_testing", &vlk::set_spawn_limit_for_testing, py::arg("limit"));
+  m.def("_test_spin_interruptible", &spin_interruptible, py::arg("seconds"), py::arg("num_threads") = 0);
+  m.def("_test_parallel_sum", &parallel_sum, py::arg("n"), py::arg("grain"), py::arg("num_threads") = 0);
+  m.def("_test_set_spawn_limit", &vlk::set_spawn_limit_for_testing, py::arg("limit"));
 }

@@ -18,11 +18,13 @@ CALLS = {
     "count_above-threads": "count_above(torch.randn(1, 40_000).expand(1_000_000, 40_000), torch.zeros(1_000_000))",
     "count_above-serial": "count_above(torch.randn(1, 40_000).expand(1_000_000, 40_000), torch.zeros(1_000_000), "
     "num_threads=1)",
-    "spin-threads": "C.spin_interruptible(60.0, 3)",
+    "spin-threads": "C._test_spin_interruptible(60.0, 3)",
 }
 
 _SCRIPT = """
-import sys, time, numpy as np, torch
+import signal, sys, time, numpy as np, torch
+# Python's own SIGINT handler, whatever this process inherited (pytest-xdist workers pass SIGINT on as ignored).
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from vlkernels import _ext
 from vlkernels.ops import count_above
 C = _ext.load()

@@ -28,7 +28,7 @@ def test_parallel_for_covers_range_with_at_most_budget_threads():
     C = _ext.load()
     for budget in (1, 2, 3, 7):
         for n, grain in [(1, 1), (37, 5), (1000, 1), (HEAVY, 1000)]:
-            total, used = C.parallel_sum(n, grain, budget)
+            total, used = C._test_parallel_sum(n, grain, budget)
             assert total == n * (n - 1) // 2
             assert 1 <= used <= budget
 
@@ -38,7 +38,7 @@ def test_thread_budget_is_per_call_and_per_thread():
     C = _ext.load()
     with threads.limit(1):
         assert vlkernels.get_num_threads() == 1
-        assert C.parallel_sum(HEAVY, 1000, 0)[1] == 1
+        assert C._test_parallel_sum(HEAVY, 1000, 0)[1] == 1
         seen = []
         t = threading.Thread(target=lambda: seen.append(vlkernels.get_num_threads()))
         t.start()
@@ -107,7 +107,7 @@ _CHECK = """
     {setup}
     got = count_above(s, t, num_threads=8).numpy()
     np.testing.assert_array_equal(got, (s.numpy() > t.numpy()[:, None]).sum(1))
-    total, used = C.parallel_sum(10**8, 1000, 8)
+    total, used = C._test_parallel_sum(10**8, 1000, 8)
     assert total == 10**8 * (10**8 - 1) // 2, total
     print("used", used)
 """
@@ -119,12 +119,12 @@ def test_thread_creation_failure_falls_back(limit):
     # every block. The test hook fails each call's worker creation after `limit` workers.
     C = _ext.load()
     scores, thr = torch.randn(3000, 700), torch.randn(3000)
-    prev = C.set_spawn_limit_for_testing(limit)
+    prev = C._test_set_spawn_limit(limit)
     try:
         got = count_above(scores, thr, num_threads=8)
-        total, used = C.parallel_sum(HEAVY, 1000, 8)
+        total, used = C._test_parallel_sum(HEAVY, 1000, 8)
     finally:
-        C.set_spawn_limit_for_testing(prev)
+        C._test_set_spawn_limit(prev)
     np.testing.assert_array_equal(got.numpy(), _np_count(scores.numpy(), thr.numpy()))
     assert total == HEAVY * (HEAVY - 1) // 2
     assert 1 <= used <= limit + 1
