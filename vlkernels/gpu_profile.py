@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import ast
 import importlib
+import inspect
 import json
 import os
 import re
@@ -170,8 +171,13 @@ def collect_specs() -> tuple[list, list[str]]:
 
 def _jit(kernel):
     """The module-level JITFunction for a spec's kernel (specs may hold the JITFunction or its ``.fn``)."""
-    mod = sys.modules[kernel.__module__]
-    return getattr(mod, kernel.__name__)
+    fn = getattr(kernel, "fn", kernel)
+    return getattr(sys.modules[fn.__module__], fn.__name__)
+
+
+def kernel_arg_names(kernel) -> list[str]:
+    """The kernel's argument names, in compiled or interpreted mode."""
+    return list(inspect.signature(getattr(kernel, "fn", kernel)).parameters)
 
 
 def _spec_row(spec) -> dict[str, Any]:

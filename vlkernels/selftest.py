@@ -119,9 +119,12 @@ def _int_embeddings(n: int, d: int, g: torch.Generator) -> torch.Tensor:
 def _retrieval_checks(device: str, sizes: list[tuple[int, int, int]]) -> list[Check]:
     import numpy as np
 
+    from vlkernels._triton import interpreting, triton_installed
     from vlkernels.retrieval import evaluate, topk
     from vlkernels.retrieval.reference import evaluate_ref, topk_ref
 
+    # On CPU under the interpreter, ask retrieval for its Triton kernels (its "auto" means the C++ engine on CPU).
+    backend = "triton" if device == "cpu" and interpreting() and triton_installed() else "auto"
     out = []
     g = torch.Generator().manual_seed(1)
     for n_img, per, d in sizes:
@@ -129,18 +132,18 @@ def _retrieval_checks(device: str, sizes: list[tuple[int, int, int]]) -> list[Ch
         lab = np.repeat(np.arange(n_img), per)
         ref = evaluate_ref(img, txt, lab)
         for dtype in (torch.float32, torch.float16):
-            res, secs = _timed(device, evaluate, img.to(device, dtype), txt.to(device, dtype), lab)
+            res, secs = _timed(device, evaluate, img.to(device, dtype), txt.to(device, dtype), lab, backend=backend)
             err = max(abs(res[dr][k] - v) for dr in ref for k, v in ref[dr].items())
             tol = 1e-9
             shape = f"{n_img}img x {n_img * per}txt x {d}"
-            out.append(Check("retrieval.evaluate", shape, str(dtype)[6:], err <= tol, err, tol, secs))
+            out.append(Check("retrieval.evaluate", shape, str(dtype)[6:], err <= tol, err, tol, secs, None, backend))
             k = min(7, n_img)
-            (vals, idx), secs = _timed(device, topk, txt.to(device, dtype), img.to(device, dtype), k)
+            (vals, idx), secs = _timed(device, topk, txt.to(device, dtype), img.to(device, dtype), k, backend=backend)
             rv, ri = topk_ref(txt, img, k)
             err = _err(vals, rv)
             same = bool(torch.equal(idx.cpu(), ri))
             out.append(Check("retrieval.topk", shape + f" k={k}", str(dtype)[6:], same and err == 0.0, err, 0.0, secs,
-                             detail="" if same else "indices differ"))  # fmt: skip
+                             detail=backend if same else "indices differ"))  # fmt: skip
     return out
 
 
