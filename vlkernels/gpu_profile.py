@@ -170,14 +170,27 @@ def collect_specs() -> tuple[list, list[str]]:
 
 
 def _jit(kernel):
-    """The module-level JITFunction for a spec's kernel (specs may hold the JITFunction or its ``.fn``)."""
-    fn = getattr(kernel, "fn", kernel)
-    return getattr(sys.modules[fn.__module__], fn.__name__)
+    """The JITFunction of a spec's kernel: specs may hold it, its Python function, or a wrapper around it
+    (``triton.heuristics``/``autotune``, whose values the spec's constexprs then give)."""
+    from triton.runtime.jit import JITFunction
+
+    obj = kernel
+    if not isinstance(obj, JITFunction):
+        fn = getattr(obj, "fn", obj)
+        while hasattr(fn, "fn"):
+            fn = fn.fn
+        obj = getattr(sys.modules[fn.__module__], fn.__name__)
+    while not isinstance(obj, JITFunction) and hasattr(obj, "fn"):
+        obj = obj.fn
+    return obj
 
 
 def kernel_arg_names(kernel) -> list[str]:
     """The kernel's argument names, in compiled or interpreted mode."""
-    return list(inspect.signature(getattr(kernel, "fn", kernel)).parameters)
+    fn = kernel
+    while hasattr(fn, "fn"):
+        fn = fn.fn
+    return list(inspect.signature(fn).parameters)
 
 
 def _spec_row(spec) -> dict[str, Any]:
@@ -333,22 +346,35 @@ def _demangle(names: list[str]) -> dict[str, str]:
     return dict(zip(names, out)) if len(out) == len(names) else {n: n for n in names}
 
 
-def _worker(families: tuple[str, ...]) -> int:
-    """Runs in a fresh interpreter without TRITON_INTERPRET: compiles every spec, one JSON line each."""
-    tools = nvidia_tools()
+_SPECS: list = []
+
+
+def _compile_one(index: int) -> dict[str, Any]:
+    spec = _SPECS[index]
+    try:
+        return {**compile_triton(spec, nvidia_tools(), {}), "status": "ok"}
+    except Exception as e:  # one bad spec is a reported violation, not the end of the profile
+        return {**_spec_row(spec), "status": f"error: {type(e).__name__}: {str(e)[-800:]}"}
+
+
+def _worker(families: tuple[str, ...], jobs: int) -> int:
+    """Runs in a fresh interpreter without TRITON_INTERPRET: compiles every spec (``jobs`` forked processes; the specs
+    are inherited, not pickled), one JSON line each, in spec order."""
     specs, notes = collect_specs()
     for note in notes:
         print(json.dumps({"note": note}), flush=True)
-    cache: dict = {}
-    for spec in specs:
-        if spec.family not in families:
-            continue
-        try:
-            row = compile_triton(spec, tools, cache)
-            row["status"] = "ok"
-        except Exception as e:  # one bad spec is a reported violation, not the end of the profile
-            row = {**_spec_row(spec), "status": f"error: {type(e).__name__}: {str(e)[-800:]}"}
-        print(json.dumps(row), flush=True)
+    _SPECS[:] = [s for s in specs if s.family in families]
+    if jobs <= 1 or len(_SPECS) < 2:
+        rows = map(_compile_one, range(len(_SPECS)))
+        for row in rows:
+            print(json.dumps(row), flush=True)
+        return 0
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+        for row in pool.map(_compile_one, range(len(_SPECS))):
+            print(json.dumps(row), flush=True)
     return 0
 
 
@@ -356,13 +382,16 @@ class OfflineCompileUnavailable(RuntimeError):
     """This machine's Triton cannot compile for CUDA offline (no NVIDIA backend, no ptxas/cuobjdump)."""
 
 
-def profile_triton(families: tuple[str, ...] = FAMILIES) -> tuple[list[dict], list[str]]:
-    """Compile every spec in a subprocess (compiled mode, whatever TRITON_INTERPRET says here)."""
+def profile_triton(families: tuple[str, ...] = FAMILIES, jobs: int | None = None) -> tuple[list[dict], list[str]]:
+    """Compile every spec in a subprocess (compiled mode, whatever TRITON_INTERPRET says here), ``jobs`` at a time
+    (default: the CPUs this process may use). Triton's on-disk cache makes a repeated profile fast."""
+    jobs = jobs or len(os.sched_getaffinity(0))
     if nvidia_tools() is None:
         raise OfflineCompileUnavailable("triton with its NVIDIA backend (bundled ptxas/cuobjdump) is not installed")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     cmd = [sys.executable, "-m", "vlkernels.gpu_profile", "--worker", "--families", ",".join(families)]
+    cmd += ["--jobs", str(jobs)]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=PACKAGE.parent)
     if r.returncode != 0:
         if "GPUTarget" in r.stderr or "ptxas" in r.stderr:
@@ -439,11 +468,17 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def run(json_path: Path | None = None, families: tuple[str, ...] = FAMILIES, cuda: bool = True, echo=print) -> int:
+def run(
+    json_path: Path | None = None,
+    families: tuple[str, ...] = FAMILIES,
+    cuda: bool = True,
+    echo=print,
+    jobs: int | None = None,
+) -> int:
     """Profile, print the table and the violations, write JSON lines; exit status 1 on a violation, 3 when this
     machine cannot compile offline."""
     try:
-        rows, notes = profile_triton(families)
+        rows, notes = profile_triton(families, jobs)
     except OfflineCompileUnavailable as e:
         echo(f"gpu-profile: skipped, this Triton cannot compile for CUDA offline: {e}")
         return 3
@@ -472,12 +507,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, default=None, help="write the rows as JSON lines here")
     p.add_argument("--families", default=",".join(FAMILIES))
     p.add_argument("--no-cuda", action="store_true", help="skip the nvcc compiles of csrc/**/*.cu")
+    p.add_argument("--jobs", type=int, default=None, help="parallel compiles (default: the usable CPUs)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     fams = tuple(f for f in a.families.split(",") if f)
     if a.worker:
-        return _worker(fams)
-    return run(a.json, fams, not a.no_cuda)
+        return _worker(fams, a.jobs or 1)
+    return run(a.json, fams, not a.no_cuda, jobs=a.jobs)
 
 
 if __name__ == "__main__":
