@@ -139,6 +139,7 @@ def test_run_triton_falls_back_once_with_the_error_quoted(monkeypatch):
         warnings.simplefilter("error")
         assert torch.equal(run_triton("toy", broken, lambda t: t * 2, x), x * 2)
     assert len(calls) == 1  # the broken kernel is not retried
+    assert _triton.fell_back("toy", x) and not _triton.fell_back("toy", x.double())
 
 
 def test_run_triton_surfaces_errors_when_forced_or_after_first_success(monkeypatch):

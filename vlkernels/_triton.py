@@ -188,6 +188,12 @@ def run_triton(op_name: str, triton_fn: Callable[..., T], torch_fn: Callable[...
     return torch_fn(*args, **kwargs)
 
 
+def fell_back(op_name: str, tensor: torch.Tensor) -> bool:
+    """True when ``op_name``'s Triton kernel failed on first use for this tensor's device type and dtype, so
+    :func:`run_triton` sends it to the torch path (for callers that report which path runs, e.g. ``grad_path``)."""
+    return (op_name, tensor.device.type, str(tensor.dtype)) in _failed
+
+
 def _record_failure(key: tuple[str, str, str], e: BaseException) -> None:
     text = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"[:500]
     with _lock:
