@@ -4,6 +4,7 @@ from importlib import metadata as _metadata
 
 from vlkernels import boxes, captioning, contrastive, metrics, ops, retrieval
 from vlkernels._ext import ExtensionError
+from vlkernels._triton import get_backend, set_backend
 from vlkernels.contrastive import ClipLoss, SigLipLoss, info_nce_loss, siglip_loss
 
 try:
@@ -34,11 +35,13 @@ __all__ = [
     "boxes",
     "captioning",
     "contrastive",
+    "get_backend",
     "get_num_threads",
     "info_nce_loss",
     "metrics",
     "ops",
     "retrieval",
+    "set_backend",
     "set_num_threads",
     "siglip_loss",
 ]

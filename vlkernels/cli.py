@@ -69,6 +69,38 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return harness.run(args.families or None, args.device, args.quick, args.json, args.plot)
 
 
+def cmd_gpu_profile(args: argparse.Namespace) -> int:
+    from vlkernels import gpu_profile
+
+    return gpu_profile.run(args.json, cuda=not args.no_cuda, jobs=args.jobs)
+
+
+def cmd_selftest(args: argparse.Namespace) -> int:
+    from vlkernels import selftest
+
+    return selftest.main(args.device or ("cuda" if _cuda_visible() else "cpu"), args.quick, args.json)
+
+
+def _cuda_visible() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _register_gpu(sub) -> None:
+    """`gpu-profile` (static SASS profile, no GPU needed) and `selftest` (checks and GPU timings on this machine)."""
+    prof = sub.add_parser("gpu-profile", help="compile every kernel offline for sm_80/sm_90 and report its SASS")
+    prof.add_argument("--json", type=Path, default=None, help="write the rows as JSON lines to this file")
+    prof.add_argument("--no-cuda", action="store_true", help="skip the nvcc compiles of csrc/**/*.cu")
+    prof.add_argument("--jobs", type=int, default=None, help="parallel compiles (default: the usable CPUs)")
+    prof.set_defaults(func=cmd_gpu_profile)
+    st = sub.add_parser("selftest", help="check every GPU-path op against its reference (and time it on a GPU)")
+    st.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda when visible, else cpu")
+    st.add_argument("--quick", action="store_true", help="small shapes only, no benchmark cases")
+    st.add_argument("--json", type=Path, default=None, help="write the results and the environment as JSON")
+    st.set_defaults(func=cmd_selftest)
+
+
 def build_parser() -> argparse.ArgumentParser:
     import vlkernels
 
@@ -84,6 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", type=Path, default=None, help="append results as JSON lines to this file")
     bench.add_argument("--plot", type=Path, default=None, help="write a PNG bar chart of the medians")
     bench.set_defaults(func=cmd_bench)
+    _register_gpu(sub)
     for mod_name in FAMILY_CLIS:
         try:
             mod = importlib.import_module(mod_name)

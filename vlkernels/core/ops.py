@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from vlkernels import _ext
-from vlkernels._triton import use_triton
+from vlkernels._triton import run_triton, use_triton
 from vlkernels._validate import check_contiguous, check_same_device, check_tensor
 from vlkernels.core.reference import count_above_ref, l2_normalize_ref
 
@@ -82,14 +82,17 @@ def count_above(
 
 
 def l2_normalize_fwd(x: torch.Tensor, eps: float) -> torch.Tensor:
+    from vlkernels.core.configs import l2_normalize_tile
     from vlkernels.core.kernels import _l2_normalize_fwd_kernel
 
     n, d = x.shape
     y = torch.empty(n, d, dtype=x.dtype, device=x.device)
     if n == 0 or d == 0:
         return y
-    block_d = min(4096, max(16, 1 << (d - 1).bit_length()))
-    _l2_normalize_fwd_kernel[(n,)](x, y, d, x.stride(0), y.stride(0), eps, BLOCK_D=block_d)
+    t = l2_normalize_tile(x)
+    _l2_normalize_fwd_kernel[(n,)](
+        x, y, d, x.stride(0), y.stride(0), eps, BLOCK_D=t.block_d, num_warps=t.num_warps, num_stages=t.num_stages
+    )
     return y
 
 
@@ -106,7 +109,9 @@ def l2_normalize_bwd(x: torch.Tensor, dy: torch.Tensor, eps: float) -> torch.Ten
 
 @torch.library.custom_op("vlkernels::l2_normalize", mutates_args=())
 def _l2_normalize_op(x: torch.Tensor, eps: float) -> torch.Tensor:
-    return l2_normalize_fwd(x, eps) if use_triton(x) else l2_normalize_ref(x, eps).contiguous()
+    if use_triton(x):
+        return run_triton("l2_normalize", l2_normalize_fwd, l2_normalize_ref, x, eps)
+    return l2_normalize_ref(x, eps).contiguous()
 
 
 @_l2_normalize_op.register_fake

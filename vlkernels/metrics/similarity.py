@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple
 
 import torch
 
-from vlkernels._triton import use_triton
+from vlkernels._triton import run_triton, use_triton
 from vlkernels._validate import FLOAT_DTYPES, check_same_device, check_tensor
 
 # Rows per chunk of the torch path: one fp32 chunk buffer holds about this many elements (16 MiB).
@@ -18,15 +19,19 @@ def pair_cosine_fwd(x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor | None, 
     """Triton launcher: ``out[p] = cos(x[p], y[idx[p]])`` (``y[p]`` without idx), fp32, one read of the inputs."""
     import triton
 
+    from vlkernels.metrics.configs import pair_cosine_tile
     from vlkernels.metrics.kernels import _pair_cosine_fwd_kernel
 
     n, d = x.shape
     out = torch.empty(n, dtype=torch.float32, device=x.device)
     if n == 0:
         return out
-    block_d = min(128, max(16, 1 << (max(d, 1) - 1).bit_length()))
-    block_p = 32
-    grid = (triton.cdiv(n, block_p),)
+    if x.dtype != y.dtype:
+        # One operand dtype per compile (the CUDA table lists one per dtype); promoting to the wider type is exact.
+        common = torch.promote_types(x.dtype, y.dtype)
+        x, y = x.to(common), y.to(common)
+    t = pair_cosine_tile(x)
+    grid = (triton.cdiv(n, t.block_p),)
     _pair_cosine_fwd_kernel[grid](
         x,
         y,
@@ -38,8 +43,10 @@ def pair_cosine_fwd(x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor | None, 
         y.stride(0),
         eps,
         HAS_IDX=idx is not None,
-        BLOCK_P=block_p,
-        BLOCK_D=block_d,
+        BLOCK_P=t.block_p,
+        BLOCK_D=t.block_d,
+        num_warps=t.num_warps,
+        num_stages=t.num_stages,
     )
     return out
 
@@ -112,7 +119,8 @@ def _pair_cosine_op(
         y = y if y.shape[1] <= 1 or y.stride(1) == 1 else y.contiguous()
         if group is not None:
             idx = torch.arange(x.shape[0], device=x.device) // group
-        return pair_cosine_fwd(x, y, idx, eps)
+        torch_path = functools.partial(pair_cosine_chunked, group=group)
+        return run_triton("pair_cosine", pair_cosine_fwd, torch_path, x, y, idx, eps)
     return pair_cosine_chunked(x, y, idx, eps, group=group)
 
 

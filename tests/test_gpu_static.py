@@ -1,0 +1,212 @@
+"""The static GPU profile (no GPU): SASS/ptxas parsing and occupancy against the CUDA occupancy rules, coverage of
+every @triton.jit kernel by a family's kernel_specs(), and the full offline compile (slow) with its CI gates:
+no spills, shared memory within the opt-in limit, tensor-core instructions in every GEMM-bearing kernel. Also the
+roofline MODEL of every registered GPU benchmark case."""
+
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from vlkernels import gpu_profile as gp
+from vlkernels import roofline
+
+REPO = Path(__file__).resolve().parent.parent
+
+SASS = """
+        Function : _lse_pair_fwd_kernel
+        /*0a70*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], RZ, !UPT, gsb0 ;
+        Function : _other
+        /*0100*/                   HMMA.16816.F32.BF16 R4, R8, R12, R4 ;
+"""
+
+PTXAS_LOG = """ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function '_ZN3vlk10box_kernelEv' for 'sm_80'
+ptxas info    : Function properties for _ZN3vlk10box_kernelEv
+    16 bytes stack frame, 8 bytes spill stores, 12 bytes spill loads
+ptxas info    : Used 40 registers, used 1 barriers, 2048 bytes smem, 380 bytes cmem[0]
+ptxas info    : Compiling entry function '_ZN3vlk3twoEv' for 'sm_80'
+ptxas info    : Function properties for _ZN3vlk3twoEv
+    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 17 registers, used 0 barriers, 380 bytes cmem[0]
+"""
+
+
+def test_tensor_core_class():
+    assert gp.tensor_core_class(SASS) == "HGMMA"
+    assert gp.tensor_core_class(SASS.split("Function : _other")[1]) == "HMMA"
+    assert gp.tensor_core_class("FFMA R1, R2, R3, R4 ;\nIMMA.8816 is not a float MMA") == "none"
+    assert set(gp._sass_by_function(SASS)) == {"_lse_pair_fwd_kernel", "_other"}
+
+
+def test_parse_ptxas_verbose():
+    v = gp._parse_ptxas_v(PTXAS_LOG)
+    assert v["_ZN3vlk10box_kernelEv"] == {
+        "registers": 40,
+        "spill_stores": 8,
+        "spill_loads": 12,
+        "stack": 16,
+        "smem_static": 2048,
+    }
+    assert v["_ZN3vlk3twoEv"]["registers"] == 17 and v["_ZN3vlk3twoEv"]["smem_static"] == 0
+
+
+@pytest.mark.parametrize(
+    "arch,regs,smem,warps,blocks,limiter",
+    [
+        # 255 regs -> 8192 per warp (256-register granules) -> 8 warps per SM -> one 8-warp block.
+        (90, 255, 0, 8, 1, "registers"),
+        # 32 regs, 4 warps: 64 warps per SM / 4 = 16 blocks, the warp limit.
+        (80, 32, 0, 4, 16, "warps"),
+        # sm_80: 160 KiB + the 1 KiB runtime reservation per block, 164 KiB per SM -> one block.
+        (80, 64, 160 * 1024, 4, 1, "shared_memory"),
+        # sm_90: 100 KiB (the cubin already lists the reservation) -> two blocks in 228 KiB.
+        (90, 64, 100 * 1024, 4, 2, "shared_memory"),
+        # 1 warp, few registers: the 32-blocks-per-SM limit.
+        (90, 16, 0, 1, 32, "blocks"),
+    ],
+)
+def test_occupancy_rules(arch, regs, smem, warps, blocks, limiter):
+    occ = gp.occupancy(arch, regs, smem, warps)
+    assert occ["blocks_per_sm"] == blocks and occ["limiter"] == limiter
+    assert occ["warps_per_sm"] == blocks * warps
+
+
+def test_violations_flag_each_gate():
+    ok = {"status": "ok", "family": "f", "kernel": "k", "label": "", "dtype": "bf16", "arch": 90, "gemm": True,
+          "spill_stores": 0, "spill_loads": 0, "smem_bytes": 1024, "tensor_core": "HGMMA"}  # fmt: skip
+    assert gp.violations([ok]) == []
+    bad = [
+        dict(ok, spill_stores=4),
+        dict(ok, smem_bytes=228 * 1024),
+        dict(ok, tensor_core="none"),
+        dict(ok, tensor_core="HMMA"),
+        dict(ok, status="error: boom"),
+    ]
+    found = gp.violations(bad)
+    assert len(found) == 5
+    assert gp.violations([dict(ok, tensor_core="HMMA", allow_hmma="reason")]) == []
+    assert gp.violations([dict(ok, arch=80, smem_bytes=164 * 1024)])  # 163 KiB opt-in on sm_80
+
+
+def test_jit_kernels_found_from_source():
+    found = set(gp.jit_kernels())
+    assert ("core", "_l2_normalize_fwd_kernel") in found
+    assert ("metrics", "_pair_cosine_fwd_kernel") in found
+    assert all(name.endswith("_kernel") for _, name in found)
+
+
+def _family_specs(family):
+    try:
+        mod = importlib.import_module(f"vlkernels.{family}.configs")
+    except ModuleNotFoundError:
+        pytest.skip(f"vlkernels.{family}.configs does not exist in this tree yet (lands with the family's branch)")
+    return mod.kernel_specs()
+
+
+@pytest.mark.parametrize("family", sorted({f for f, _ in gp.jit_kernels()}))
+def test_every_launcher_kernel_is_covered(family):
+    """Every @triton.jit kernel of the family's kernels.py appears in its kernel_specs(), at both archs."""
+    specs = _family_specs(family)
+    kernels = {k for f, k in gp.jit_kernels() if f == family}
+    for kern in kernels:
+        archs = {s.arch for s in specs if s.kernel.__name__ == kern}
+        assert archs == {80, 90}, f"{family}.{kern} is compiled for {sorted(archs)}, not sm_80 and sm_90"
+    for s in specs:
+        args = set(gp.kernel_arg_names(s.kernel))
+        assert set(s.signature) | set(s.constexprs) == args, s.name
+
+
+def test_launchers_use_the_declared_cuda_tiles(monkeypatch):
+    """The tile a CUDA launch picks is one that kernel_specs() lists (so it is in the profile)."""
+    import torch
+
+    from vlkernels.core import configs as core_cfg
+    from vlkernels.metrics import configs as met_cfg
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    listed_core = {(s.constexprs["BLOCK_D"], s.num_warps, s.num_stages) for s in core_cfg.kernel_specs()}
+    listed_met = {(s.constexprs["BLOCK_P"], s.constexprs["BLOCK_D"], s.num_warps, s.num_stages)
+                  for s in met_cfg.kernel_specs()}  # fmt: skip
+    for d in (1, 37, 64, 65, 256, 257, 768, 1024, 4096, 5000):
+        x = torch.empty((2, d), device="meta")
+        x_cuda = type("T", (), {"device": torch.device("cuda"), "shape": x.shape})()
+        assert tuple(core_cfg.l2_normalize_tile(x_cuda)) in listed_core
+        assert tuple(met_cfg.pair_cosine_tile(x_cuda)) in listed_met
+
+
+@pytest.fixture(scope="session")
+def profile():
+    """One offline compile of every spec and every .cu kernel per test session (the expensive part)."""
+    try:
+        rows, notes = gp.profile_triton()
+    except gp.OfflineCompileUnavailable as e:
+        pytest.skip(f"this Triton cannot compile for CUDA offline: {e}")
+    return rows + gp.profile_cuda(), notes
+
+
+@pytest.mark.slow
+def test_static_profile_gates(profile):
+    rows, notes = profile
+    assert rows, notes
+    assert {r["arch"] for r in rows} == {80, 90}
+    assert gp.violations(rows) == []
+    assert all(r["tensor_core"] in ("HMMA", "HGMMA") for r in rows if r["gemm"])
+
+
+@pytest.mark.slow
+def test_static_profile_covers_every_spec_and_cu_kernel(profile):
+    rows, _ = profile
+    specs, _ = gp.collect_specs()
+    assert len([r for r in rows if r["source"] == "triton"]) == len(specs)
+    if gp.profile_cuda.__module__ and any(r["source"] == "cuda" for r in rows):
+        files = {r["file"] for r in rows if r["source"] == "cuda"}
+        assert files == {str(p.relative_to(REPO)) for p in (REPO / "csrc").rglob("*.cu")}
+        assert all(r.get("threads") for r in rows if r["source"] == "cuda"), "a launch site's block size was not read"
+
+
+def test_committed_profile_matches_the_specs():
+    """benchmarks/results/gpu_static.jsonl holds one row per current spec (regenerate with
+    ``vlkernels gpu-profile --json benchmarks/results/gpu_static.jsonl`` after changing a table)."""
+    path = REPO / "benchmarks" / "results" / "gpu_static.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    committed = {(r["family"], r["kernel"], r["label"], r["arch"], r["dtype"]) for r in rows if r["source"] == "triton"}
+    specs, _ = gp.collect_specs()
+    current = {(s.family, s.kernel.__name__, s.label, s.arch, s.dtype) for s in specs}
+    assert current == committed
+    assert gp.violations(rows) == []
+
+
+def _gpu_cases():
+    sys.path.insert(0, str(REPO))
+    from benchmarks import harness
+
+    harness.discover()
+    return [(f"{fam}/{name}", c) for fam, cases in harness.REGISTRY.items() for name, c in cases.items()
+            if "cuda" in c.devices]  # fmt: skip
+
+
+def test_roofline_models_every_gpu_benchmark_case():
+    cases = _gpu_cases()
+    assert cases
+    for name, case in cases:
+        for params in (case.quick, case.full):
+            lim = roofline.limit_seconds(name, params, "H100 SXM")
+            assert lim is not None and lim > 0, f"{name} has no roofline model"
+            assert roofline.limit_seconds(name, params, "A100 SXM") > lim  # every A100 peak is lower
+
+
+def test_roofline_numbers_from_the_datasheet():
+    # InfoNCE: 4 GEMM units of 2·N²·D at 989 TFLOP/s dense bf16 (DESIGN.md); SigLIP 3 units.
+    n, d = 65536, 768
+    unit = 2.0 * n * n * d
+    info = roofline.limit_seconds("contrastive/loss_gpu", {"n": n, "d": d}, "H100 SXM", index=0)
+    sig = roofline.limit_seconds("contrastive/loss_gpu", {"n": n, "d": d}, "H100 SXM", index=1)
+    assert info == pytest.approx(4 * unit / 989e12) and sig == pytest.approx(3 * unit / 989e12)
+    # Box IoU 4000×4000: DRAM bound, the fp32 N×M output plus the inputs at 3.35 TB/s.
+    box = roofline.limit_seconds("boxes/box_iou", {"n": 4000, "m": 4000}, "H100 SXM")
+    assert box == pytest.approx((4000 * 4000 * 4 + 8000 * 16) / 3.35e12)
+    assert roofline.limit_seconds("nope/case", {}, "H100 SXM") is None
+    assert "MODEL" in roofline.table()

@@ -1,0 +1,340 @@
+"""``vlkernels selftest``: every op that has a GPU path, checked against its reference on this machine's device.
+
+Run ``vlkernels selftest --device cuda`` first on a GPU machine: it checks the losses and all their gradients against
+the float64 formula of open_clip's loss (fp32 and bf16), retrieval metrics and top-K against the float64 reference,
+box / mask / RLE IoU and ``count_above`` against the CPU twins, ``siglip_score`` and ``l2_normalize``, on small and
+medium shapes with odd and ragged sizes; then (``cuda``, without ``--quick``) it times the GPU benchmark cases beside
+the installed anchors and prints each time as a percentage of the roofline MODEL's lower bound. ``--device cpu`` runs
+the same checks through the CPU paths, and through every Triton kernel under ``TRITON_INTERPRET=1``.
+
+Tolerances come from the arithmetic: low-precision results may be at most twice as far from the float64 reference
+as the same formula evaluated by plain PyTorch in that precision (plus a few ulps), exact-arithmetic ops must agree
+exactly (integer-valued embeddings make every dot product exact, so ranks and top-K are compared exactly).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+
+@dataclass
+class Check:
+    op: str
+    shape: str
+    dtype: str
+    passed: bool
+    max_error: float
+    tolerance: float
+    seconds: float
+    pct_of_limit: float | None = None
+    detail: str = ""
+
+
+def _err(a: torch.Tensor, e: torch.Tensor) -> float:
+    a, e = a.detach().double().cpu(), e.detach().double().cpu()
+    return float((a - e).abs().max()) if a.numel() else 0.0
+
+
+def _eps(dtype: torch.dtype) -> float:
+    return torch.finfo(dtype).eps
+
+
+def _timed(device: str, fn: Callable[..., object], *args, **kwargs) -> tuple[object, float]:
+    """fn(*args, **kwargs) and its wall time (device-synchronized): one cold call, compile time included."""
+    if device == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    out = fn(*args, **kwargs)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return out, time.perf_counter() - t0
+
+
+def _loss_ref(kind: str, x, y, scale, bias):
+    """open_clip's loss math (ClipLoss / SigLipLoss, one process), in whatever dtype its inputs have."""
+    logits = scale * x @ y.T
+    n = x.shape[0]
+    if kind == "info_nce":
+        labels = torch.arange(n, device=x.device)
+        ce = torch.nn.functional.cross_entropy
+        return (ce(logits, labels) + ce(logits.T, labels)) / 2
+    labels = 2 * torch.eye(n, device=x.device, dtype=x.dtype) - 1
+    return -torch.nn.functional.logsigmoid(labels * (logits + bias)).sum() / n
+
+
+def _loss_checks(device: str, sizes: list[tuple[int, int]]) -> list[Check]:
+    import vlkernels
+
+    out = []
+    fns = {"info_nce": vlkernels.info_nce_loss, "siglip": vlkernels.siglip_loss}
+    g = torch.Generator().manual_seed(0)
+    for n, d in sizes:
+        for dtype in (torch.float32, torch.bfloat16):
+            x0 = (torch.randn(n, d, generator=g) / d**0.5).to(dtype)
+            y0 = (torch.randn(n, d, generator=g) / d**0.5).to(dtype)
+            for kind, fn in fns.items():
+
+                def run(dt, dev, kind=kind, fn=fn, x0=x0, y0=y0, ours=False):
+                    x = x0.to(dev, dt).detach().clone().requires_grad_()
+                    y = y0.to(dev, dt).detach().clone().requires_grad_()
+                    s = torch.tensor(10.0, device=dev, dtype=torch.float64 if dt == torch.float64 else torch.float32)
+                    b = torch.tensor(-5.0, device=dev, dtype=s.dtype).requires_grad_()
+                    s.requires_grad_()
+                    if ours:
+                        loss = fn(x, y, s, b if kind == "siglip" else None)
+                    else:
+                        loss = _loss_ref(kind, x, y, s.to(dt), b.to(dt))
+                    upstream = 0.37
+                    (loss * upstream).backward()
+                    grads = [x.grad, y.grad, s.grad] + ([b.grad] if kind == "siglip" else [])
+                    return [loss.detach(), *grads]
+
+                ref = run(torch.float64, "cpu")
+                base = run(dtype, "cpu")
+                got, secs = _timed(device, run, dtype, device, ours=True)
+                leaves = ["loss", "d_image", "d_text", "d_scale", "d_bias"]
+                for name, a, e, b in zip(leaves, got, ref, base):
+                    err = _err(a, e)
+                    # Twice the plain same-precision formula's error, plus a few ulps of the value's magnitude.
+                    tol = 2 * _err(b, e) + 8 * _eps(dtype) * float(e.abs().max()) + 1e-7
+                    out.append(Check(f"{kind}_loss {name}", f"{n}x{n}x{d}", str(dtype)[6:], err <= tol, err, tol, secs))
+    return out
+
+
+def _int_embeddings(n: int, d: int, g: torch.Generator) -> torch.Tensor:
+    # Small integers: every product and sum is exact in fp16/fp32 accumulation, so ranks can be compared exactly.
+    return torch.randint(-3, 4, (n, d), generator=g).float()
+
+
+def _retrieval_checks(device: str, sizes: list[tuple[int, int, int]]) -> list[Check]:
+    import numpy as np
+
+    from vlkernels._triton import interpreting, triton_installed
+    from vlkernels.retrieval import evaluate, topk
+    from vlkernels.retrieval.reference import evaluate_ref, topk_ref
+
+    # On CPU under the interpreter, ask retrieval for its Triton kernels (its "auto" means the C++ engine on CPU).
+    backend = "triton" if device == "cpu" and interpreting() and triton_installed() else "auto"
+    out = []
+    g = torch.Generator().manual_seed(1)
+    for n_img, per, d in sizes:
+        img, txt = _int_embeddings(n_img, d, g), _int_embeddings(n_img * per, d, g)
+        lab = np.repeat(np.arange(n_img), per)
+        ref = evaluate_ref(img, txt, lab)
+        for dtype in (torch.float32, torch.float16):
+            res, secs = _timed(device, evaluate, img.to(device, dtype), txt.to(device, dtype), lab, backend=backend)
+            err = max(abs(res[dr][k] - v) for dr in ref for k, v in ref[dr].items())
+            tol = 1e-9
+            shape = f"{n_img}img x {n_img * per}txt x {d}"
+            out.append(Check("retrieval.evaluate", shape, str(dtype)[6:], err <= tol, err, tol, secs, None, backend))
+            k = min(7, n_img)
+            (vals, idx), secs = _timed(device, topk, txt.to(device, dtype), img.to(device, dtype), k, backend=backend)
+            rv, ri = topk_ref(txt, img, k)
+            err = _err(vals, rv)
+            same = bool(torch.equal(idx.cpu(), ri))
+            out.append(Check("retrieval.topk", shape + f" k={k}", str(dtype)[6:], same and err == 0.0, err, 0.0, secs,
+                             detail=backend if same else "indices differ"))  # fmt: skip
+    return out
+
+
+def _box_checks(device: str, sizes: list[tuple[int, int]]) -> list[Check]:
+    from vlkernels.boxes.reference import box_iou_ref, mask_iou_ref
+    from vlkernels.ops import box_iou, mask_iou, rle_encode, rle_iou
+
+    out = []
+    g = torch.Generator().manual_seed(2)
+    for n, m in sizes:
+        xy = torch.rand(n + m, 2, generator=g) * 100
+        boxes = torch.cat([xy, xy + torch.rand(n + m, 2, generator=g) * 50 + 0.5], 1)
+        a, b = boxes[:n], boxes[n:]
+        for kind in ("iou", "giou"):
+            got, secs = _timed(device, box_iou, a.to(device), b.to(device), kind=kind)
+            # CPU twin on CUDA; on CPU the float64 formula (a few fp32 roundings of O(1) quantities).
+            ref = box_iou(a, b, kind=kind) if device == "cuda" else box_iou_ref(a.double(), b.double(), kind=kind)
+            tol = 0.0 if device == "cuda" else 16 * _eps(torch.float32)
+            err = _err(got, ref)
+            out.append(Check(f"box_iou {kind}", f"{n}x{m}", "fp32", err <= tol, err, tol, secs))
+        h, w = 23, 37
+        masks = torch.rand(n + m, h, w, generator=g) < torch.rand(n + m, 1, 1, generator=g)
+        ma, mb = masks[:n], masks[n:]
+        got, secs = _timed(device, mask_iou, ma.to(device), mb.to(device))
+        ref = mask_iou(ma, mb) if device == "cuda" else mask_iou_ref(ma, mb)
+        err = _err(got, ref)
+        out.append(Check("mask_iou", f"{n}x{m} {h}x{w}", "bool", err == 0.0, err, 0.0, secs))
+        ca, cb = rle_encode(ma.to(device), compress=False), rle_encode(mb.to(device), compress=False)
+        got, secs = _timed(device, rle_iou, ca, cb, [0] * m)
+        if device == "cuda":
+            ref = rle_iou(rle_encode(ma, compress=False), rle_encode(mb, compress=False), [0] * m)
+        else:
+            ref = mask_iou_ref(ma, mb)
+        err = _err(torch.as_tensor(got), torch.as_tensor(ref))
+        out.append(Check("rle_iou (RleCounts)", f"{n}x{m} {h}x{w}", "float64", err == 0.0, err, 0.0, secs))
+    return out
+
+
+def _core_metrics_checks(device: str, sizes: list[tuple[int, int]]) -> list[Check]:
+    from vlkernels.core.reference import count_above_ref
+    from vlkernels.metrics import siglip_score
+    from vlkernels.ops import count_above, l2_normalize
+
+    out = []
+    g = torch.Generator().manual_seed(3)
+    for n, d in sizes:
+        scores = torch.randn(n, d, generator=g)
+        thr = torch.randn(n, generator=g)
+        got, secs = _timed(device, count_above, scores.to(device), thr.to(device))
+        ref = count_above(scores, thr) if device == "cuda" else count_above_ref(scores, thr)
+        err = _err(got, ref)
+        out.append(Check("count_above", f"{n}x{d}", "fp32", err == 0.0, err, 0.0, secs))
+        for dtype in (torch.float32, torch.bfloat16, torch.float16):
+            x = torch.randn(n, d, generator=g).to(dtype)
+            got, secs = _timed(device, l2_normalize, x.to(device))
+            e = x.double() / x.double().norm(dim=1, keepdim=True)
+            tol = 2 * _err(torch.nn.functional.normalize(x.float(), dim=1).to(dtype), e) + 2 * _eps(dtype)
+            err = _err(got, e)
+            out.append(Check("l2_normalize", f"{n}x{d}", str(dtype)[6:], err <= tol, err, tol, secs))
+            per = 3
+            img = torch.randn(n * per, d, generator=g).to(dtype)
+            txt = torch.randn(n, d, generator=g).to(dtype)
+            got, secs = _timed(device, siglip_score, img.to(device), txt.to(device), 8.0, -2.0, frames=per)
+            cos = torch.nn.functional.cosine_similarity(img.double().view(n, per, d), txt.double()[:, None], dim=2)
+            e = torch.sigmoid(cos * 8.0 - 2.0).mean(1)
+            # fp32 arithmetic over D terms: a cosine error of ~D·eps32, times the sigmoid's slope (<= 1/4) and s.
+            tol = 8.0 * 0.25 * d * _eps(torch.float32) + 1e-6
+            err = _err(got, e)
+            out.append(Check("siglip_score", f"{n * per}frames x {d}", str(dtype)[6:], err <= tol, err, tol, secs))
+    return out
+
+
+def run_checks(device: str, quick: bool) -> list[Check]:
+    """All correctness checks on ``device``; quick uses the small shapes only."""
+    loss_sizes = [(37, 24), (17, 40)] + ([] if quick else [(257, 96), (300, 130)])
+    retr_sizes = [(13, 5, 16)] + ([] if quick else [(257, 5, 64)])
+    box_sizes = [(1, 1), (37, 19)] + ([] if quick else [(257, 1000)])
+    cm_sizes = [(1, 5), (37, 130)] + ([] if quick else [(1000, 257), (257, 1000)])
+    return (
+        _loss_checks(device, loss_sizes)
+        + _retrieval_checks(device, retr_sizes)
+        + _box_checks(device, box_sizes)
+        + _core_metrics_checks(device, cm_sizes)
+    )
+
+
+def run_benchmarks(quick: bool) -> list[Check]:
+    """The GPU benchmark cases through the harness (CUDA only), each provider's time as % of the roofline MODEL."""
+    from vlkernels import roofline
+    from vlkernels.cli import _benchmarks
+
+    harness = _benchmarks()
+    harness.discover()
+    peaks = roofline.peaks_for(torch.cuda.get_device_name())
+    out = []
+    for fam in sorted(harness.REGISTRY):
+        for case in harness.REGISTRY[fam].values():
+            if "cuda" not in case.devices:
+                continue
+            rows = harness.run_case(case, "cuda", quick)
+            for index, row in enumerate(rows):
+                name = f"{fam}/{case.name}"
+                for prov, r in row["results"].items():
+                    lim = roofline.limit_seconds(name, row["params"], peaks, provider=prov, index=index)
+                    pct = 100.0 * lim / r["median_s"] if lim and r["median_s"] > 0 else None
+                    ok = row["status"] == "ok"
+                    detail = "" if ok else row["status"]
+                    out.append(Check(f"bench {name} [{prov}]", str(row["params"]), "", ok, 0.0, 0.0, r["median_s"], pct,
+                                     detail))  # fmt: skip
+                if not row["results"]:
+                    ok = row["status"] == "ok" or row["status"].startswith("skipped")
+                    out.append(Check(f"bench {name}", str(row["params"]), "", ok, 0.0, 0.0, 0.0, None, row["status"]))
+    return out
+
+
+def environment(device: str) -> dict:
+    import vlkernels
+    from vlkernels._triton import get_backend, interpreting, triton_version
+
+    env = {
+        "device": device,
+        "gpu": torch.cuda.get_device_name() if device == "cuda" else None,
+        "capability": list(torch.cuda.get_device_capability()) if device == "cuda" else None,
+        "driver": None,
+        "cuda": torch.version.cuda,
+        "torch": torch.__version__,
+        "triton": triton_version(),
+        "vlkernels": vlkernels.__version__,
+        "python": platform.python_version(),
+        "backend": get_backend(),
+        "triton_interpret": interpreting(),
+        "git_sha": None,
+    }
+    try:
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10)  # fmt: skip
+        env["driver"] = smi.stdout.strip().splitlines()[0] if smi.returncode == 0 and smi.stdout.strip() else None
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        root = Path(vlkernels.__file__).resolve().parent.parent
+        cmd = ["git", "rev-parse", "--short", "HEAD"]
+        sha = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=5)
+        env["git_sha"] = sha.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return env
+
+
+def format_table(checks: list[Check]) -> str:
+    head = f"{'op':<34} {'shape':<24} {'dtype':<8} {'result':<6} {'max err':>10} {'tol':>10} {'time':>10}"
+    head += f" {'% limit':>8}"
+    lines = [head, "-" * len(head)]
+    for c in checks:
+        pct = f"{c.pct_of_limit:.1f}" if c.pct_of_limit is not None else "-"
+        res = "pass" if c.passed else "FAIL"
+        lines.append(
+            f"{c.op:<34} {c.shape[:24]:<24} {c.dtype:<8} {res:<6} {c.max_error:>10.2e} {c.tolerance:>10.2e} "
+            f"{c.seconds * 1e3:>8.2f}ms {pct:>8}" + (f"  {c.detail}" if c.detail else "")
+        )
+    return "\n".join(lines)
+
+
+def main(device: str = "cpu", quick: bool = False, json_path: Path | None = None, echo=print) -> int:
+    """Run the self-test; 0 when every check passes, 1 otherwise, 2 when the device is not there."""
+    if device == "cuda" and not torch.cuda.is_available():
+        echo("error: --device cuda but no CUDA device is visible")
+        return 2
+    env = environment(device)
+    echo(f"vlkernels selftest on {env['gpu'] or 'CPU'} | torch {env['torch']} | triton {env['triton']} | "
+         f"backend {env['backend']}{' (TRITON_INTERPRET=1)' if env['triton_interpret'] else ''}")  # fmt: skip
+    checks = run_checks(device, quick)
+    if device == "cuda" and not quick:
+        checks += run_benchmarks(quick=False)
+    echo(format_table(checks))
+    failed = [c for c in checks if not c.passed]
+    echo(f"{len(checks) - len(failed)} passed, {len(failed)} failed. '% limit' = roofline MODEL lower bound / time.")
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps({"environment": env, "checks": [asdict(c) for c in checks]}, indent=1))
+    return 1 if failed else 0
+
+
+def cli(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="vlkernels selftest", description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--json", type=Path, default=None)
+    a = p.parse_args(argv)
+    return main(a.device, a.quick, a.json)
+
+
+if __name__ == "__main__":
+    sys.exit(cli())
