@@ -30,13 +30,15 @@ py::array_t<T> to_array(std::vector<T>&& v) {
   return py::array_t<T>({static_cast<py::ssize_t>(heap->size())}, {sizeof(T)}, heap->data(), owner);
 }
 
-// segs: list of compressed-RLE dicts; h, w: the expected size of each. The strings are copied out while the GIL
-// is held, so nothing Python owns is read after it is released.
+// segs: list of compressed-RLE dicts; h, w: the expected size of each. Every counts object is referenced (INCREF)
+// while the GIL is released, so the buffers read stay alive whatever other Python threads do.
 py::tuple det_masks(const py::list& segs, std::uintptr_t h, std::uintptr_t w) {
   const int64_t n = static_cast<int64_t>(segs.size());
   const int64_t* hh = ptr<const int64_t>(h);
   const int64_t* ww = ptr<const int64_t>(w);
-  std::vector<std::string> strings(static_cast<size_t>(n));
+  std::vector<py::object> held(static_cast<size_t>(n));
+  std::vector<const char*> str(static_cast<size_t>(n));
+  std::vector<int64_t> len(static_cast<size_t>(n));
   const py::str counts_key("counts"), size_key("size");
   for (int64_t k = 0; k < n; ++k) {
     PyObject* d = PyList_GET_ITEM(segs.ptr(), k);
@@ -51,27 +53,28 @@ py::tuple det_masks(const py::list& segs, std::uintptr_t h, std::uintptr_t w) {
       return fail("must be an RLE dict with 'size' and 'counts'");
     }
     if (PyBytes_Check(c)) {
-      strings[k].assign(PyBytes_AS_STRING(c), static_cast<size_t>(PyBytes_GET_SIZE(c)));
+      str[k] = PyBytes_AS_STRING(c);
+      len[k] = static_cast<int64_t>(PyBytes_GET_SIZE(c));
     } else if (PyUnicode_Check(c)) {
-      Py_ssize_t len = 0;
-      const char* s = PyUnicode_AsUTF8AndSize(c, &len);
+      Py_ssize_t n_bytes = 0;
+      // UTF-8 of an ASCII str is its own storage (cached by CPython for the object's lifetime).
+      const char* s = PyUnicode_AsUTF8AndSize(c, &n_bytes);
       if (!s) {
         PyErr_Clear();
         return fail("has undecodable 'counts'");
       }
-      strings[k].assign(s, static_cast<size_t>(len));
+      str[k] = s;
+      len[k] = static_cast<int64_t>(n_bytes);
     } else {
       return fail("'counts' must be a string here");
     }
+    held[k] = py::reinterpret_borrow<py::object>(c);
     bool size_ok = false;
-    if (PyList_Check(sz) && PyList_GET_SIZE(sz) == 2) {
-      const long long sh = PyLong_AsLongLong(PyList_GET_ITEM(sz, 0));
-      const long long sw = PyLong_AsLongLong(PyList_GET_ITEM(sz, 1));
-      if (PyErr_Occurred()) PyErr_Clear();
-      size_ok = sh == hh[k] && sw == ww[k];
-    } else if (PyTuple_Check(sz) && PyTuple_GET_SIZE(sz) == 2) {
-      const long long sh = PyLong_AsLongLong(PyTuple_GET_ITEM(sz, 0));
-      const long long sw = PyLong_AsLongLong(PyTuple_GET_ITEM(sz, 1));
+    if ((PyList_Check(sz) || PyTuple_Check(sz)) && PySequence_Size(sz) == 2) {
+      py::object s0 = py::reinterpret_steal<py::object>(PySequence_GetItem(sz, 0));
+      py::object s1 = py::reinterpret_steal<py::object>(PySequence_GetItem(sz, 1));
+      const long long sh = PyLong_AsLongLong(s0.ptr());
+      const long long sw = PyLong_AsLongLong(s1.ptr());
       if (PyErr_Occurred()) PyErr_Clear();
       size_ok = sh == hh[k] && sw == ww[k];
     }
@@ -85,7 +88,7 @@ py::tuple det_masks(const py::list& segs, std::uintptr_t h, std::uintptr_t w) {
   std::string error;
   {
     py::gil_scoped_release release;
-    error = vlk::det_masks_from_strings(strings, hh, ww, csum, offsets, area, bbox);
+    error = vlk::det_masks_from_strings(str.data(), len.data(), n, hh, ww, csum, offsets, area, bbox);
   }
   if (!error.empty()) return py::make_tuple(py::none(), py::none(), py::none(), py::none(), -1, error);
   return py::make_tuple(to_array(std::move(csum)), to_array(std::move(offsets)), to_array(std::move(area)),

@@ -241,10 +241,16 @@ def test_cocoeval_wrong_segmentation_size_raises():
     res[5]["segmentation"] = {"size": [7, 9], "counts": "0"}
     with pytest.raises(ValueError, match=r"results\[5\]\['segmentation'\] has size \[7, 9\] but its image is"):
         COCOeval(gt, res, "segm").evaluate()
+    res = detection_data(n_images=3, masks=True, seed=9)[1]
+    for counts, what in (("!!", "invalid character"), ("0P", "truncated count"), ("0ooooooo1", "longer than 7")):
+        gt2 = copy.deepcopy(gt)
+        gt2["annotations"][1]["segmentation"]["counts"] = counts
+        with pytest.raises(ValueError, match=rf"annotations\[1\]\['segmentation'\]:.*{what}"):
+            COCOeval(gt2, res, "segm").evaluate()
     gt2 = copy.deepcopy(gt)
-    gt2["annotations"][1]["segmentation"]["counts"] = "!!"
-    with pytest.raises(ValueError, match=r"annotations\[1\]\['segmentation'\]"):
-        COCOeval(gt2, detection_data(n_images=3, masks=True, seed=9)[1], "segm").evaluate()
+    gt2["annotations"][2]["segmentation"]["counts"] = "05"
+    with pytest.raises(ValueError, match=r"annotations\[2\]\['segmentation'\]:.*runs sum to 5"):
+        COCOeval(gt2, res, "segm").evaluate()
 
 
 def test_cocoeval_bad_files_and_ground_truth_raise(tmp_path):
