@@ -6,7 +6,8 @@ Kinds of launch (``ops.py`` picks one per call):
 - ``fwd``: ``_lse_pair_fwd_kernel`` (row and column log-sum-exp, 1 GEMM unit);
 - ``sweep``: ``_grad_sweep_kernel`` accumulating one operand's gradient (the deterministic path, the SigLIP loss
   without gradients), 1 + 1 units;
-- ``dual``: ``_grad_sweep_kernel`` accumulating both operands' gradients, the second by fp32 atomics, 1 + 2 units.
+- ``dual``: ``_grad_sweep_kernel`` accumulating both operands' gradients, the second by fp32 atomics, 1 + 2 units;
+- ``info_nce_sweep`` / ``info_nce_dual``: the same for InfoNCE's gradient tile, which leaves room for taller tiles.
 
 The reasoning behind the CUDA tiles (arithmetic intensity against the H100's 989 TFLOP/s : 3.35 TB/s, shared memory,
 tensor-core instruction classes) is in README.md; none has run on a GPU yet, and the static profile
@@ -34,37 +35,39 @@ class Tiles:
 
 DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 
-# 16-bit operands: 128×128 output tiles (intensity 64 flop/B against the 295 flop/B the H100 needs from DRAM; the
-# tiles are L2-resident re-reads, see README), BLOCK_K = 64 (one 128-byte swizzled row of bf16), 8 warps = two
-# warpgroups for Hopper's wgmma. fp32 operands use exact IEEE FMA dots (no tensor-core instruction computes fp32
-# products exactly) at half the tile, since every stage costs twice the bytes.
-_HALF_SM90 = {
-    "fwd": Tiles(128, 128, 64, 8, 3),
-    "sweep": Tiles(128, 64, 64, 8, 2),
-    "dual": Tiles(128, 64, 64, 8, 2),
-}
-_HALF_SM80 = {
-    "fwd": Tiles(128, 128, 64, 8, 3),
-    "sweep": Tiles(128, 64, 64, 8, 2),
-    "dual": Tiles(128, 64, 64, 8, 2),
+# See README.md ("GPU tiles"). 16-bit operands: 8 warps (two warpgroups, so Hopper issues wgmma), BLOCK_K = 64 (one
+# 128-byte swizzled row of bf16). The forward keeps the row and column online-softmax state beside its logit tile,
+# so it takes the 64×128 tile (128×128 spills); the sweeps keep G and the accumulation tiles: 128×64 for InfoNCE,
+# 64×64 for SigLIP and any other gradient tile (its softplus/sigmoid temporaries spill at 128×64). fp32 operands use
+# exact IEEE FMA dots (no tensor-core instruction computes fp32 products exactly) with half the BLOCK_K, since every
+# stage costs twice the bytes.
+_HALF = {
+    "fwd": Tiles(64, 128, 64, 8, 3),
+    "sweep": Tiles(64, 64, 64, 8, 2),
+    "dual": Tiles(64, 64, 64, 8, 2),
+    "info_nce_sweep": Tiles(128, 64, 64, 8, 2),
+    "info_nce_dual": Tiles(128, 64, 64, 8, 2),
 }
 _FP32 = {
     "fwd": Tiles(64, 128, 32, 8, 2),
-    "sweep": Tiles(64, 128, 32, 8, 2),
-    "dual": Tiles(64, 128, 32, 8, 2),
+    "sweep": Tiles(64, 64, 32, 4, 2),
+    "dual": Tiles(64, 64, 32, 4, 2),
+    "info_nce_sweep": Tiles(64, 64, 32, 4, 2),
+    "info_nce_dual": Tiles(64, 64, 32, 4, 2),
 }
 CUDA: dict[tuple[int, str], dict[str, Tiles]] = {
-    (90, "bf16"): _HALF_SM90,
-    (90, "fp16"): _HALF_SM90,
+    (90, "bf16"): _HALF,
+    (90, "fp16"): _HALF,
     (90, "fp32"): _FP32,
-    (80, "bf16"): _HALF_SM80,
-    (80, "fp16"): _HALF_SM80,
+    (80, "bf16"): _HALF,
+    (80, "fp16"): _HALF,
     (80, "fp32"): _FP32,
 }
 
 # The interpreter runs one numpy op per tile op, so fewer, larger tiles are faster there; tests shrink them to
 # cross many tiles.
-INTERPRETER: dict[str, Tiles] = {kind: Tiles(64, 64, 64, 4, 1) for kind in ("fwd", "sweep", "dual")}
+KINDS = ("fwd", "sweep", "dual", "info_nce_sweep", "info_nce_dual")
+INTERPRETER: dict[str, Tiles] = {kind: Tiles(64, 64, 64, 4, 1) for kind in KINDS}
 
 
 def tiles(kind: str, x: torch.Tensor) -> Tiles:
@@ -79,9 +82,9 @@ def _sweep_variants():
 
     A pointer left out is passed as None, which Triton specializes as a constexpr (a separate compile)."""
     out = [
-        ("info_nce dual", "dual", "info_nce", {"acc", "accb", "dsum"}),
-        ("info_nce sweep+ds", "sweep", "info_nce", {"acc", "dsum"}),
-        ("info_nce sweep", "sweep", "info_nce", {"acc"}),
+        ("info_nce dual", "info_nce_dual", "info_nce", {"acc", "accb", "dsum"}),
+        ("info_nce sweep+ds", "info_nce_sweep", "info_nce", {"acc", "dsum"}),
+        ("info_nce sweep", "info_nce_sweep", "info_nce", {"acc"}),
     ]
     for bias in (False, True):
         for groups in (False, True):
@@ -94,6 +97,13 @@ def _sweep_variants():
                 (f"siglip loss only{tag}", "sweep", "siglip", {"loss"} | extra),
             ]
     return out
+
+
+def _aligned(signature: dict[str, str]) -> tuple[str, ...]:
+    """The arguments Triton's launch-time specialization marks as divisible by 16 for the usual shapes: every
+    pointer (torch allocations are 16-byte aligned) and D with the row strides (D a multiple of 16, as 512, 768,
+    1024). A launch with another D compiles a variant without these hints."""
+    return tuple(n for n, t in signature.items() if t.startswith("*") or n in ("n_dims", "stride_am", "stride_bn"))
 
 
 def kernel_specs() -> list[KernelSpec]:
@@ -119,7 +129,7 @@ def kernel_specs() -> list[KernelSpec]:
             sig.update({n: "i32" for n in (*ints, "diag_offset")})
             consts.update(stride_ad=1, stride_bd=1)
             specs.append(KernelSpec("contrastive", fwd_kernel, arch, dtype, sig, consts, t.num_warps, t.num_stages,
-                                    gemm, label="lse_pair fwd"))  # fmt: skip
+                                    gemm, label="lse_pair fwd", extra={"divisible_by_16": _aligned(sig)}))  # fmt: skip
             for label, kind, loss, given in _sweep_variants():
                 t = table[kind]
                 sig = {"a_ptr": f"*{dtype}", "b_ptr": f"*{dtype}", "scale_ptr": "*fp32"}
@@ -152,5 +162,6 @@ def kernel_specs() -> list[KernelSpec]:
                 consts.update(stride_ad=1, stride_bd=1)
                 sig["inv_norm"] = "fp32"
                 specs.append(KernelSpec("contrastive", sweep_kernel, arch, dtype, sig, consts, t.num_warps,
-                                        t.num_stages, gemm, label=label, extra={"kind": kind}))  # fmt: skip
+                                        t.num_stages, gemm, label=label,
+                                        extra={"kind": kind, "divisible_by_16": _aligned(sig)}))  # fmt: skip
     return specs

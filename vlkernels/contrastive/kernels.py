@@ -21,10 +21,10 @@ def _upcast(t: torch.Tensor) -> bool:
 def _dot_tile(
     a_ptr,
     b_ptr,
-    offs_m,
-    offs_n,
-    mask_m,
-    mask_n,
+    row0,
+    col0,
+    n_rows,
+    n_cols,
     n_dims,
     stride_am,
     stride_ad,
@@ -36,24 +36,28 @@ def _dot_tile(
     PRECISION: tl.constexpr,
     UPCAST: tl.constexpr,
 ):
+    # int64 only in the two scalar block pointers; the offsets inside a block are int32 (rows < BLOCK, features
+    # < D), which keeps the pointer tiles at one register per element instead of two.
+    a_blk = a_ptr + tl.cast(row0, tl.int64) * stride_am
+    b_blk = b_ptr + tl.cast(col0, tl.int64) * stride_bn
+    rm = tl.arange(0, BLOCK_M)
+    rn = tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    mask_m = rm < n_rows - row0
+    mask_n = rn < n_cols - col0
+    a_ptrs = a_blk + rm[:, None] * stride_am + rk[None, :] * stride_ad
+    # B is read transposed ([BLOCK_K, BLOCK_N]) straight from memory, so no register transpose is needed.
+    b_ptrs = b_blk + rk[:, None] * stride_bd + rn[None, :] * stride_bn
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k in range(0, n_dims, BLOCK_K):
-        offs_k = (k + tl.arange(0, BLOCK_K)).to(tl.int64)
-        mask_k = offs_k < n_dims
-        b_a = tl.load(
-            a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ad,
-            mask=mask_m[:, None] & mask_k[None, :],
-            other=0.0,
-        )
-        # B is read transposed ([BLOCK_K, BLOCK_N]) straight from memory, so no register transpose is needed.
-        b_bt = tl.load(
-            b_ptr + offs_k[:, None] * stride_bd + offs_n[None, :] * stride_bn,
-            mask=mask_k[:, None] & mask_n[None, :],
-            other=0.0,
-        )
+        mask_k = rk < n_dims - k
+        b_a = tl.load(a_ptrs, mask=mask_m[:, None] & mask_k[None, :], other=0.0)
+        b_bt = tl.load(b_ptrs, mask=mask_k[:, None] & mask_n[None, :], other=0.0)
         if UPCAST:
             b_a, b_bt = b_a.to(tl.float32), b_bt.to(tl.float32)
         acc = tl.dot(b_a, b_bt, acc, input_precision=PRECISION)
+        a_ptrs += BLOCK_K * stride_ad
+        b_ptrs += BLOCK_K * stride_bd
     return acc
 
 
@@ -108,39 +112,46 @@ def _lse_pair_fwd_kernel(
     scale = tl.load(scale_ptr).to(tl.float32)
     scratch = pid.to(tl.int64) * n_cols
     num_row_blocks = tl.cdiv(n_rows, BLOCK_M)
+    rm = tl.arange(0, BLOCK_M)
+    rn = tl.arange(0, BLOCK_N)
     for rb in range(pid, num_row_blocks, num_programs):
-        offs_m = rb * BLOCK_M + tl.arange(0, BLOCK_M).to(tl.int64)
-        mask_m = offs_m < n_rows
+        row0 = rb * BLOCK_M
+        # Block-local int32 indices; int64 only in the scalar bases (see _dot_tile).
+        mask_m = rm < n_rows - row0
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         diag_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         for cb in range(0, n_cols, BLOCK_N):
-            offs_n = cb + tl.arange(0, BLOCK_N).to(tl.int64)
-            mask_n = offs_n < n_cols
+            mask_n = rn < n_cols - cb
             s = _dot_tile(
-                a_ptr, b_ptr, offs_m, offs_n, mask_m, mask_n, n_dims, stride_am, stride_ad, stride_bn, stride_bd,
+                a_ptr, b_ptr, row0, cb, n_rows, n_cols, n_dims, stride_am, stride_ad, stride_bn, stride_bd,
                 BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST,
             ) * scale  # fmt: skip
             valid = mask_m[:, None] & mask_n[None, :]
-            on_diag = valid & (offs_n[None, :] == offs_m[:, None] + diag_offset)
-            diag_i += tl.sum(tl.where(on_diag, s, 0.0), axis=1)
+            # The diagonal (column = row + diag_offset) crosses this tile where column - row == delta, locally.
+            delta = row0 + diag_offset - cb
+            if (delta > -BLOCK_N) & (delta < BLOCK_M):
+                on_diag = (rn[None, :] - rm[:, None]) == delta
+                diag_i += tl.sum(tl.where(on_diag & valid, s, 0.0), axis=1)
             s = tl.where(valid, s, float("-inf"))
             # Padded rows/columns have max -inf; a finite stand-in keeps exp(-inf - (-inf)) from becoming NaN.
             m_new = tl.maximum(m_i, tl.max(s, axis=1))
             m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
             l_i = l_i * tl.exp(m_i - m_safe) + tl.sum(tl.exp(s - m_safe[:, None]), axis=1)
             m_i = m_new
-            c_max = tl.load(col_max_ptr + scratch + offs_n, mask=mask_n, other=float("-inf"))
-            c_sum = tl.load(col_sum_ptr + scratch + offs_n, mask=mask_n, other=0.0)
+            c_max_ptrs = col_max_ptr + (scratch + cb) + rn
+            c_sum_ptrs = col_sum_ptr + (scratch + cb) + rn
+            c_max = tl.load(c_max_ptrs, mask=mask_n, other=float("-inf"))
+            c_sum = tl.load(c_sum_ptrs, mask=mask_n, other=0.0)
             c_new = tl.maximum(c_max, tl.max(s, axis=0))
             c_safe = tl.where(c_new == float("-inf"), 0.0, c_new)
             c_sum = c_sum * tl.exp(c_max - c_safe) + tl.sum(tl.exp(s - c_safe[None, :]), axis=0)
-            tl.store(col_max_ptr + scratch + offs_n, c_new, mask=mask_n)
-            tl.store(col_sum_ptr + scratch + offs_n, c_sum, mask=mask_n)
+            tl.store(c_max_ptrs, c_new, mask=mask_n)
+            tl.store(c_sum_ptrs, c_sum, mask=mask_n)
             # The next row block re-reads these columns, possibly in other threads of this program.
             tl.debug_barrier()
-        tl.store(row_lse_ptr + offs_m, m_i + tl.log(l_i), mask=mask_m)
-        tl.store(diag_ptr + offs_m, diag_i, mask=mask_m)
+        tl.store(row_lse_ptr + row0 + rm, m_i + tl.log(l_i), mask=mask_m)
+        tl.store(diag_ptr + row0 + rm, diag_i, mask=mask_m)
 
 
 # The per-loss gradient tiles. Each takes the scaled logit tile s·⟨a_i, b_j⟩ (fp32, [BLOCK_M, BLOCK_N]), the row and
@@ -195,36 +206,41 @@ def _accumulate(
     g,
     src_ptr,
     dst_ptr,
-    offs_src,
-    offs_dst,
-    mask_src,
-    mask_dst,
+    src0,
+    dst0,
+    n_src,
+    n_dst,
     n_dims,
     stride_src,
     stride_src_d,
-    stride_dst,
+    BLOCK_SRC: tl.constexpr,
+    BLOCK_DST: tl.constexpr,
     BLOCK_K: tl.constexpr,
     PRECISION: tl.constexpr,
     UPCAST: tl.constexpr,
     ATOMIC: tl.constexpr,
 ):
+    # dst is a contiguous fp32 (rows, n_dims) buffer; int64 only in the scalar block pointers (see _dot_tile).
+    rs = tl.arange(0, BLOCK_SRC)
+    rd = tl.arange(0, BLOCK_DST)
+    rk = tl.arange(0, BLOCK_K)
+    mask_s = rs < n_src - src0
+    mask_d = rd < n_dst - dst0
+    src_ptrs = src_ptr + tl.cast(src0, tl.int64) * stride_src + rs[:, None] * stride_src + rk[None, :] * stride_src_d
+    dst_ptrs = dst_ptr + tl.cast(dst0, tl.int64) * n_dims + rd[:, None] * n_dims + rk[None, :]
     for k in range(0, n_dims, BLOCK_K):
-        offs_k = (k + tl.arange(0, BLOCK_K)).to(tl.int64)
-        mask_k = offs_k < n_dims
-        b_src = tl.load(
-            src_ptr + offs_src[:, None] * stride_src + offs_k[None, :] * stride_src_d,
-            mask=mask_src[:, None] & mask_k[None, :],
-            other=0.0,
-        )
+        mask_k = rk < n_dims - k
+        b_src = tl.load(src_ptrs, mask=mask_s[:, None] & mask_k[None, :], other=0.0)
         if UPCAST:
             b_src = b_src.to(tl.float32)
-        dst_ptrs = dst_ptr + offs_dst[:, None] * stride_dst + offs_k[None, :]
-        mask_d = mask_dst[:, None] & mask_k[None, :]
+        mask_dk = mask_d[:, None] & mask_k[None, :]
         if ATOMIC:
-            tl.atomic_add(dst_ptrs, tl.dot(g, b_src, input_precision=PRECISION), mask=mask_d, sem="relaxed")
+            tl.atomic_add(dst_ptrs, tl.dot(g, b_src, input_precision=PRECISION), mask=mask_dk, sem="relaxed")
         else:
-            b_acc = tl.load(dst_ptrs, mask=mask_d, other=0.0)
-            tl.store(dst_ptrs, tl.dot(g, b_src, b_acc, input_precision=PRECISION), mask=mask_d)
+            b_acc = tl.load(dst_ptrs, mask=mask_dk, other=0.0)
+            tl.store(dst_ptrs, tl.dot(g, b_src, b_acc, input_precision=PRECISION), mask=mask_dk)
+        src_ptrs += BLOCK_K * stride_src_d
+        dst_ptrs += BLOCK_K
 
 
 # Grid: (cdiv(n_rows, BLOCK_M),). One program owns a block of A rows: it recomputes every tile of s·A·Bᵀ once and
@@ -291,11 +307,13 @@ def _grad_sweep_kernel(
     num_col_tiles = tl.cdiv(n_cols, BLOCK_N)
     # With atomics, program p starts at column tile p (mod the count) so concurrent programs add into different B rows.
     start = pid_m % num_col_tiles if ACC_B else 0
+    row0 = pid_m * BLOCK_M
     for tile in range(0, num_col_tiles):
-        offs_n = ((start + tile) % num_col_tiles) * BLOCK_N + tl.arange(0, BLOCK_N).to(tl.int64)
+        col0 = ((start + tile) % num_col_tiles) * BLOCK_N
+        offs_n = col0 + tl.arange(0, BLOCK_N).to(tl.int64)
         mask_n = offs_n < n_cols
         raw = _dot_tile(
-            a_ptr, b_ptr, offs_m, offs_n, mask_m, mask_n, n_dims, stride_am, stride_ad, stride_bn, stride_bd,
+            a_ptr, b_ptr, row0, col0, n_rows, n_cols, n_dims, stride_am, stride_ad, stride_bn, stride_bd,
             BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST,
         )  # fmt: skip
         g, elem_loss = GRAD_TILE(
@@ -315,14 +333,14 @@ def _grad_sweep_kernel(
                 g = g.to(tl.float32)
             if ACC_A:
                 _accumulate(
-                    g, b_ptr, acc_ptr, offs_n, offs_m, mask_n, mask_m, n_dims, stride_bn, stride_bd, n_dims,
+                    g, b_ptr, acc_ptr, col0, row0, n_cols, n_rows, n_dims, stride_bn, stride_bd, BLOCK_N, BLOCK_M,
                     BLOCK_K, PRECISION, UPCAST, False,
                 )  # fmt: skip
             if ACC_B:
                 # [BLOCK_N, BLOCK_K] partials of B's gradient; padded rows of G are 0, so masked A rows add nothing.
                 _accumulate(
-                    tl.trans(g), a_ptr, accb_ptr, offs_m, offs_n, mask_m, mask_n, n_dims, stride_am, stride_ad,
-                    n_dims, BLOCK_K, PRECISION, UPCAST, True,
+                    tl.trans(g), a_ptr, accb_ptr, row0, col0, n_rows, n_cols, n_dims, stride_am, stride_ad, BLOCK_M,
+                    BLOCK_N, BLOCK_K, PRECISION, UPCAST, True,
                 )  # fmt: skip
             # The next column tile re-reads these accumulator rows, possibly in other threads of this program.
             tl.debug_barrier()

@@ -54,6 +54,9 @@ def lse_pair_fwd(
 
     from vlkernels.contrastive.kernels import _lse_pair_fwd_kernel
 
+    # Row-contiguous operands (a copy only for other layouts): the unit feature stride is what configs.kernel_specs
+    # compiles, and it lets Triton vectorize the tile loads.
+    x, y = x.contiguous(), y.contiguous()
     n, d = x.shape
     m = y.shape[0]
     t = tiles("fwd", x)
@@ -115,11 +118,13 @@ def _grad_rows(
     write_ds: bool = False,
     write_loss: bool = False,
     write_gsum: bool = False,
+    tiles_of: str = "",
 ) -> dict[str, torch.Tensor]:
     """One sweep of ``_grad_sweep_kernel`` over the tiles of s·A·Bᵀ with the loss's gradient tile ``grad_tile`` (a
     ``@triton.jit`` function of the signature in kernels.py; rows/cols/bias are what it reads). Returns fp32 tensors:
     ``ga = G·B`` (acc_a), ``gb = Gᵀ·A`` (acc_b, atomics), per row ``ds = Σ_j G_ij⟨a_i, b_j⟩`` (write_ds), the element
-    loss sum ``loss`` (write_loss) and ``gsum = Σ_j G_ij`` (write_gsum)."""
+    loss sum ``loss`` (write_loss) and ``gsum = Σ_j G_ij`` (write_gsum). ``tiles_of`` names a loss with its own
+    rows in the tile table (``configs.CUDA``), else the generic sweep tiles are used."""
     import triton
 
     from vlkernels.contrastive.kernels import _grad_sweep_kernel
@@ -133,7 +138,7 @@ def _grad_rows(
     out = {k: torch.zeros(shapes[k], **f32) for k, on in wanted.items() if on}
     if n == 0 or m == 0:
         return out
-    t = tiles("dual" if acc_b else "sweep", a)
+    t = tiles(f"{tiles_of}{'dual' if acc_b else 'sweep'}", a)
     _grad_sweep_kernel[(triton.cdiv(n, t.block_m),)](
         a, b, scale, *rows, *cols, bias, out.get("ga"), out.get("gb"), out.get("ds"), out.get("loss"), out.get("gsum"),
         n, m, d, a.stride(0), a.stride(1), b.stride(0), b.stride(1), offset_a, offset_b, inv_norm,
@@ -146,13 +151,16 @@ def _grad_rows(
 def lse_pair_bwd(x, y, scale, row_lse, col_lse, d_row, d_col):
     from vlkernels.contrastive.kernels import _info_nce_grad_tile as tile
 
+    x, y = x.contiguous(), y.contiguous()
     if deterministic():
         # Two sweeps, each program owning its rows: 2 + 2 GEMM units, bitwise reproducible.
-        first = _grad_rows(x, y, scale, tile, rows=(row_lse, d_row), cols=(col_lse, d_col), write_ds=True)
-        gy = _grad_rows(y, x, scale, tile, rows=(col_lse, d_col), cols=(row_lse, d_row))["ga"]
+        first = _grad_rows(x, y, scale, tile, tiles_of="info_nce_", rows=(row_lse, d_row), cols=(col_lse, d_col),
+                           write_ds=True)  # fmt: skip
+        gy = _grad_rows(y, x, scale, tile, tiles_of="info_nce_", rows=(col_lse, d_col), cols=(row_lse, d_row))["ga"]
     else:
         # One sweep: 1 recompute + 2 GEMM units; dy's partials are added with fp32 atomics.
-        first = _grad_rows(x, y, scale, tile, rows=(row_lse, d_row), cols=(col_lse, d_col), write_ds=True, acc_b=True)
+        first = _grad_rows(x, y, scale, tile, tiles_of="info_nce_", rows=(row_lse, d_row), cols=(col_lse, d_col),
+                           write_ds=True, acc_b=True)  # fmt: skip
         gy = first["gb"]
     s = scale.float()
     # ds from per-row partials reduced in a fixed order: exact and reproducible on both paths.
@@ -162,6 +170,7 @@ def lse_pair_bwd(x, y, scale, row_lse, col_lse, d_row, d_col):
 def siglip_fwd(x, y, scale, bias, x_groups, y_groups, row_offset, col_offset, inv_norm, need_grad):
     from vlkernels.contrastive.kernels import _siglip_grad_tile as tile
 
+    x, y = x.contiguous(), y.contiguous()
     fwd = dict(rows=(x_groups, None), cols=(y_groups, None), bias=bias, offset_a=row_offset, offset_b=col_offset)
     if not need_grad:
         # The loss alone: 1 GEMM unit.
