@@ -2,7 +2,7 @@
 
 from importlib import metadata as _metadata
 
-from vlkernels import boxes, captioning, contrastive, metrics, ops, retrieval
+from vlkernels import boxes, captioning, contrastive, detection, metrics, ops, retrieval
 from vlkernels._ext import ExtensionError
 from vlkernels._triton import get_backend, set_backend
 from vlkernels.contrastive import ClipLoss, SigLipLoss, info_nce_loss, siglip_loss
@@ -35,6 +35,7 @@ __all__ = [
     "boxes",
     "captioning",
     "contrastive",
+    "detection",
     "get_backend",
     "get_num_threads",
     "info_nce_loss",

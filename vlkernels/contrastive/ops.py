@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from vlkernels._triton import use_triton
+from vlkernels._triton import fell_back, run_triton, use_triton
 from vlkernels.contrastive.configs import tiles
 from vlkernels.contrastive.cpu import acc_dtype, lse_pair_bwd_cpu, lse_pair_fwd_cpu, siglip_fwd_cpu
 
@@ -85,7 +85,7 @@ def grad_path(x: torch.Tensor) -> str:
     """Which gradient path the losses take for features like ``x`` now: ``"atomic"`` (Triton, one sweep, the
     default), ``"deterministic"`` (Triton, one sweep per operand, under ``torch.use_deterministic_algorithms``) or
     ``"cpu"`` (the chunked torch path, deterministic)."""
-    if not on_triton(x):
+    if not on_triton(x) or any(fell_back(op, x) for op in ("lse_pair_bwd", "siglip")):
         return "cpu"
     return "deterministic" if deterministic() else "atomic"
 
@@ -202,8 +202,11 @@ def _lse_pair_op(
             x.new_full((y.shape[0],), inf, dtype=acc),
             x.new_zeros((x.shape[0],), dtype=acc),
         )
-    run = lse_pair_fwd if on_triton(x) else lse_pair_fwd_cpu
-    row, col, diag = run(x, y, scale, diag_offset)
+    if on_triton(x):
+        # A Triton compile/launch failure on first use falls back to the chunked torch path (vlkernels._triton).
+        row, col, diag = run_triton("lse_pair_fwd", lse_pair_fwd, lse_pair_fwd_cpu, x, y, scale, diag_offset)
+    else:
+        row, col, diag = lse_pair_fwd_cpu(x, y, scale, diag_offset)
     bad = _nonfinite_flag(x, y, scale)
     return row + bad, col + bad, diag + bad
 
@@ -229,7 +232,7 @@ def _lse_pair_bwd_op(
     if x.shape[0] == 0 or y.shape[0] == 0:
         return torch.zeros_like(x), torch.zeros_like(y), scale.new_zeros((), dtype=acc)
     if on_triton(x):
-        return lse_pair_bwd(x, y, scale, row_lse, col_lse, d_row, d_col)
+        return run_triton("lse_pair_bwd", lse_pair_bwd, lse_pair_bwd_cpu, x, y, scale, row_lse, col_lse, d_row, d_col)
     return lse_pair_bwd_cpu(x, y, scale, row_lse, col_lse, d_row, d_col)
 
 
@@ -268,8 +271,8 @@ def _siglip_op(
     inv_norm: float,
     need_grad: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    run = siglip_fwd if on_triton(x) else siglip_fwd_cpu
-    out = run(x, y, scale, bias, x_groups, y_groups, row_offset, col_offset, inv_norm, need_grad)
+    args = (x, y, scale, bias, x_groups, y_groups, row_offset, col_offset, inv_norm, need_grad)
+    out = run_triton("siglip", siglip_fwd, siglip_fwd_cpu, *args) if on_triton(x) else siglip_fwd_cpu(*args)
     bad = _nonfinite_flag(x, y, scale, bias)
     if not need_grad:
         empty = x.new_empty(0)
