@@ -206,3 +206,34 @@ def test_siglip_score_real_compile_failure_falls_back(monkeypatch):
     _triton.reset_state()
     with vlkernels.set_backend("triton"), pytest.raises(Exception, match="power of 2"):
         siglip_score(img, txt, 10.0, -3.0, frames=3)
+
+
+@pytest.mark.parametrize("loss", ["info_nce", "siglip"])
+def test_contrastive_launch_failure_falls_back_to_the_torch_path(monkeypatch, loss):
+    from vlkernels.contrastive import info_nce_loss, ops, siglip_loss
+
+    _interpreter(monkeypatch)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("PassManager::run failed (forced in a test)")
+
+    for name in ("lse_pair_fwd", "lse_pair_bwd", "siglip_fwd"):
+        monkeypatch.setattr(ops, name, broken)
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(9, 16, generator=g), torch.randn(9, 16, generator=g)
+    scale = torch.tensor(3.0)
+    fn = info_nce_loss if loss == "info_nce" else lambda a, b, s: siglip_loss(a, b, s, torch.tensor(-1.0))
+    with pytest.warns(RuntimeWarning, match="failed on first use.*forced in a test"):
+        got = fn(x, y, scale)
+    logits = 3.0 * x.double() @ y.double().T
+    if loss == "info_nce":
+        lab = torch.arange(9)
+        f = torch.nn.functional.cross_entropy
+        want = (f(logits, lab) + f(logits.T, lab)) / 2
+    else:
+        z = 2 * torch.eye(9, dtype=torch.float64) - 1
+        want = -torch.nn.functional.logsigmoid(z * (logits - 1.0)).sum() / 9
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-6)
+    _triton.reset_state()
+    with vlkernels.set_backend("triton"), pytest.raises(RuntimeError, match="forced in a test"):
+        fn(x, y, scale)
