@@ -1,10 +1,10 @@
 """Retrieval: streamed exact metrics and top-K against the bare matrix product of the same shape (the physical
-limit), the seed task's reference code, and faiss.
+limit), the reference script's reference code, and faiss.
 
 Families: ``retrieval`` (default run: COCO 5K on CPU, top-K, GPU cases on CUDA). Two long families are registered
-only with ``VLKERNELS_BENCH_LONG=1`` so that a plain ``vlkernels bench`` stays short: ``retrieval_seed`` (the seed's
-reference at full COCO 5K size, ~1 min per call, 4 calls) and ``retrieval_200k`` (a 200k x 200k gallery streamed
-from a memory-mapped fp16 .npy, minutes per call on 2 cores), e.g.
+only with ``VLKERNELS_BENCH_LONG=1`` so that a plain ``vlkernels bench`` stays short: ``retrieval_seed``
+(the reference script at full COCO 5K size, ~1 min per call, 4 calls) and ``retrieval_200k`` (a 200k x 200k
+gallery streamed from a memory-mapped fp16 .npy, minutes per call on 2 cores), e.g.
 ``VLKERNELS_BENCH_LONG=1 vlkernels bench retrieval_seed --json benchmarks/results/retrieval_cpu.jsonl``; one
 200k x 200k run (the harness makes four calls): ``python -m benchmarks.bench_retrieval 200000``.
 """
@@ -36,7 +36,7 @@ def _coco(n_img: int, per: int, d: int, device: str = "cpu", dtype=torch.float32
 
 
 def _seed_metrics(img: np.ndarray, txt: np.ndarray, lab: np.ndarray) -> dict:
-    """The seed task's evaluate_retrieval on these embeddings (caption i belongs to image lab[i])."""
+    """The reference script's evaluate_retrieval on these embeddings (caption i belongs to image lab[i])."""
     return evaluate_retrieval(img, txt, list(range(img.shape[0])), list(lab))
 
 
@@ -89,8 +89,8 @@ def _coco5k(n_img: int, per: int, d: int, device: str) -> list[Bench]:
             notes="vlkernels: all metrics, both directions, streamed; torch_matmul: the bare (texts x images) product",
         )
     ]
-    if n_img <= 1000:  # the seed's code on COCO 1K size here; full size in the retrieval_seed family
-        benches.append(_seed_bench(img, txt, lab, "the seed task's compute_retrieval_metrics / evaluate_retrieval"))
+    if n_img <= 1000:  # the reference's code on COCO 1K size here; full size in the retrieval_seed family
+        benches.append(_seed_bench(img, txt, lab, "compute_retrieval_metrics / evaluate_retrieval"))
     return benches
 
 
@@ -114,7 +114,7 @@ _long = register if LONG else (lambda *a, **k: lambda fn: fn)
 @_long("retrieval_seed", "coco5k_seed_cpu", quick={"n_img": 1000}, full={"n_img": 5000}, devices=("cpu",))
 def _coco5k_seed(n_img: int, device: str) -> Bench:
     img, txt, lab = _coco(n_img, 5, 512)
-    return _seed_bench(img, txt, lab, "the seed task's reference at COCO 5K: about a minute per call on 2 cores")
+    return _seed_bench(img, txt, lab, "the reference script's reference at COCO 5K: about a minute per call on 2 cores")
 
 
 @register(

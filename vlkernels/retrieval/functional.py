@@ -21,7 +21,7 @@ EMPTY_VALUES = {"error": None, "skip": None, "zero": 0.0, "one": 1.0}
 
 
 class RetrievalResult(dict):
-    """``{"text_to_image": {metric: value}, "image_to_text": {...}}`` (the seed task's layout) with the per-query
+    """``{"text_to_image": {metric: value}, "image_to_text": {...}}`` (the usual layout) with the per-query
     ranks of each direction in ``.ranks[direction]`` (a :class:`~vlkernels.retrieval.metrics.Ranks`)."""
 
     def __init__(self, metrics: dict, ranks: dict[str, Ranks]):
@@ -209,7 +209,7 @@ def evaluate(
     Args:
         image_emb: ``(N_img, D)`` image embeddings: tensor, numpy array, or a .npy/.safetensors path (memory-mapped).
         text_emb: ``(N_txt, D)`` text embeddings, same forms; with ``group``, this process's contiguous shard.
-        text_to_image: ``(N_txt,)`` int image index of each caption (the seed task's ground truth). Image-to-text
+        text_to_image: ``(N_txt,)`` int image index of each caption (the usual COCO 5K ground truth). Image-to-text
             positives are an image's captions. Leave None when giving ``t2i`` / ``i2t``.
         ks: the K of R@K (one int or a sequence).
         t2i: general text-to-image positives (Positives, CSR ``(indptr, indices)``, ``(P, 2)`` pairs or lists);
@@ -242,7 +242,7 @@ def evaluate(
 
     Note:
         Ties: lower gallery index first, on every backend; equal to ranking with ``np.argsort(-s, kind="stable")``
-        (the seed's default quicksort leaves tie order unspecified; without ties the results are identical).
+        (the usual scripts' default quicksort leaves tie order unspecified; without ties the results are identical).
         Scores accumulate in fp32 (in fp64 on CPU when either input is fp64: the other is promoted); fp16/bf16 are
         widened per chunk. Each ground-truth
         score is read from the same tile computation as the scores it is compared with. Extra memory:

@@ -15,7 +15,7 @@ class Ranks:
 
     Attributes:
         queries: ``(Q,)`` evaluated query indices.
-        first: ``(Q,)`` 1-indexed rank of each query's best-ranked positive (the seed task's rank).
+        first: ``(Q,)`` 1-indexed rank of each query's best-ranked positive (the rank of the usual evaluation scripts).
         indptr: ``(Q + 1,)`` CSR offsets into ``positives`` / ``ranks`` for the evaluated queries.
         positives: ``(P,)`` gallery index of each positive.
         ranks: ``(P,)`` 1-indexed rank of each positive (distinct within a query; candidates ordered by score

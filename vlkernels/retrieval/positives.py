@@ -12,7 +12,7 @@ import numpy as np
 class Positives:
     """Positives of each query as CSR: query ``q``'s gallery indices are ``indices[indptr[q]:indptr[q + 1]]``.
 
-    Rows are sorted and free of duplicates (the ground truth is a set, as in the seed task and eccv_caption).
+    Rows are sorted and free of duplicates (the ground truth is a set, as in COCO evaluation and eccv_caption).
     ``queries`` lists the queries that are evaluated (default: all); every one of them needs a positive unless built
     with ``allow_empty=True`` (``evaluate``'s ``empty`` policy then decides what such a query scores).
     ``relevance`` optionally grades each pair (aligned with ``indices``, all > 0): NDCG uses it as the gain, the
@@ -143,7 +143,7 @@ class Positives:
     def from_lists(
         cls, lists: Sequence[Sequence[int]], num_gallery: int, queries=None, *, allow_empty: bool = False
     ) -> Positives:
-        """One list of gallery indices per query (the seed task's ``ground_truth_indices``)."""
+        """One list of gallery indices per query (``ground_truth_indices`` of the usual evaluation scripts)."""
         counts = np.array([len(x) for x in lists], dtype=np.int64)
         flat = np.fromiter((_index(v) for x in lists for v in x), dtype=np.int64, count=int(counts.sum()))
         indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)

@@ -57,7 +57,7 @@ def karpathy_5k() -> KarpathyTest:
 
 
 def coco_5k(image_emb, text_emb, text_to_image, ks: Sequence[int] = (1, 5, 10), **kwargs) -> RetrievalResult:
-    """COCO 5K: every caption against every image (the seed task's protocol); same as :func:`evaluate`."""
+    """COCO 5K: every caption against every image (the standard protocol); same as :func:`evaluate`."""
     return evaluate(image_emb, text_emb, text_to_image, ks, **kwargs)
 
 

@@ -1,4 +1,5 @@
-"""The seed task's retrieval evaluation (../shared/seeds/002_*.txt), copied verbatim: it is the spec that
+"""A typical COCO retrieval evaluation script (`compute_retrieval_metrics`, from the project's founding spec),
+copied verbatim: it is the spec that
 ``evaluate`` must reproduce for R@K / MeanR / MedianR, and the slow baseline users would otherwise run. Used by the
 tests and the benchmarks; never by the library itself."""
 
