@@ -38,8 +38,8 @@ INTERPRETER_MAX_FUSED_K = 256
 # Score tiles of the ground-truth and rank-counting kernels (one tile for both: a ground-truth score must come from
 # the same tile computation as the scores it is compared with).
 SCORE_TILES: dict[tuple[int, str], Tile] = {
-    (90, "fp16"): Tile(64, 128, 64, 4, 3),
-    (90, "bf16"): Tile(64, 128, 64, 4, 3),
+    (90, "fp16"): Tile(64, 64, 64, 4, 3, max_slots=4),
+    (90, "bf16"): Tile(64, 64, 64, 4, 3, max_slots=4),
     (90, "fp32"): Tile(32, 32, 32, 4, 2),
     (80, "fp16"): Tile(64, 64, 32, 4, 3),
     (80, "bf16"): Tile(64, 64, 32, 4, 3),
