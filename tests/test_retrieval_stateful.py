@@ -80,14 +80,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
+def _worker(rank: int, world: int, port: int, out_dir: str, counts) -> None:
     import torch.distributed as dist
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         torch.set_num_threads(1)
-        batches = _batches(10 + rank, n=2 + rank)  # uneven: 2 batches on rank 0, 3 on rank 1
+        batches = _batches(10 + rank, n=counts[rank])
         m = RetrievalMetric(ks=(1, 5), memory_budget=0 if rank else None, group=dist.group.WORLD)
         for b in batches:
             m.update(*b)
@@ -97,9 +97,10 @@ def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
         dist.destroy_process_group()
 
 
-def test_metric_distributed_gloo(tmp_path):
-    mp.start_processes(_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, start_method="spawn")
-    imgs, txts, labs = _union(_batches(10, n=2) + _batches(11, n=3))
+@pytest.mark.parametrize("counts", [(2, 3), (0, 2)])  # batches per rank: uneven; a rank without any batch
+def test_metric_distributed_gloo(tmp_path, counts):
+    mp.start_processes(_worker, args=(2, _free_port(), str(tmp_path), counts), nprocs=2, start_method="spawn")
+    imgs, txts, labs = _union(_batches(10, n=counts[0]) + _batches(11, n=counts[1]))
     want = evaluate_ref(imgs, txts, labs, ks=(1, 5))
     for r in range(2):
         assert torch.load(tmp_path / f"rank{r}.pt", weights_only=False)["res"] == want

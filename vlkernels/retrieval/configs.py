@@ -38,12 +38,12 @@ INTERPRETER_MAX_FUSED_K = 256
 # Score tiles of the ground-truth and rank-counting kernels (one tile for both: a ground-truth score must come from
 # the same tile computation as the scores it is compared with).
 SCORE_TILES: dict[tuple[int, str], Tile] = {
-    (90, "fp16"): Tile(64, 128, 64, 4, 3),
-    (90, "bf16"): Tile(64, 128, 64, 4, 3),
-    (90, "fp32"): Tile(32, 64, 32, 4, 2),
+    (90, "fp16"): Tile(64, 64, 64, 4, 3, max_slots=4),
+    (90, "bf16"): Tile(64, 64, 64, 4, 3, max_slots=4),
+    (90, "fp32"): Tile(32, 32, 32, 4, 2),
     (80, "fp16"): Tile(64, 64, 32, 4, 3),
     (80, "bf16"): Tile(64, 64, 32, 4, 3),
-    (80, "fp32"): Tile(32, 64, 32, 4, 2),
+    (80, "fp32"): Tile(32, 32, 32, 4, 2),
 }
 # Fused top-K: BLOCK_N is the power of two >= k + exclusions (16..MAX_FUSED_K); block_n below is that maximum.
 # Larger k goes through cuBLAS matmul tiles and torch.topk (a 256-wide sorted int64 state spills on every arch).
@@ -51,11 +51,14 @@ MAX_FUSED_K = 64
 TOPK_TILES: dict[tuple[int, str], Tile] = {
     (90, "fp16"): Tile(64, MAX_FUSED_K, 64, 4, 3),
     (90, "bf16"): Tile(64, MAX_FUSED_K, 64, 4, 3),
-    (90, "fp32"): Tile(32, MAX_FUSED_K, 32, 4, 2),
+    (90, "fp32"): Tile(32, MAX_FUSED_K, 32, 4, 1),
     (80, "fp16"): Tile(64, MAX_FUSED_K, 32, 4, 3),
     (80, "bf16"): Tile(64, MAX_FUSED_K, 32, 4, 3),
-    (80, "fp32"): Tile(32, MAX_FUSED_K, 32, 4, 2),
+    (80, "fp32"): Tile(32, MAX_FUSED_K, 32, 4, 1),
 }
+# Smallest fused BLOCK_N per dtype on CUDA: fp32 (FMA, no tensor cores) spills a few bytes at 16 and 32 wide on
+# sm_80, so it always keeps 64 keys (more sorting for small k, never a spill).
+TOPK_MIN_BLOCK_N = {"fp16": 16, "bf16": 16, "fp32": MAX_FUSED_K}
 # CUDA device chunks are rounded to a multiple of this, a multiple of every BLOCK_M / BLOCK_N above, so a tile never
 # straddles two chunks (the interpreter rounds to its own tile).
 CHUNK_ALIGN = 128
@@ -80,6 +83,13 @@ def topk_tile(device: torch.device, dtype: torch.dtype, block_n: int) -> Tile:
 
 def chunk_align(device: torch.device) -> int:
     return CHUNK_ALIGN if device.type == "cuda" else max(INTERPRETER.block_m, INTERPRETER.block_n)
+
+
+def topk_block_n(device: torch.device, dtype: torch.dtype, kk: int) -> int:
+    """BLOCK_N of the fused top-K kernel for k + exclusions = kk (a power of two >= kk)."""
+    key = _key(device, dtype)
+    smallest = 16 if key is None else TOPK_MIN_BLOCK_N[key[1]]
+    return max(smallest, 1 << (kk - 1).bit_length())
 
 
 def max_fused_k(device: torch.device) -> int:
@@ -124,7 +134,7 @@ def kernel_specs() -> list[KernelSpec]:
             tk = TOPK_TILES[(arch, dt)]
             tk_sig = dict(sig, out_ptr="*i64", **dict.fromkeys(ints, "i32"), cols_per_split="i32", index_offset="i64")
             for block_n in (16, 32, 64):
-                if block_n > tk.block_n:
+                if not TOPK_MIN_BLOCK_N[dt] <= block_n <= tk.block_n:
                     continue
                 specs.append(
                     KernelSpec(

@@ -7,7 +7,7 @@ import functools
 import numpy as np
 import torch
 
-from vlkernels.retrieval.configs import Tile, max_fused_k, score_tile, topk_tile
+from vlkernels.retrieval.configs import Tile, max_fused_k, score_tile, topk_block_n, topk_tile
 from vlkernels.retrieval.io import Embeddings
 from vlkernels.retrieval.plan import SlotPlan
 from vlkernels.retrieval.positives import Positives
@@ -203,7 +203,7 @@ def topk_stream(
     has_ex = exclude is not None and len(exclude.indices) > 0
     kk = k + (int(exclude.counts.max()) if has_ex else 0)
     fused = kk <= max_fused_k(device)
-    block_n = max(16, 1 << (kk - 1).bit_length()) if fused else 1
+    block_n = topk_block_n(device, dtype, kk) if fused else 1
     g_chunk = -(-chunk // block_n) * block_n
     bar = cpu._progress(-(-n_q // chunk) * -(-n_g // g_chunk), progress, "top-k")
     for q0 in range(0, n_q, chunk):

@@ -154,7 +154,7 @@ class RetrievalMetric:
         images, texts = self._images.data(), self._texts.data()
         labels = np.concatenate(self._labels) if self._labels else np.zeros(0, dtype=np.int64)
         if self.group is not None:
-            images, labels = self._gather(images, labels)
+            images, texts, labels = self._gather(images, texts, labels)
         self._computed = evaluate(
             images,
             texts,
@@ -167,20 +167,29 @@ class RetrievalMetric:
         )
         return self._computed
 
-    def _gather(self, images, labels: np.ndarray):
-        """Every rank's images (concatenated in rank order) and labels shifted to global image indices."""
+    def _gather(self, images, texts, labels: np.ndarray):
+        """Every rank's images (concatenated in rank order), labels shifted to global image indices, and this rank's
+        texts (a rank without batches takes the others' D and dtypes, so the collectives agree)."""
         import torch.distributed as dist
 
         local = torch.as_tensor(np.asarray(images)) if not isinstance(images, torch.Tensor) else images
+        mine = (local.shape[0], len(labels), self._images.dtype, self._texts.dtype, self._images.dim)
         meta: list = [None] * dist.get_world_size(self.group)
-        dist.all_gather_object(meta, (local.shape[0], len(labels), str(local.dtype), local.shape[1]), group=self.group)
+        dist.all_gather_object(meta, mine, group=self.group)
+        kinds = {m[2:] for m in meta if m[4] is not None}
+        if len(kinds) > 1:
+            raise ValueError(f"ranks hold embeddings of different dtypes or D: {sorted(map(str, kinds))}")
+        if not kinds:
+            raise ValueError("empty input: no rank has added a batch")
+        img_dtype, txt_dtype, dim = kinds.pop()
+        if self._images.dim is None:
+            local = torch.zeros(0, dim, dtype=img_dtype)
+            texts = torch.zeros(0, dim, dtype=txt_dtype)
         rank = dist.get_rank(self.group)
         img_off = sum(m[0] for m in meta[:rank])
-        if len({(m[2], m[3]) for m in meta if m[0]}) > 1:
-            raise ValueError(f"ranks hold embeddings of different dtype or D: {[(m[2], m[3]) for m in meta]}")
         imgs = _all_gather_rows(local, [m[0] for m in meta], self.group)
         labs = _all_gather_rows(torch.from_numpy(labels + img_off)[:, None], [m[1] for m in meta], self.group)
-        return imgs, labs[:, 0].numpy()
+        return imgs, texts, labs[:, 0].numpy()
 
     def reset(self) -> None:
         """Drop every batch (and the spill files)."""
