@@ -151,3 +151,37 @@ def test_thread_creation_failure_under_rlimit_nproc():
         pytest.skip("RLIMIT_NPROC is not enforced here")
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.split()[-1] == "1"
+
+
+def test_concurrent_retrieval_calls_leave_thread_counts_alone():
+    """Issue 12 item 3 as reported: concurrent retrieval.evaluate / topk calls left get_num_threads() at 1 (their
+    workers set a process-wide count and restored it without a lock); results stay those of a lone call."""
+    from vlkernels import retrieval
+
+    g = torch.Generator().manual_seed(1)
+    img, txt = torch.randn(300, 32, generator=g), torch.randn(900, 32, generator=g)
+    t2i = torch.arange(900) // 3
+    want = retrieval.evaluate(img, txt, t2i, ks=(1, 5))
+    want_top = retrieval.topk(txt, img, 7)
+    before, torch_before = vlkernels.get_num_threads(), torch.get_num_threads()
+    errors = []
+
+    def work(k):
+        try:
+            for _ in range(3):
+                if k % 2:
+                    assert retrieval.evaluate(img, txt, t2i, ks=(1, 5)) == want
+                else:
+                    v, i = retrieval.topk(txt, img, 7)
+                    assert torch.equal(i, want_top[1]) and torch.equal(v, want_top[0])
+        except Exception as e:
+            errors.append(e)
+
+    pool = [threading.Thread(target=work, args=(k,)) for k in range(6)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    assert not errors, errors
+    assert vlkernels.get_num_threads() == before
+    assert torch.get_num_threads() == torch_before

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from vlkernels import _ext
+from vlkernels.core.threads import limit
 from vlkernels.retrieval.io import Embeddings
 from vlkernels.retrieval.plan import SlotPlan
 from vlkernels.retrieval.positives import Positives
@@ -272,26 +273,45 @@ def num_threads() -> int:
     return int(_ext.load().get_num_threads()) or (os.cpu_count() or 1)
 
 
+_torch_threads_lock = threading.Lock()
+_torch_threads_users = 0
+_torch_threads_saved = 1
+
+
 @contextlib.contextmanager
 def _single_threaded():
-    """BLAS and the C++ kernels single-threaded for the duration (restored after): the workers are the threads."""
-    C = _ext.load()
-    t_torch, t_vlk = torch.get_num_threads(), C.get_num_threads()
-    torch.set_num_threads(1)
-    C.set_num_threads(1)
+    """torch's intra-op pool single-threaded while any call runs its workers (the workers are the threads).
+
+    torch's thread count is process-wide: calls in flight share one save and restore, counted under a lock, so
+    concurrent calls give back the caller's count, never each other's 1. The C++ kernels are limited per worker
+    thread (``_run``), which leaves ``vlkernels.get_num_threads()`` untouched.
+    """
+    global _torch_threads_users, _torch_threads_saved
+    with _torch_threads_lock:
+        if _torch_threads_users == 0:
+            _torch_threads_saved = torch.get_num_threads()
+            torch.set_num_threads(1)
+        _torch_threads_users += 1
     try:
         yield
     finally:
-        torch.set_num_threads(t_torch)
-        C.set_num_threads(t_vlk)
+        with _torch_threads_lock:
+            _torch_threads_users -= 1
+            if _torch_threads_users == 0:
+                torch.set_num_threads(_torch_threads_saved)
 
 
 def _run(fn, n_workers: int) -> None:
+    def work(w: int) -> None:
+        # One C++ thread per worker, as a per-thread limit (vlkernels.core.threads), not a process-wide setting.
+        with limit(1):
+            fn(w)
+
     if n_workers == 1:
-        fn(0)
+        work(0)
         return
     with concurrent.futures.ThreadPoolExecutor(n_workers) as pool:
-        for f in [pool.submit(fn, w) for w in range(n_workers)]:
+        for f in [pool.submit(work, w) for w in range(n_workers)]:
             f.result()
 
 
