@@ -39,8 +39,8 @@ DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 # 128-byte swizzled row of bf16). The forward keeps the row and column online-softmax state beside its logit tile,
 # so it takes the 64×128 tile (128×128 spills); the sweeps keep G and the accumulation tiles: 128×64 for InfoNCE,
 # 64×64 for SigLIP and any other gradient tile (its softplus/sigmoid temporaries spill at 128×64). fp32 operands use
-# exact IEEE FMA dots (no tensor-core instruction computes fp32 products exactly) with half the BLOCK_K, since every
-# stage costs twice the bytes.
+# exact IEEE FMA dots (no tensor-core instruction computes fp32 products exactly); their operand fragments live in
+# registers, so the tiles are smaller (larger ones spilled).
 _HALF = {
     "fwd": Tiles(64, 128, 64, 8, 3),
     "sweep": Tiles(64, 64, 64, 8, 2),
@@ -49,11 +49,11 @@ _HALF = {
     "info_nce_dual": Tiles(128, 64, 64, 8, 2),
 }
 _FP32 = {
-    "fwd": Tiles(64, 128, 32, 8, 2),
-    "sweep": Tiles(64, 64, 32, 4, 2),
-    "dual": Tiles(64, 64, 32, 4, 2),
-    "info_nce_sweep": Tiles(64, 64, 32, 4, 2),
-    "info_nce_dual": Tiles(64, 64, 32, 4, 2),
+    "fwd": Tiles(64, 64, 32, 8, 2),
+    "sweep": Tiles(32, 64, 16, 8, 2),
+    "dual": Tiles(32, 64, 16, 8, 2),
+    "info_nce_sweep": Tiles(32, 64, 16, 8, 2),
+    "info_nce_dual": Tiles(32, 64, 16, 8, 2),
 }
 CUDA: dict[tuple[int, str], dict[str, Tiles]] = {
     (90, "bf16"): _HALF,
