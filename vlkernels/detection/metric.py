@@ -54,8 +54,8 @@ def _masks_of(masks: list[torch.Tensor]) -> inputs.Masks:
     area, bbox = np.zeros(n, dtype=np.int64), np.zeros((n, 4))
     if n:
         C = _ext.load()
-        C.rle_area(runs.ctypes.data, off.ctypes.data, n, area.ctypes.data, 1)
-        C.rle_to_bbox(runs.ctypes.data, off.ctypes.data, n, h.ctypes.data, w.ctypes.data, bbox.ctypes.data)
+        C.rle_area(runs.ctypes.data, off.ctypes.data, n, area.ctypes.data, 1, runs.size)
+        C.rle_to_bbox(runs.ctypes.data, off.ctypes.data, n, h.ctypes.data, w.ctypes.data, bbox.ctypes.data, runs.size)
     return inputs.Masks(np.cumsum(runs), off, area, bbox)
 
 
