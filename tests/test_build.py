@@ -18,6 +18,7 @@ SANITIZED_TESTS = [
     "tests/test_core.py",
     "tests/test_metrics_choice.py",
     "tests/test_captioning_tokenizer.py",
+    "tests/test_captioning_tokenizer_java.py",
     "tests/test_boxes_iou.py",
     "tests/test_boxes_rle.py",
     "tests/test_boxes_rle_counts.py",

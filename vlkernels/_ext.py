@@ -54,7 +54,3 @@ def available() -> bool:
         return True
     except ExtensionError:
         return False
-
-
-def has_cuda_kernels() -> bool:
-    return available() and bool(load().has_cuda)

@@ -10,8 +10,11 @@
 #include "captioning/ptb_tokenizer.h"
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <cstring>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -133,18 +136,43 @@ void java_lower_append(const char16_t* in, size_t n, Str& out) {
     } else if (c == 0x03A3) {
       // Final sigma, as java.lang.ConditionalSpecialCasing decides it: a cased letter before it and none after it
       // within the same word.
+      // (JDK word boundaries: a mid-word character -- a dash, U+00AD, U+2027, '"', '\'' or '.' -- between two
+      // letters joins them, e.g. "ΟΔΟΣ-LRB" or "Mr.Σ"; nothing joins a digit and a letter that way.)
+      auto mid_word = [](char16_t m) {
+        return m == '-' || m == '.' || m == '\'' || m == '"' || m == 0x00AD || m == 0x2027 || m == 0x058A ||
+               m == 0x05BE || m == 0x1806 || (m >= 0x2010 && m <= 0x2015) || m == 0x2E17 || m == 0x301C ||
+               m == 0x3030 || m == 0x30A0 || m == 0xFE31 || m == 0xFE32 || m == 0xFE58 || m == 0xFE63 || m == 0xFF0D;
+      };
+      auto joins = [&](size_t a) {
+        return a > 0 && mid_word(in[a]) && is_letter(in[a - 1]) && a + 1 < n && is_letter(in[a + 1]);
+      };
+      // Java asks for a *cased* character (uncased letters such as CJK are skipped); ideographs, kana and hangul
+      // form words of their own in the JDK's word iterator. The cased scripts: Latin, Greek, Cyrillic, Armenian,
+      // Georgian, Glagolitic, Coptic, fullwidth Latin.
+      auto cjk = [](char16_t x) { return (x >= 0x3040 && x <= 0x9FFF) || (x >= 0xAC00 && x <= 0xD7AF) || (x >= 0xF900 && x <= 0xFAFF); };
+      // (Modifier letters are cased only where Unicode lists them as Other_Lowercase.)
+      auto cased = [](char16_t x) {
+        if (x >= 0x02B0 && x <= 0x02FF) return x <= 0x02B8 || x == 0x02C0 || x == 0x02C1 || (x >= 0x02E0 && x <= 0x02E4);
+        if (x == 0x01BB || (x >= 0x01C0 && x <= 0x01C3) || x == 0x0294) return false;
+        return is_letter(x) && (x < 0x0590 || (x >= 0x10A0 && x < 0x1100) || (x >= 0x1E00 && x < 0x2000) ||
+                                (x >= 0x2C00 && x < 0x2E00) || (x >= 0xA640 && x < 0xA800) || (x >= 0xFF21 && x <= 0xFF5A));
+      };
+      // Connector punctuation ('_', U+203F, ...) is part of a word there ("ΣΑΣ_ST" keeps its inner sigma).
+      auto connector = [](char16_t x) {
+        return x == '_' || x == 0x203F || x == 0x2040 || x == 0x2054 || x == 0xFE33 || x == 0xFE34 ||
+               (x >= 0xFE4D && x <= 0xFE4F) || x == 0xFF3F;
+      };
+      auto in_word = [&](size_t a) {
+        return (is_letter(in[a]) && !cjk(in[a])) || is_digit(in[a]) || connector(in[a]) || joins(a);
+      };
       bool before = false, after = false;
-      for (size_t b = k; b-- > 0 && (is_letter(in[b]) || is_digit(in[b]));)
-        if (is_letter(in[b])) {
+      for (size_t b = k; b-- > 0 && in_word(b);)
+        if (cased(in[b])) {
           before = true;
           break;
         }
-      // (JDK word boundaries: a hyphen joins two letters, e.g. "ΟΔΟΣ-LRB", but not a digit and a letter.)
-      auto joins = [&](size_t a) {
-        return in[a] == '-' && is_letter(in[a - 1]) && a + 1 < n && is_letter(in[a + 1]);
-      };
-      for (size_t a = k + 1; a < n && (is_letter(in[a]) || is_digit(in[a]) || joins(a)); ++a)
-        if (is_letter(in[a])) {
+      for (size_t a = k + 1; a < n && in_word(a); ++a)
+        if (cased(in[a])) {
           after = true;
           break;
         }
@@ -364,8 +392,8 @@ class Lexer {
     }
     while (i < end_) {
       const char16_t c = s_[i];
-      if (c == u' ') {
-        ++i;
+      if (c == u' ' && (i + 1 >= n_ || s_[i + 1] < 0x80)) {
+        ++i;  // (before a non-ASCII character step() decides: the run " \u2002" is one match, Java reads it so)
       } else if (ascii_alpha(c)) {
         const int j = fast_word<kFiltered>(i);
         i = j > 0 ? j : step(i);
@@ -578,12 +606,57 @@ class Lexer {
     if (c == '&') return lit(i, "&apos;");
     return -1;
   }
-  // {APOSETCETERA} = {APOS}|[\u0091\u2018\u201B]
+  // {APOSETCETERA} = {APOS}|[`\u0091\u2018\u201B] (the backtick too: Java gives "do n`t", "ma`am", "o`clock")
   int apos_etc(int i) const {
     int a = apos(i);
     if (a > 0) return a;
     char16_t c = at(i);
-    return (c == 0x0091 || c == 0x2018 || c == 0x201B) ? 1 : -1;
+    return (c == '`' || c == 0x0091 || c == 0x2018 || c == 0x201B) ? 1 : -1;
+  }
+
+  // {FILENAME}/({SPACENL}|[.?!,]): ([:letter:]|[:digit:])+(\.([:letter:]|[:digit:])+)*\.EXT with 3.4.1's extension list (caseless; the
+  // list was read off the jar by probing "1.<ext>" for every 1-4 letter and 1-3 alphanumeric extension). Java keeps
+  // "1.txt", "9b.x", "1.2.c" whole; "1.cd", "1.c;" are split.  -> token length or -1.
+  int filename(int i) const {
+    auto alnum = [](char16_t x) { return is_letter(x) || is_digit(x); };  // Unicode: "שלום.2a.c" is one token
+    static const char* const kExt[] = {"bat", "bmp", "c", "cgi", "cpp", "dll", "doc", "docx", "exe", "gif", "gz", "h",
+                                       "htm", "html", "jar", "java", "jpeg", "jpg", "mov", "mp3", "pdf", "php", "pl",
+                                       "png", "ppt", "ps", "py", "sql", "tar", "txt", "wav", "x", "xml", "zip"};
+    int j = i, best = -1;
+    while (has(j) && alnum(s_[j])) ++j;
+    while (j > i && at(j) == '.' && has(j + 1) && alnum(s_[j + 1])) {
+      const int seg = j + 1;
+      j = seg;
+      while (has(j) && alnum(s_[j])) ++j;
+      const char16_t ctx = at(j);
+      if (has(j) && !(is_space(ctx) || is_newline_char(ctx) || in_set(ctx, u".?!,"))) continue;  // (or the end)
+      if (j - seg > 4) continue;
+      for (const char* e : kExt)
+        if (static_cast<int>(std::strlen(e)) == j - seg && lit(seg, e) > 0) {
+          best = j - i;
+          break;
+        }
+    }
+    return best;
+  }
+
+  // ASIANSMILEY (3.4.1; %caseless does not reach into character classes, so "~_X" is split): [^x=~<>] "." "[^x=~<>]" (a literal tail: the pattern's brackets are
+  // escaped) | [-^x=~<>']_[-^x=~<>'] | "(" [-^x=~<>'] [_.]? [-^x=~<>'] ")"  -> longest length or -1.
+  int asian_smiley(int i) const {
+    auto eye = [&](int k, bool hyphen_quote) {
+      const char16_t e = at(k);
+      return e == '^' || e == 'x' || e == '=' || e == '~' || e == '<' || e == '>' ||
+             (hyphen_quote && (e == '-' || e == '\''));
+    };
+    int best = -1;
+    if (eye(i, false) && at(i + 1) == '.' && lit_cs(i + 2, "[^") > 0 && lit(i + 4, "x=~<>]") > 0) best = 10;
+    if (eye(i, true) && at(i + 1) == '_' && eye(i + 2, true)) best = std::max(best, 3);
+    if (at(i) == '(' && eye(i + 1, true)) {
+      int k = i + 2;
+      if (at(k) == '_' || at(k) == '.') ++k;
+      if (eye(k, true) && at(k + 1) == ')') best = std::max(best, k + 2 - i);
+    }
+    return best;
   }
 
   // {LETTER} as used by WORD: [:letter:], an SGML letter entity (&eacute; ...), or an extra range.
@@ -716,6 +789,23 @@ class Lexer {
     return best;
   }
 
+  // End of the run of characters satisfying `pred` from k. The lexer only moves forward, so a query inside the run
+  // found last answers from the memo: each memo scans a character once per caption, which keeps rules that read to
+  // the end of a run (URL bodies, e-mail local parts) linear on long runs (160 KiB of '%' took 12.8 s before).
+  struct RunMemo {
+    int from = 1, end = 0;
+  };
+  template <class Pred>
+  int run_end(RunMemo& m, int k, Pred pred) const {
+    if (k >= m.from && k <= m.end) return m.end;
+    int e = k;
+    while (e < n_ && pred(s_[e])) ++e;
+    m.from = k;
+    m.end = e;
+    return e;
+  }
+  mutable RunMemo url_memo_, path_memo_, body_memo_, local_memo_, no_at_memo_, hthing_memo_;
+
   // Character classes used by the URL / e-mail rules.
   static bool url_body(char16_t c) {
     static const AsciiSet ex(" \t\n\f\r\"<>|(){}");
@@ -727,9 +817,10 @@ class Lexer {
   }
 
   // Longest prefix of a run of url_body chars, starting at j, of length >= 2 whose last char is url_last.
-  int url_tail(int j) const {
-    int k = j;
-    while (has(k) && url_body(s_[k])) ++k;
+  // braces: LIKELYURL's path also takes '{' and '}' inside ("a.com/x}y" is one token; STRICT_URL's does not).
+  int url_tail(int j, bool braces = false) const {
+    int k = braces ? run_end(path_memo_, j, [](char16_t x) { return url_body(x) || x == '{' || x == '}'; })
+                   : run_end(url_memo_, j, url_body);
     for (int e = k; e >= j + 2; --e)
       if (url_last(s_[e - 1])) return e;
     return -1;
@@ -764,8 +855,7 @@ class Lexer {
       auto body = [](char16_t c) { return !(ex.has(c) || (c >= 0x2C && c <= 0x5F)); };
       int j = i;
       for (;;) {
-        int k = j;
-        while (has(k) && body(s_[k])) ++k;
+        const int k = run_end(body_memo_, j, body);
         if (k == j || at(k) != '.') break;
         j = k + 1;
         for (const char* tld : {"com", "net", "org", "edu"})
@@ -775,7 +865,7 @@ class Lexer {
     int best = -1;
     for (int e : ends) {
       best = std::max(best, e);
-      if (at(e) == '/') best = std::max(best, url_tail(e + 1));
+      if (at(e) == '/') best = std::max(best, url_tail(e + 1, true));
     }
     return best < 0 ? -1 : best - i;
   }
@@ -793,10 +883,12 @@ class Lexer {
     static const AsciiSet local_ex(" \t\n\f\r\"<>|(){}"), dom_ex(" \t\n\f\r\"<>|(){}.");
     auto local = [](char16_t c) { return !local_ex.has(c) && c != 0x00A0; };
     auto dom = [](char16_t c) { return !dom_ex.has(c) && c != 0x00A0; };
-    int k = p + 1;
-    while (has(k) && local(s_[k])) ++k;
+    const int k = run_end(local_memo_, p + 1, local);
+    // The first '@' of the local run (memoised too: a long run without '@' is read once).
+    const int first_at = run_end(no_at_memo_, p + 1, [&](char16_t x) { return x != '@' && local(x); });
+    if (first_at >= k) return -1;
     int best = -1;
-    for (int a = p + 1; a < k; ++a) {
+    for (int a = first_at; a < k; ++a) {
       if (s_[a] != '@') continue;
       int j = a + 1, last = -1;
       for (;;) {
@@ -1314,6 +1406,8 @@ class Lexer {
         int q = frontier[idx];
         int r = spaces(q);
         if (at(r) == '>') best = std::max(best, r + 1);
+        if (at(j) != '/' && at(r) == '/' && at(spaces(r + 1)) == '>')  // "<br/>", "<br / >" (not "</br/>")
+          best = std::max(best, spaces(r + 1) + 1);
         if (r == q) continue;
         Ends nexts;
         int a = name_end(r);
@@ -1449,7 +1543,7 @@ class Lexer {
     kProgLang, kAssim3, kAssim2, kSgml, kSpmdash, kSpamp, kSppunc, kWordRedaux, kSwordSredaux, kWord, kApoword,
     kApoword2, kFullUrl, kLikelyUrl, kEmail, kTwitter, kRedauxCtx, kSredaux, kDate, kNumber, kSubSupNum, kFrac,
     kFrac2, kTbspec, kThing3, kDolsign, kDolsign2, kAcronymEnd, kAbbrev1, kAbbrev3, kAbbrev2, kTbspec2, kWordDot, kPhone, kDblquotLeft,
-    kDblquot, kDel, kLrb, kRrb, kLsb, kRsb, kLcb, kRcb, kLess, kGreater, kSmiley, kHyphens, kLdots, kFnmarks, kAsts,
+    kDblquot, kDel, kLrb, kRrb, kLsb, kRsb, kLcb, kRcb, kLess, kGreater, kSmiley, kAsianSmiley, kFilename, kHyphens, kLdots, kFnmarks, kAsts,
     kInsentp, kBang, kPunct, kEquals, kSlash, kHthingDot, kHthing, kThingDot, kThing, kThingaDot, kThinga,
     kQuoteLeft, kRedaux, kQuotes, kDuckFeet, kMisc, kIgnore, kAny
   };
@@ -1470,8 +1564,14 @@ class Lexer {
     const char16_t c = s_[i];
 
     // Spaces and line breaks separate tokens (a caption is tokenized on its own: a line break inside it is a space).
-    if (is_space(c) || (is_newline_char(c) && c != 0x85) || c == 0 || c == 0x200B || c == 0x200E || c == 0x200F || c == 0xFEFF) {
-      return i + 1;
+    // A run of spaces is one (dropped) match; LIKELYURL's body excludes only ASCII whitespace, so "\u00A0bar.edu"
+    // or "\x00\u00ADx.com" is one token in Java when it is longer than the run of spaces it starts with.
+    if (is_space(c)) {
+      int k = i + 1;
+      while (k < n_ && is_space(s_[k])) ++k;
+      if (c == ' ' || c == '\t' || likelyurl(i) <= k - i) return k;
+    } else if ((is_newline_char(c) && c != 0x85) || c == 0 || c == 0x200B || c == 0x200E || c == 0x200F || c == 0xFEFF) {
+      if (is_newline_char(c) || likelyurl(i) <= 1) return i + 1;
     }
     if (c == '&' && lit(i, "&nbsp;") > 0) return i + 6;
 
@@ -1489,10 +1589,8 @@ class Lexer {
       int k = lit(i, w);
       if (k > 0) cand(kAssim2, k, k - 2);
     }
-    {
-      int a = apos(i);
-      if (a > 0 && lit(i + a, "tis") > 0) cand(kAssim2, a + 3, a + 1);
-    }
+    if (lit(i, "'tis") > 0) cand(kAssim2, 4, 2);  // ASCII apostrophe only: Java splits "&apos;tis", "\u0092tis"
+
     if (c == '<') cand1(kSgml, sgml(i));
     if (c == 0x0096 || c == 0x0097 || (c >= 0x2013 && c <= 0x2015)) cand1(kSpmdash, 1);
     if (c == '&') {
@@ -1520,7 +1618,8 @@ class Lexer {
     int jl = i;  // end of the [:letter:] run
     while (jl < n_ && is_letter(s_[jl])) ++jl;
     auto apos_start = [](char16_t ch) {
-      return ch == '\'' || ch == '&' || ch == 0x0092 || ch == 0x2019 || ch == 0x0091 || ch == 0x2018 || ch == 0x201B;
+      return ch == '\'' || ch == '&' || ch == 0x0092 || ch == 0x2019 || ch == 0x0091 || ch == 0x2018 || ch == 0x201B ||
+             ch == '`';
     };
     if (ja > i && apos_start(at(ja))) {
       int total, tok;
@@ -1620,6 +1719,11 @@ class Lexer {
         }
       }
     }
+    if (in_set(c, u"^x=~<>-'(")) cand1(kAsianSmiley, asian_smiley(i));
+    if (is_letter(c) || is_digit(c)) {
+      const int f = filename(i);
+      if (f > 0) cand(kFilename, f + 1, f);
+    }
     if (c == '-') {
       int k = i;
       while (at(k) == '-') ++k;
@@ -1653,9 +1757,10 @@ class Lexer {
     if (in_set(c, u".\u00A1\u00BF\u037E\u0589\u061F\u06D4\u0700\u0701\u0702\u07FA\u3002")) cand1(kPunct, 1);
     if (c == '=') cand1(kEquals, 1);
     if (c == '/') cand1(kSlash, 1);
-    int jh = i;
-    while (jh < n_ && (ascii_alnum(s_[jh]) || s_[jh] == '.' || s_[jh] == ',' || s_[jh] == 0xAD)) ++jh;
-    if (ascii_alnum(c) && at(jh) == '-') {
+    // (The scan is memoised and only made where HTHING can start: run unconditionally it made runs of '.' quadratic.)
+    if (ascii_alnum(c) &&
+        at(run_end(hthing_memo_, i, [](char16_t x) { return ascii_alnum(x) || x == '.' || x == ',' || x == 0xAD; })) ==
+            '-') {
       Ends h = hthing(i);
       for (int e : h)
         if (at(e) == '.' && in_set(at(e + 1), u",;:\u3001")) cand(kHthingDot, e + 2 - i, e + 1 - i);
@@ -1690,9 +1795,10 @@ class Lexer {
       case kSgml:
       case kFrac:
       case kSmiley:
+      case kAsianSmiley:
       case kPhone: {
         Str t = spaces_to_nbsp(text);
-        if (best_rule == kPhone || best_rule == kSmiley) {
+        if (best_rule == kPhone || best_rule == kSmiley || best_rule == kAsianSmiley) {
           Str p;
           for (char16_t ch : t) {
             if (ch == '(') {
@@ -1881,8 +1987,13 @@ int64_t utf8_invalid_offset(const char* data, int64_t len) {
   return -1;
 }
 
+// The lexer indexes one caption (plus kContextBytes of trailing context) with int: a longer caption is refused
+// (before, 2^31 units gave "" and 2^32 + k units gave the tokens of k units).
+bool caption_fits(int64_t units) { return units <= kMaxCaptionUnits; }
+
 std::vector<std::string> ptb_tokens(const std::string& utf8, const std::string& following) {
   const Str own = utf8_to_utf16(utf8);
+  if (!caption_fits(static_cast<int64_t>(own.size()))) return {};  // the Python wrapper refuses it first
   const Str s = own + utf8_to_utf16(following);
   Lexer<char16_t> lexer(s.data(), static_cast<int>(s.size()), static_cast<int>(own.size()));
   Str line;
@@ -1897,19 +2008,6 @@ std::vector<std::string> ptb_tokens(const std::string& utf8, const std::string& 
     b = e + 1;
   }
   return out;
-}
-
-std::string ptb_tokenize_caption(const std::string& utf8, const std::string& following) {
-  const Str own = utf8_to_utf16(utf8);
-  const Str s = own + utf8_to_utf16(following);
-  Lexer<char16_t> lexer(s.data(), static_cast<int>(s.size()), static_cast<int>(own.size()));
-  OutBuf out;
-  if (lexer.run_filtered(out)) return out.text.substr(0, out.size);
-  Str line;
-  lexer.run_raw(line);
-  std::string joined;
-  join_filtered(line, joined);
-  return joined;
 }
 
 namespace {
@@ -2057,7 +2155,7 @@ int64_t ptb_tokenize_texts(const PtbText* texts, int64_t n, PtbResult& out, bool
   });
   bool latin1 = fast_paths;  // the reference mode (fast_paths = false) always reads UTF-16
   for (int64_t i = 0; i < n; ++i) {
-    if (start[i + 1] < 0) return i;
+    if (start[i + 1] < 0 || !caption_fits(start[i + 1])) return i;
     start[i + 1] += start[i] + 1;
     latin1 &= texts[i].kind == 1;
   }
@@ -2096,16 +2194,6 @@ int64_t ptb_tokenize_texts(const PtbText* texts, int64_t n, PtbResult& out, bool
     }
   });
   tokenize_blocks(static_cast<const char16_t*>(buf), n, out, fast_paths);
-  return -1;
-}
-
-int64_t launch_ptb_tokenize(const char* const* texts, const int64_t* lens, int64_t n, std::string* out) {
-  std::vector<PtbText> t(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) t[i] = {texts[i], lens[i], 0};
-  PtbResult r;
-  const int64_t bad = ptb_tokenize_texts(t.data(), n, r);
-  if (bad >= 0) return bad;
-  for (int64_t i = 0; i < n; ++i) out[i].assign(r.data(i), static_cast<size_t>(r.size[i]));
   return -1;
 }
 

@@ -2,6 +2,7 @@
 // followed by pycocoevalcap's punctuation filter, one caption at a time, without Java.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -18,11 +19,10 @@ int64_t utf8_invalid_offset(const char* data, int64_t len);
 // `following` is text read only as trailing context (what comes after the caption in pycocoevalcap's input file).
 std::vector<std::string> ptb_tokens(const std::string& utf8, const std::string& following = "");
 
-// The caption as pycocoevalcap's PTBTokenizer returns it: tokens minus its PUNCTUATIONS list, joined by ' '.
-std::string ptb_tokenize_caption(const std::string& utf8, const std::string& following = "");
-
 // Code units of the following captions visible to the lexer as trailing context (its look-ahead is far shorter).
 constexpr size_t kContextBytes = 256;
+// Longest caption in UTF-16 code units (the lexer indexes a caption plus its context with int).
+constexpr int64_t kMaxCaptionUnits = INT32_MAX - static_cast<int64_t>(kContextBytes) - 1;
 
 // One caption as the caller holds it: `len` code points of `kind` bytes each (1, 2, 4: Latin-1, UCS-2, UCS-4, the
 // layouts of a Python str), or `len` bytes of UTF-8 (kind 0).
@@ -55,14 +55,12 @@ struct PtbResult {
 
 // Tokenizes n captions in parallel, as pycocoevalcap does when it gets them in this order (caption i is read with
 // '\n' + caption i+1 + ... as trailing context). Returns -1, or the index of the first caption that is not valid
-// text (a surrogate code point in kind 2/4, invalid UTF-8 in kind 0; then nothing is tokenized). No exceptions:
+// text (a surrogate code point in kind 2/4, invalid UTF-8 in kind 0) or is longer than kMaxCaptionUnits UTF-16
+// code units; then nothing is tokenized. No exceptions:
 // the sanitizer build cannot intercept C++ throws from an extension loaded into Python.
 // fast_paths = false (for tests) skips the shortcuts for common tokens, the direct filtered output and the Latin-1
 // buffer: every rule is tried at every position of the UTF-16 text and the Java output line is filtered afterwards,
 // the way the tokenizer is specified.
 int64_t ptb_tokenize_texts(const PtbText* texts, int64_t n, PtbResult& out, bool fast_paths = true);
-
-// The same for UTF-8 texts[i] of lens[i] bytes; out[i] receives the result.
-int64_t launch_ptb_tokenize(const char* const* texts, const int64_t* lens, int64_t n, std::string* out);
 
 }  // namespace vlk

@@ -34,6 +34,19 @@ PUNCTUATIONS = (
 )
 
 
+# Longest caption the C++ lexer takes, in UTF-16 code units (kMaxCaptionUnits in csrc/captioning/ptb_tokenizer.h:
+# it indexes one caption plus 256 units of trailing context with a 32-bit int).
+MAX_CAPTION_UNITS = 2**31 - 1 - 256 - 1
+
+
+def _utf16_units(caption: str | bytes, utf8: bytes) -> int:
+    """UTF-16 code units of a valid caption, exact only above MAX_CAPTION_UNITS (code points <= units <= bytes)."""
+    if len(utf8) <= MAX_CAPTION_UNITS:
+        return len(utf8)
+    text = caption if isinstance(caption, str) else caption.decode("utf-8")
+    return len(text) if len(text) > MAX_CAPTION_UNITS else len(text.encode("utf-16-le")) // 2
+
+
 def _encode(captions: Sequence[str | bytes], what: str) -> list[bytes]:
     if isinstance(captions, (str, bytes)) or not isinstance(captions, Sequence):
         raise ValueError(f"{what} must be a sequence of strings, got {type(captions).__name__}")
@@ -52,6 +65,12 @@ def _encode(captions: Sequence[str | bytes], what: str) -> list[bytes]:
             out.append(c)
         else:
             raise ValueError(f"{what}[{i}] must be a str (or UTF-8 bytes), got {type(c).__name__}")
+        units = _utf16_units(c, out[-1])
+        if units > MAX_CAPTION_UNITS:
+            raise ValueError(
+                f"{what}[{i}] has {units} UTF-16 code units; the PTB tokenizer takes at most {MAX_CAPTION_UNITS} "
+                "per caption"
+            )
     return out
 
 
@@ -76,7 +95,8 @@ def ptb_tokenize(captions: Sequence[str | bytes]) -> list[str]:
 
     Raises:
         ValueError: ``captions`` is not a sequence, an item is not ``str``/``bytes``, a ``str`` holds lone
-            surrogates, or a ``bytes`` item is not valid UTF-8 -- the message names the item index.
+            surrogates, a ``bytes`` item is not valid UTF-8, or a caption is longer than ``MAX_CAPTION_UNITS``
+            (2**31 - 258) UTF-16 code units -- the message names the item index.
 
     Note:
         CPU only, deterministic, multithreaded over captions (``vlkernels.set_num_threads``). Unlike pycocoevalcap,

@@ -1,0 +1,175 @@
+"""Differential run: vlkernels' PTB tokenizer against pycocoevalcap 1.2's Java PTBTokenizer (CoreNLP 3.4.1).
+
+Generates seeded, reproducible strings biased towards the trigger characters of every PTBLexer rule, runs the Java
+tokenizer exactly as pycocoevalcap does (``-preserveLines -lowerCase``, captions joined by ``'\\n'``) in one JVM per
+batch, applies pycocoevalcap's punctuation filter, and compares with ``vlkernels.captioning.ptb_tokenize`` on the
+same list (same order, so the cross-caption context is the same).
+
+    python tools/ptb_differential.py --n 1000000 --seed 0          # the million-string run
+    python tools/ptb_differential.py --n 20000 --write-corpus F    # also write (input, java_output) pairs as JSON
+
+Characters that start a new line in Java's ``-preserveLines`` mode (``\\r``, U+000B, U+000C, U+2028, U+2029) are
+not generated: pycocoevalcap misaligns the captions after them, a documented deliberate difference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+
+# Run from a checkout: import this tree's vlkernels (the script directory, tools/, is sys.path[0]).
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# Fragments per rule family (words, contractions with every apostrophe, quotes, emoticons, URLs, e-mails, numbers,
+# abbreviations, SGML, entities, Unicode letters/marks/punctuation, symbols, control characters).
+APOSTROPHES = ["'", "`", "\u2019", "\u2018", "\u201b", "\u0092", "\u0091", "\u00b4", "\u2032", "\u02bc", "&apos;"]
+QUOTES = ['"', "\u201c", "\u201d", "\u201e", "\u00ab", "\u00bb", "\u2039", "\u203a", "\u2033", "&quot;", "``", "''"]
+FRAGMENTS = [
+    "don't", "can't", "won't", "I'm", "it's", "we'll", "they're", "I've", "he'd", "ain't", "n't", "'s", "'ll",
+    "ma'am", "o'clock", "O'Neil", "rock'n'roll", "y'all", "ol'", "'90s", "'em", "'til", "'cause", "c'mon", "li'l",
+    "cont'd", "nor'easter", "'twas", "'tis", "Cap'n", "c'est", "d'Alembert", "l'amour", "Dunkin'", "somethin'",
+    "cannot", "gonna", "gotta", "lemme", "gimme", "wanna",
+    ":)", ":-)", ";-)", ":(", ":P", ":-P", ":D", "=)", "<:)", ">:(", ":'(", ":o)", ":*", ":|", ":[", ":]", ":\\", ":{",
+    ":@", "^_^", "-_-", ">_<", "=_=", "o_O", "^.^", "x_x", "~_~", "'_'", "(^_^)", "(-_-)", "(^^)", "(^.^)", "<3",
+    "http://a.b/c?d=1", "https://x.org/", "www.example.com", "foo.com", "a.b.net/x", "bar.edu", "x.de", "x.cat",
+    "user@example.com", "a.b@c.d", "@name", "#tag", "#1", "@_x",
+    "1,000", "3.5", "10:30", ".5", "-3", "+4", "1.000.000", "12-15-2001", "3/4", "3 1/2", "1\u00a01/2", "2\u20443",
+    "(555) 123-4567", "555-1234", "+1 800 555 1234", "12.34.567.890", "\u00bd", "\u2153", "\u00b2", "\u2082",
+    "1.txt", "file.c", "9b.x", "0.X.a", "5.x.", "2nda.b.c", "v1.2.3", "1st", "2nd", "3-year-old", "x-ray", "t-shirt",
+    "AT&T", "S&P-500", "S&Ls", "R&D", "c++", "C#", "F#", "\\/", "\\*", "**", "***", "--", "---", "----", "-",
+    "...", ". . .", "....", "\u2026", "\u0085", "!!", "?!", "??", "\u00a1", "\u00bf",
+    "Mr.", "Mrs.", "Dr.", "St.", "U.S.", "U.S.A.", "e.g.", "i.e.", "etc.", "Inc.", "Corp.", "Jan.", "No.", "no. 5",
+    "fig. 3", "ca. 5", "Ph.D.", "a.k.a.", "vs.", "Jr.", "Ark.", "Miss.", "non-U.S.", "U.S.-U.K.", "A.", "P.", "I.",
+    "<b>", "</a>", "<br/>", "<a href=\"x\">", "&amp;", "&lt;", "&gt;", "&#39;", "&mdash;", "&eacute;", "&nbsp;",
+    "-LRB-", "-RRB-", "-lrb-", "(", ")", "[", "]", "{", "}", "<", ">", "<<", ">>",
+    "\u2013", "\u2014", "\u2015", "\u0096", "\u0097", "\u00ad", "soft\u00adhyphen", "\u20ac", "\u00a3", "\u00a2",
+    "\u00a5", "$", "US$", "#", "%", "&", "*", "+", "=", "|", "~", "^", "_", "__", "\\", "/", "\u00a7", "\u00b0",
+    "\u00e9t\u00e9", "na\u00efve", "stra\u00dfe", "\u03a3\u0391\u03a3", "\u039f\u0394\u039f\u03a3", "\u0130stanbul",
+    "\u65e5\u672c", "\u0661\u0662\u0663", "\u0915\u094d\u0937", "e\u0301", "\u05e9\u05dc\u05d5\u05dd", "\u0416\u0416",
+    "\U0001f600", "\U0001f44d\U0001f3fd", "\u2764\ufe0f", "\u200b", "\u200e", "\ufeff", "\u00a0", "\u2002", "\u3000",
+    "\x00", "\x01", "\x1b", "\x1c", "\x7f", "\x80", "\x9f", "\t",
+    "\u3001", "\u3002", "\u30fb", "\uff01", "\uff0c", "\u2022", "\u00b7", "\u2219", "\u203c", "\u2122", "\u00a9",
+    "dog", "Dogs", "A", "a", "the", "The", "I", "x", "X", "Z", "n", "o", "O", "l", "d", "y", "Y",
+]  # fmt: skip
+SEPARATORS = [" ", " ", " ", "", "", "-", ".", ",", "'", "`", "_", ". ", ", ", "/", "@", ":", "\u00a0", "\u2019", "&"]
+CHARS = (
+    list(" .,;:!?'\"`()[]{}<>-_/\\@#$%&*+=|~^019abcdnotxyzACDIMNOPSTXZ\t")
+    + APOSTROPHES[:-1]
+    + list("\u201c\u201d\u00ab\u00bb\u00e9\u00c9\u03a3\u03c3\u0130\u00df\u0301\u2026\u2013\u2014\u00a0\u3000\u00ad")
+    + ["\U0001f600", "\u65e5", "\u0661", "\x00", "\x1f", "\x7f", "\x85", "\u200b", "\u00bd", "\u20ac"]
+)
+# Cases found by hand or by fuzzing (issues 12 and 13), kept in the committed corpus ahead of the generated ones.
+HARD_CASES = [
+    "don`t", "ma`am", "o`clock", "O`Neil", "rock`n`roll", "o\u2019o", "o`o", "can`t", "it`s", "`n`", "ab`cd", "a`b",
+    "^_^", "-_-", ">_<", "=_=", "a ^_^ b", "x^_^", "^.^", "(^_^)", "(^^)", "(^.^)", "(-_-)", "x.[^x=~<>]", "'_'",
+    "x_x", "~_~", "<_>", "-_-x", "^_^a", "--_--", "'_-", "(xx)", "(=)", "(--)", "('')", "=_=)", ":-_-", "^_^^_^",
+    "(^_^", "~_X", "-_X", "^_^3", "=_=1", "=_=n->",
+    "file 1.txt", "1.c", "9b.x", "Mr.\u03a3", "A`Xb", "Z'_--", "0.X.a", "1.cd", "1.c.d", "1a.b.c", "5.x.", "2nda.b.c",
+    "1.txt.gz", "1.c'", "1.c,", "1.c;", "1.C", "1.TXT", "1-a.c", "\u05e9\u05dc\u05d5\u05dd.2nda.b.c.", "1.\u00e9",
+    "<br/>", "<br />", "<br / >", "<a/b>", "</br/>", "<br//>", "<a x=1/>", "<a x='1'/>", "<br/ >",
+    "&gt;\u00a0bar.edu", "_\t\u00a0foo.com", "\x00\u00ad.bar.edu", "&apos;tis", "\u0092tis", "'tis",
+    "\u03a3\u0391\u03a3_St.", "T\u03a3_Cx", "M1*\u02bc\u03a3\u201d", "0b\u00e9\u65e51\u03a3\u201db",
+]  # fmt: skip
+# Characters that start a new output line under -preserveLines (documented deliberate difference).
+LINE_BREAKS = "\r\x0b\x0c\u2028\u2029"
+
+
+def generate(seed: int, n: int) -> list[str]:
+    """n strings, deterministic in (seed, n): fragment chains joined by rule-trigger separators, and character soup."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        r = rng.random()
+        if r < 0.55:
+            parts = []
+            for _ in range(rng.randint(1, 8)):
+                frag = rng.choice(FRAGMENTS)
+                if rng.random() < 0.15:
+                    frag = frag.upper() if rng.random() < 0.5 else frag.capitalize()
+                if rng.random() < 0.15:  # swap the apostrophe / quote variant
+                    frag = frag.replace("'", rng.choice(APOSTROPHES)).replace('"', rng.choice(QUOTES))
+                parts += [frag, rng.choice(SEPARATORS)]
+            s = "".join(parts)
+        elif r < 0.85:
+            s = "".join(rng.choice(CHARS) for _ in range(rng.randint(1, 16)))
+        else:  # a short fragment pair with one soup character in between: the boundary cases
+            s = rng.choice(FRAGMENTS) + rng.choice(CHARS) + rng.choice(FRAGMENTS) + rng.choice(CHARS)
+        out.append(s.translate({ord(c): " " for c in LINE_BREAKS + "\n"}))
+    return out
+
+
+def java_jar() -> str:
+    import pycocoevalcap.tokenizer.ptbtokenizer as m
+
+    return os.path.join(os.path.dirname(os.path.abspath(m.__file__)), "stanford-corenlp-3.4.1.jar")
+
+
+def java_lines(captions: list[str]) -> list[str]:
+    """Raw Java PTBTokenizer lines for captions joined by '\\n' (pycocoevalcap's command, one JVM)."""
+    with tempfile.NamedTemporaryFile("wb", suffix=".txt", delete=False) as f:
+        f.write("\n".join(captions).encode())
+        path = f.name
+    try:
+        cmd = ["java", "-cp", java_jar(), "edu.stanford.nlp.process.PTBTokenizer", "-preserveLines", "-lowerCase", path]
+        out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=True).stdout.decode()
+    finally:
+        os.remove(path)
+    return out.split("\n")
+
+
+def java_tokenize(captions: list[str]) -> list[str]:
+    """pycocoevalcap 1.2's tokenize() output per caption: Java lines, then its rstrip / split(' ') / filter."""
+    from pycocoevalcap.tokenizer.ptbtokenizer import PUNCTUATIONS
+
+    lines = java_lines(captions)
+    if len(lines) < len(captions):
+        raise RuntimeError(f"Java returned {len(lines)} lines for {len(captions)} captions")
+    return [" ".join(w for w in line.rstrip().split(" ") if w not in PUNCTUATIONS) for line in lines[: len(captions)]]
+
+
+def run(n: int, seed: int, batch: int = 50000, show: int = 20) -> tuple[int, list[tuple[str, str, str]]]:
+    from vlkernels.captioning import ptb_tokenize
+
+    caps = generate(seed, n)
+    bad = []
+    for b in range(0, n, batch):
+        chunk = caps[b : b + batch]
+        want, got = java_tokenize(chunk), ptb_tokenize(chunk)
+        bad += [(chunk[i], want[i], got[i]) for i in range(len(chunk)) if want[i] != got[i]]
+        print(f"{b + len(chunk)} / {n}: {len(bad)} differences", file=sys.stderr, flush=True)
+    for raw, w, g in bad[:show]:
+        print(f"{raw!r}\n  java      {w!r}\n  vlkernels {g!r}")
+    return n, bad
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", type=int, default=100000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--batch", type=int, default=50000)
+    ap.add_argument("--write-corpus", help="write [[input, java_output], ...] (HARD_CASES + generated) as JSON")
+    args = ap.parse_args()
+    t0 = time.time()
+    n, bad = run(args.n, args.seed, args.batch)
+    java = subprocess.run(["java", "-version"], stderr=subprocess.PIPE, check=False).stderr.decode().splitlines()[0]
+    print(
+        f"{datetime.date.today()} seed={args.seed}: {n} strings, {len(bad)} differences, "
+        f"{time.time() - t0:.0f} s, {java}, CoreNLP 3.4.1"
+    )
+    if args.write_corpus:
+        caps = HARD_CASES + generate(args.seed, args.n)
+        pairs = [[c, w] for c, w in zip(caps, java_tokenize(caps))]
+        with open(args.write_corpus, "w", encoding="utf-8") as f:
+            json.dump(pairs, f, ensure_ascii=True, indent=0)
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()
