@@ -29,10 +29,10 @@ void segment_iou(std::uintptr_t s1, std::uintptr_t s2, std::uintptr_t out, int64
   vlk::launch_segment_iou<T>(ptr<const T>(s1), ptr<const T>(s2), ptr<T>(out), batch, n, m, mode, aligned);
 }
 
-// The CSR of an RLE set reaching a CPU entry point: a bad one is a ValueError, never an out-of-bounds read.
-void check_csr(std::uintptr_t offsets, int64_t n, int64_t total) {
-  const std::string error = vlk::rle_check_csr(ptr<const int64_t>(offsets), n, total);
-  if (!error.empty()) throw py::value_error(error);
+// The CSR of an RLE set reaching a CPU entry point: a bad one comes back as a message (Python raises ValueError;
+// no C++ exception crosses these bindings, as elsewhere in this file), never an out-of-bounds read.
+std::string check_csr(std::uintptr_t offsets, int64_t n, int64_t total) {
+  return vlk::rle_check_csr(ptr<const int64_t>(offsets), n, total);
 }
 
 py::array_t<int64_t> to_array(std::vector<int64_t>&& v) {
@@ -137,34 +137,42 @@ VLK_BIND(boxes) {
   });
   m.def("rle_decode_csum", [](std::uintptr_t csum, std::uintptr_t offsets, int64_t n, int64_t hw, std::uintptr_t out,
                               int64_t total) {
-    check_csr(offsets, n, total);
+    std::string error = check_csr(offsets, n, total);
+    if (!error.empty()) return error;
     py::gil_scoped_release release;
     vlk::launch_rle_decode_csum(ptr<const int64_t>(csum), ptr<const int64_t>(offsets), n, hw, ptr<uint8_t>(out));
+    return error;
   });
   m.def("rle_iou_csum", [](std::uintptr_t dc, std::uintptr_t doff, std::uintptr_t darea, std::uintptr_t dbox,
                            int64_t nd, std::uintptr_t gc, std::uintptr_t goff, std::uintptr_t garea,
                            std::uintptr_t gbox, int64_t ng, std::uintptr_t iscrowd, std::uintptr_t out,
                            int64_t parts, int64_t dt_total, int64_t gt_total) {
-    check_csr(doff, nd, dt_total);
-    check_csr(goff, ng, gt_total);
+    std::string error = check_csr(doff, nd, dt_total);
+    if (error.empty()) error = check_csr(goff, ng, gt_total);
+    if (!error.empty()) return error;
     py::gil_scoped_release release;
     vlk::launch_rle_iou_csum(ptr<const int64_t>(dc), ptr<const int64_t>(doff), ptr<const int64_t>(darea),
                              ptr<const double>(dbox), nd, ptr<const int64_t>(gc), ptr<const int64_t>(goff),
                              ptr<const int64_t>(garea), ptr<const double>(gbox), ng, ptr<const uint8_t>(iscrowd),
                              ptr<double>(out), parts);
+    return error;
   });
   m.def("rle_area", [](std::uintptr_t counts, std::uintptr_t offsets, int64_t n, std::uintptr_t out, int64_t parts,
                        int64_t total) {
-    check_csr(offsets, n, total);
+    std::string error = check_csr(offsets, n, total);
+    if (!error.empty()) return error;
     py::gil_scoped_release release;
     vlk::launch_rle_area(ptr<const int64_t>(counts), ptr<const int64_t>(offsets), n, ptr<int64_t>(out), parts);
+    return error;
   });
   m.def("rle_to_bbox", [](std::uintptr_t counts, std::uintptr_t offsets, int64_t n, std::uintptr_t h, std::uintptr_t w,
                           std::uintptr_t out, int64_t total) {
-    check_csr(offsets, n, total);
+    std::string error = check_csr(offsets, n, total);
+    if (!error.empty()) return error;
     py::gil_scoped_release release;
     vlk::launch_rle_to_bbox(ptr<const int64_t>(counts), ptr<const int64_t>(offsets), n, ptr<const int64_t>(h),
                             ptr<const int64_t>(w), ptr<double>(out));
+    return error;
   });
   m.def("rle_iou", [](std::uintptr_t dc, std::uintptr_t doff, int64_t nd, std::uintptr_t gc, std::uintptr_t goff,
                       int64_t ng, int64_t h, int64_t w, std::uintptr_t iscrowd, std::uintptr_t out) {

@@ -1,5 +1,7 @@
 // Bindings of the COCO mask API (pycocotools' frPyObjects and merge): polygons and xywh boxes to compressed RLE
-// strings, and the union / intersection of RLEs. Inputs are copied (or held) before the GIL is released.
+// strings, and the union / intersection of RLEs. Inputs are copied (or held) before the GIL is released. Errors come
+// back as a str "TypeError: ..." / "ValueError: ..." that Python raises: no C++ exception crosses these bindings
+// (the sanitizer build aborts on one when its runtime is preloaded into Python).
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
@@ -18,30 +20,38 @@ namespace {
 std::string type_name(py::handle h) { return Py_TYPE(h.ptr())->tp_name; }
 
 // Appends one polygon's coordinates: a 1-D array of any real dtype, or a list / tuple of numbers (read from a tuple
-// snapshot, so a __float__ that mutates the list cannot invalidate what is being read).
-void read_polygon(py::handle p, size_t index, std::vector<double>& xy) {
+// snapshot, so a __float__ that mutates the list cannot invalidate what is being read). "" or the error.
+std::string read_polygon(py::handle p, size_t index, std::vector<double>& xy) {
   const std::string where = "polygon " + std::to_string(index);
   if (py::isinstance<py::array>(p)) {
     auto a = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(p);
-    if (!a) throw py::type_error(where + " is an array that does not convert to float64");
-    if (a.ndim() != 1) throw py::value_error(where + " must be a flat [x1, y1, x2, y2, ...] array, got " +
-                                             std::to_string(a.ndim()) + " dimensions");
+    if (!a) {
+      PyErr_Clear();
+      return "TypeError: " + where + " is an array that does not convert to float64";
+    }
+    if (a.ndim() != 1)
+      return "ValueError: " + where + " must be a flat [x1, y1, x2, y2, ...] array, got " + std::to_string(a.ndim()) +
+             " dimensions";
     xy.insert(xy.end(), a.data(), a.data() + a.size());
-    return;
+    return {};
   }
   if (!PyList_Check(p.ptr()) && !PyTuple_Check(p.ptr()))
-    throw py::type_error(where + " must be a flat list [x1, y1, x2, y2, ...] of numbers, got " + type_name(p));
+    return "TypeError: " + where + " must be a flat list [x1, y1, x2, y2, ...] of numbers, got " + type_name(p);
   const py::tuple t = py::reinterpret_steal<py::tuple>(PySequence_Tuple(p.ptr()));
-  if (!t) throw py::error_already_set();
+  if (!t) {
+    PyErr_Clear();
+    return "TypeError: " + where + " could not be read as a sequence";
+  }
   for (size_t j = 0; j < t.size(); ++j) {
     const double v = PyFloat_AsDouble(t[j].ptr());
     if (v == -1.0 && PyErr_Occurred()) {
       PyErr_Clear();
-      throw py::type_error(where + ": coordinate " + std::to_string(j) + " is a " + type_name(t[j]) +
-                           "; a polygon is a flat list of numbers [x1, y1, x2, y2, ...]");
+      return "TypeError: " + where + ": coordinate " + std::to_string(j) + " is a " + type_name(t[j]) +
+             "; a polygon is a flat list of numbers [x1, y1, x2, y2, ...]";
     }
     xy.push_back(v);
   }
+  return {};
 }
 
 py::list runs_to_bytes(const std::vector<int64_t>& runs, const std::vector<int64_t>& off) {
@@ -55,17 +65,23 @@ py::list runs_to_bytes(const std::vector<int64_t>& runs, const std::vector<int64
   return out;
 }
 
-py::list from_polygons(const py::sequence& polys, int64_t h, int64_t w) {
+py::object value_error(const std::string& message) { return py::str("ValueError: " + message); }
+
+py::object from_polygons(const py::sequence& polys, int64_t h, int64_t w) {
   const py::tuple items = py::reinterpret_steal<py::tuple>(PySequence_Tuple(polys.ptr()));
-  if (!items) throw py::error_already_set();
+  if (!items) {
+    PyErr_Clear();
+    return py::str("TypeError: polygons could not be read as a sequence");
+  }
   std::vector<double> xy;
   std::vector<int64_t> off{0};
   for (size_t p = 0; p < items.size(); ++p) {
     const size_t before = xy.size();
-    read_polygon(items[p], p, xy);
+    const std::string bad = read_polygon(items[p], p, xy);
+    if (!bad.empty()) return py::str(bad);
     if ((xy.size() - before) % 2)
-      throw py::value_error("polygon " + std::to_string(p) + " has " + std::to_string(xy.size() - before) +
-                            " coordinates; a polygon is a flat list of x, y pairs");
+      return value_error("polygon " + std::to_string(p) + " has " + std::to_string(xy.size() - before) +
+                         " coordinates; a polygon is a flat list of x, y pairs");
     off.push_back(static_cast<int64_t>(xy.size() / 2));
   }
   std::vector<int64_t> runs, run_off;
@@ -74,14 +90,13 @@ py::list from_polygons(const py::sequence& polys, int64_t h, int64_t w) {
     py::gil_scoped_release release;
     error = vlk::rle_from_polygons(xy.data(), off.data(), static_cast<int64_t>(items.size()), h, w, runs, run_off);
   }
-  if (!error.empty()) throw py::value_error(error);
+  if (!error.empty()) return value_error(error);
   return runs_to_bytes(runs, run_off);
 }
 
-py::list from_bboxes(const py::array_t<double, py::array::c_style | py::array::forcecast>& boxes, int64_t h,
-                     int64_t w) {
-  if (boxes.ndim() != 2 || boxes.shape(1) != 4)
-    throw py::value_error("boxes must be an (N, 4) array of [x, y, width, height]");
+py::object from_bboxes(const py::array_t<double, py::array::c_style | py::array::forcecast>& boxes, int64_t h,
+                       int64_t w) {
+  if (boxes.ndim() != 2 || boxes.shape(1) != 4) return value_error("boxes must be an (N, 4) array of [x, y, width, height]");
   const int64_t n = boxes.shape(0);
   const std::vector<double> b(boxes.data(), boxes.data() + 4 * n);
   std::vector<int64_t> runs, run_off;
@@ -90,14 +105,14 @@ py::list from_bboxes(const py::array_t<double, py::array::c_style | py::array::f
     py::gil_scoped_release release;
     error = vlk::rle_from_bboxes(b.data(), n, h, w, runs, run_off);
   }
-  if (!error.empty()) throw py::value_error(error);
+  if (!error.empty()) return value_error(error);
   return runs_to_bytes(runs, run_off);
 }
 
-py::bytes merge(const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& counts,
-                const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& offsets, bool intersect) {
+py::object merge(const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& counts,
+                 const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& offsets, bool intersect) {
   if (counts.ndim() != 1 || offsets.ndim() != 1 || offsets.size() < 2)
-    throw py::value_error("rle merge: counts must be 1-D and offsets 1-D with at least 2 entries");
+    return value_error("rle merge: counts must be 1-D and offsets 1-D with at least 2 entries");
   const std::vector<int64_t> c(counts.data(), counts.data() + counts.size());
   const std::vector<int64_t> o(offsets.data(), offsets.data() + offsets.size());
   std::vector<int64_t> out;
@@ -111,13 +126,13 @@ py::bytes merge(const py::array_t<int64_t, py::array::c_style | py::array::force
       s = vlk::rle_to_strings(out.data(), off, 1)[0];
     }
   }
-  if (!error.empty()) throw py::value_error(error);
+  if (!error.empty()) return value_error(error);
   return py::bytes(s);
 }
 
 // Compressed strings of one h x w size -> merged string (parse, merge and encode with the GIL released).
-py::bytes merge_strings(const std::vector<std::string>& strings, int64_t h, int64_t w, bool intersect) {
-  if (strings.empty()) throw py::value_error("rle merge: no RLE strings");
+py::object merge_strings(const std::vector<std::string>& strings, int64_t h, int64_t w, bool intersect) {
+  if (strings.empty()) return value_error("rle merge: no RLE strings");
   std::vector<int64_t> counts, offsets, out;
   std::string error, s;
   {
@@ -132,7 +147,7 @@ py::bytes merge_strings(const std::vector<std::string>& strings, int64_t h, int6
       s = vlk::rle_to_strings(out.data(), off, 1)[0];
     }
   }
-  if (!error.empty()) throw py::value_error(error);
+  if (!error.empty()) return value_error(error);
   return py::bytes(s);
 }
 

@@ -42,8 +42,16 @@ def _image_size(h: object, w: object) -> tuple[int, int]:
     return h, w
 
 
+def _checked(out: object) -> object:
+    """The mask-API bindings return "TypeError: ..." / "ValueError: ..." instead of raising in C++."""
+    if isinstance(out, str):
+        kind, _, message = out.partition(": ")
+        raise (TypeError if kind == "TypeError" else ValueError)(message)
+    return out
+
+
 def _dicts(strings: list[bytes], h: int, w: int) -> list[RLE]:
-    return [{"size": [h, w], "counts": s} for s in strings]
+    return [{"size": [h, w], "counts": s} for s in _checked(strings)]
 
 
 def rle_from_polygons(polygons: Sequence[Sequence[float]] | np.ndarray, h: int, w: int) -> list[RLE]:
@@ -259,7 +267,7 @@ def rle_merge(rles: Sequence[Mapping], intersect: bool = False) -> RLE:
         # Compressed strings of one size (what frPyObjects returns): parsed, merged and encoded in one C++ call.
         if all(s == sizes[0] for s in sizes) and all(isinstance(c, (bytes, str)) for c in raw):
             strings = [_counts_bytes(c, "rles", k) for k, c in enumerate(raw)]
-            counts = _ext.load().rle_merge_strings(strings, *sizes[0], bool(intersect))
+            counts = _checked(_ext.load().rle_merge_strings(strings, *sizes[0], bool(intersect)))
             return {"size": list(sizes[0]), "counts": counts}
     s = _parse(rles, "rles")
     if len(s) == 0:
@@ -270,5 +278,5 @@ def rle_merge(rles: Sequence[Mapping], intersect: bool = False) -> RLE:
         k = int(bad[0])
         size = [int(s.h[k]), int(s.w[k])]
         raise ValueError(f"rles[{k}] has size {size} but rles[0] has {[h, w]}; merge needs one size")
-    counts = _ext.load().rle_merge(s.counts.numpy(), s.offsets.numpy(), bool(intersect))
+    counts = _checked(_ext.load().rle_merge(s.counts.numpy(), s.offsets.numpy(), bool(intersect)))
     return {"size": [h, w], "counts": counts}

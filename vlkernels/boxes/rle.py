@@ -136,7 +136,11 @@ def rle_area(rles: RLE | Sequence[RLE] | RleCounts) -> torch.Tensor:
     s = _parse(items, "rles")
     out = torch.zeros(len(s), dtype=torch.int64)
     if len(s):
-        _ext.load().rle_area(s.counts.data_ptr(), s.offsets.data_ptr(), len(s), out.data_ptr(), 1, s.counts.numel())
+        error = _ext.load().rle_area(
+            s.counts.data_ptr(), s.offsets.data_ptr(), len(s), out.data_ptr(), 1, s.counts.numel()
+        )
+        if error:
+            raise ValueError(error)
     return out[0] if single else out
 
 
@@ -169,7 +173,9 @@ def rle_to_bbox(rles: RLE | Sequence[RLE] | RleCounts) -> torch.Tensor:
     out = torch.zeros(len(s), 4, dtype=torch.float64)
     if len(s):
         args = (s.counts.data_ptr(), s.offsets.data_ptr(), len(s), s.h.data_ptr(), s.w.data_ptr(), out.data_ptr())
-        _ext.load().rle_to_bbox(*args, s.counts.numel())
+        error = _ext.load().rle_to_bbox(*args, s.counts.numel())
+        if error:
+            raise ValueError(error)
     return out[0] if single else out
 
 

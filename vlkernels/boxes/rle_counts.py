@@ -169,7 +169,10 @@ def _run(name: str, device: torch.device, *args: object, cpu: tuple = ()) -> Non
     if device.type == "cuda":
         getattr(C, name + "_cuda")(*args, torch.cuda.current_stream(device).cuda_stream)
     else:
-        getattr(C, name)(*args, *cpu)
+        # The CPU entry points that read an RLE set check its CSR and return a message instead of raising in C++.
+        error = getattr(C, name)(*args, *cpu)
+        if error:
+            raise ValueError(error)
 
 
 def _parts() -> int:
