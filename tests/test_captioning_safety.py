@@ -19,7 +19,7 @@ def _caption(rng, k):
     return " ".join(WORDS[int(i)] for i in rng.integers(0, len(WORDS), size=k))
 
 
-def _corpus(rng, n_img, refs=5, length=30):
+def _corpus(rng, n_img, refs=5, length=130):
     gts = {i: [_caption(rng, length) for _ in range(refs)] for i in range(n_img)}
     res = {i: [_caption(rng, length)] for i in range(n_img)}
     return gts, res
@@ -31,7 +31,7 @@ def _mutating(lists, stop):
     n = 0
     while not stop.is_set():
         lst = lists[n % len(lists)]
-        lst[n % len(lst)] = _caption(rng, 30)
+        lst[n % len(lst)] = _caption(rng, 130)
         n += 1
 
 
@@ -49,8 +49,10 @@ def _mutating(lists, stop):
 )
 def test_captions_replaced_by_another_thread_mid_call(call):
     # Regression (heap-use-after-free under ASan): the scorers read the captions' memory with the GIL released,
-    # so they must hold the strs they read; a thread replacing captions meanwhile frees the old ones.
-    gts, res = _corpus(np.random.default_rng(0), 1500)
+    # so they must hold the strs they read; a thread replacing captions meanwhile frees the old ones. Captions of
+    # ~600 bytes live in malloc'd memory (not pymalloc's arenas), where ASan sees the free: the code before the fix
+    # aborts here under ASan.
+    gts, res = _corpus(np.random.default_rng(0), 600)
     lists = list(gts.values()) + list(res.values())
     stop = threading.Event()
     t = threading.Thread(target=_mutating, args=(lists, stop))
