@@ -33,7 +33,7 @@ def _compile(spec):
     fn = spec.kernel
     sig = dict(spec.signature, **dict.fromkeys(spec.constexprs, "constexpr"))
     # The runtime specializes 16-divisible pointers, strides and dims (embedding rows are); compile the same.
-    div = [a for a in ("q_ptr", "g_ptr", "stride_q", "stride_g", "dim") if a in sig]
+    div = spec.extra["divisible_by_16"]
     attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in div}
     src = ASTSource(fn, sig, spec.constexprs, attrs)
     opts = dict(num_warps=spec.num_warps, num_stages=spec.num_stages)

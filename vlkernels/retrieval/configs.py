@@ -106,6 +106,9 @@ def kernel_specs() -> list[KernelSpec]:
     from vlkernels.retrieval.kernels import _gt_score_fwd_kernel, _rank_count_fwd_kernel, _topk_fwd_kernel
 
     ints = ("n_q", "n_g", "dim", "stride_q", "stride_g")
+    # What Triton's launch-time specialization marks 16-divisible for embedding tables (base pointers, row strides,
+    # the dim); the static profile compiles with the same hints (KernelSpec.extra["divisible_by_16"]).
+    aligned = {"divisible_by_16": ["q_ptr", "g_ptr", "stride_q", "stride_g", "dim"]}
     specs = []
     for arch in ARCHS:
         for dt in ("fp16", "bf16", "fp32"):
@@ -113,6 +116,7 @@ def kernel_specs() -> list[KernelSpec]:
             t = SCORE_TILES[(arch, dt)]
             blocks = dict(BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_K=t.block_k)
             common = dict(family="retrieval", arch=arch, dtype=dt, num_warps=t.num_warps, num_stages=t.num_stages)
+            common["extra"] = aligned
             sig = {"q_ptr": f"*{dt}", "g_ptr": f"*{dt}"}
             gt_sig = dict(sig, **{n: "*i64" for n in ("tile_m_ptr", "tile_n_ptr", "tile_ptr_ptr", "pair_q_ptr")})
             gt_sig.update(pair_g_ptr="*i64", out_ptr="*fp32", **dict.fromkeys(ints, "i32"))
@@ -148,6 +152,7 @@ def kernel_specs() -> list[KernelSpec]:
                         dtype=dt,
                         num_warps=tk.num_warps,
                         num_stages=tk.num_stages,
+                        extra=aligned,
                     )
                 )
     return specs
