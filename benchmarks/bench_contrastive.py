@@ -69,6 +69,13 @@ def _check(rtol: float, atol: float):
     return check
 
 
+LOSS_LABELS = {"info_nce": "InfoNCE (ClipLoss)", "siglip": "SigLIP (SigLipLoss)"}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, str(dtype))
+
+
 def _cases(n: int, d: int, dtype: torch.dtype, device: str, repeats: int | None) -> list[Bench]:
     oc = open_clip_loss_module()
     x, y, s, b = _inputs(n, d, dtype, device)
@@ -94,6 +101,7 @@ def _cases(n: int, d: int, dtype: torch.dtype, device: str, repeats: int | None)
                 baseline="open_clip" if theirs is not None else None,
                 check=_check(*tol),
                 mode="fwd+bwd",
+                label=f"{LOSS_LABELS[key]} fwd+bwd, {dtype_name(dtype)}",
                 flops=units * gemm_flops,
                 repeats=repeats,
                 notes=f"{notes}; TFLOP/s counts {units} GEMM units of 2·N²·D for every provider",

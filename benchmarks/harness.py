@@ -55,6 +55,8 @@ class Bench:
     notes: str = ""
     # Human label of this row (e.g. "InfoNCE fwd+bwd"); the case name when empty. Rows of one run must differ.
     label: str = ""
+    # Parameters this row really ran with, where they differ from the case's (e.g. a larger k than the case's).
+    params: dict[str, Any] | None = None
 
 
 class Skip(Exception):
@@ -331,7 +333,7 @@ def run_case(case: Case, device: str, quick: bool, warmup: int = 1, repeats: int
                 "case": case.name,
                 "label": b.label or (case.name if b.mode == "fwd" else f"{case.name} {b.mode}"),
                 "mode": b.mode,
-                "params": params,
+                "params": {**params, **(b.params or {})},
                 "quick": quick,
                 "baseline": b.baseline,
                 "status": status,
