@@ -153,7 +153,11 @@ MODELS = {
     "retrieval/gpu_host_stream": _retrieval_host,
     "boxes/box_iou": _box_iou,
     "boxes/rle_iou_counts": _rle_iou_counts,
+    # Every mask layout of the encoder reads each mask byte once.
     "boxes/rle_encode": _rle_encode,
+    "boxes/rle_encode_nhw_uint8": _rle_encode,
+    "boxes/rle_encode_fortran_uint8": _rle_encode,
+    "boxes/rle_encode_fortran_bool": _rle_encode,
     "boxes/mask_iou": _mask_iou,
     "core/count_above": _count_above,
     "metrics/siglip_score": _siglip_score,
