@@ -288,3 +288,19 @@ def test_box_iou_integer_boxes_exact(dtype):
     assert torch.equal(got.nan_to_num(-1), want.nan_to_num(-1))
     aligned = box_iou(boxes[0], boxes[1], aligned=True, valid1=40, valid2=40)
     assert torch.equal(aligned[:40], want.diagonal()[:40]) and bool((aligned[40:] == 0).all())
+
+
+def test_box_iou_registration_op_validates_inputs():
+    """Issue 12 item 9: the registered op is public in practice; bad shapes, counts and enums raise instead of reading
+    out of bounds. (Named *registration*: torch rethrows op errors in C++, which the ASan run cannot host.)"""
+    op = torch.ops.vlkernels.box_iou
+    good = torch.rand(1, 5, 4)
+    with pytest.raises(Exception, match="B, N, 4"):
+        op(torch.rand(1, 5, 3), good, 0, 0, False, 0.0, None, None)
+    with pytest.raises(Exception, match="valid1"):
+        op(good, good, 0, 0, False, 0.0, torch.tensor([9]), None)
+    with pytest.raises(Exception, match="valid2"):
+        op(good, good, 0, 0, False, 0.0, None, torch.tensor([1], dtype=torch.int32))
+    with pytest.raises(Exception, match="fmt"):
+        op(good, good, 7, 0, False, 0.0, None, None)
+    assert op(good, good, 0, 0, False, 0.0, None, None).shape == (1, 5, 5)

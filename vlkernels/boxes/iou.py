@@ -32,6 +32,7 @@ def box_iou_fwd(
     valid2: torch.Tensor | None,
 ) -> torch.Tensor:
     """boxes1 [B, N, 4], boxes2 [B, M, 4] contiguous fp32/fp64; valid [B] int64 or None -> [B, N, M] / [B, N]."""
+    _check_op_args(boxes1, boxes2, fmt, kind, aligned, valid1, valid2)
     batch, n = boxes1.shape[0], boxes1.shape[1]
     m = boxes2.shape[1]
     out = boxes1.new_empty((batch, n) if aligned else (batch, n, m))
@@ -49,6 +50,27 @@ def box_iou_fwd(
     else:
         getattr(C, f"box_iou_{suffix}")(*args)
     return out
+
+
+def _check_op_args(boxes1, boxes2, fmt, kind, aligned, valid1, valid2) -> None:
+    """The registered op is callable directly (``torch.ops.vlkernels.box_iou``): check what the kernel reads."""
+    for name, b in (("boxes1", boxes1), ("boxes2", boxes2)):
+        if b.dim() != 3 or b.shape[-1] != 4 or b.dtype not in (torch.float32, torch.float64) or not b.is_contiguous():
+            raise ValueError(f"{name} must be a contiguous (B, N, 4) fp32/fp64 tensor, got {tuple(b.shape)} {b.dtype}")
+    if boxes1.dtype != boxes2.dtype or boxes1.device != boxes2.device or boxes1.shape[0] != boxes2.shape[0]:
+        raise ValueError("boxes1 and boxes2 must share dtype, device and batch size")
+    if aligned and boxes1.shape[1] != boxes2.shape[1]:
+        raise ValueError("aligned=True needs as many boxes in boxes1 as in boxes2")
+    if fmt not in _FMTS.values() or kind not in _KINDS.values():
+        raise ValueError(f"fmt must be in {sorted(_FMTS.values())} and kind in {sorted(_KINDS.values())}")
+    for name, v, limit in (("valid1", valid1, boxes1.shape[1]), ("valid2", valid2, boxes2.shape[1])):
+        if v is None:
+            continue
+        ok = v.dtype == torch.int64 and v.shape == (boxes1.shape[0],) and v.is_contiguous()
+        if not ok or v.device != boxes1.device:
+            raise ValueError(f"{name} must be a contiguous int64 ({boxes1.shape[0]},) tensor on the boxes' device")
+        if v.numel() and (bool((v < 0).any()) or bool((v > limit).any())):
+            raise ValueError(f"{name} counts must lie in [0, {limit}]")
 
 
 def _valid_pairs(shape_b: int, n: int, m: int, aligned: bool, valid1, valid2, device) -> torch.Tensor | None:
