@@ -171,7 +171,9 @@ def test_large_token_ids_scale_linearly():
     for _ in range(3):
         small.append(_time_large_ids(50_000))
         large.append(_time_large_ids(200_000))
-    assert min(large) <= 5 * min(small) + 0.05, (small, large)
+    # Linear is 4x, the quadratic scan it replaced was 16x: 7x separates them with room for cache effects and a busy
+    # machine (measured 4-6x on 2 loaded cores).
+    assert min(large) <= 7 * min(small) + 0.05, (small, large)
 
 
 def test_large_token_ids_score_as_their_decimal_words():

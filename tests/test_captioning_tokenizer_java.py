@@ -109,4 +109,6 @@ def test_ptb_tokenize_linear_on_runs(ch):
     small, big = ch * (100000 // len(ch)), ch * (400000 // len(ch))
     t1 = _min_time(lambda: ptb_tokenize([small]), 5)
     t4 = _min_time(lambda: ptb_tokenize([big]), 5)
-    assert t4 <= 5.5 * t1 + 0.02, (ch, t1, t4)  # + 20 ms: scheduler noise on a loaded 2-core machine
+    # Linear is 4x, quadratic 16x: 7x (+ 20 ms of scheduler noise) separates them on a loaded 2-core machine, where
+    # the 4x run of a 4-byte character also leaves the L2 cache (measured up to 6.4x).
+    assert t4 <= 7 * t1 + 0.02, (ch, t1, t4)
