@@ -60,6 +60,7 @@ def _siglip_score(n_frames: int, per_caption: int, d: int, device: str) -> list[
             check=_close(None),
             bytes=nbytes,
             notes=f"{n_frames} frames, {per_caption} per caption, fp16 D={d}",
+            label="siglip_score, fixed frames per caption",
         ),
         Bench(
             providers={
@@ -70,6 +71,7 @@ def _siglip_score(n_frames: int, per_caption: int, d: int, device: str) -> list[
             check=_close(None),
             bytes=nbytes,
             notes=f"{n_frames} frames, per-frame caption index (variable frames per caption), fp16 D={d}",
+            label="siglip_score, per-frame caption index",
         ),
     ]
 
