@@ -50,29 +50,20 @@ def _siglip_score(n_frames: int, per_caption: int, d: int, device: str) -> list[
         sums = torch.zeros(m, device=p.device).index_add_(0, owner, p)
         return sums / torch.bincount(owner, minlength=m)
 
+    cases = [
+        (per_caption, plain_fixed, f"{per_caption} per caption", "fixed frames per caption"),
+        (owner, plain_index, "per-frame caption index (variable frames per caption)", "per-frame caption index"),
+    ]
     return [
         Bench(
-            providers={
-                "vlkernels": lambda: siglip_score(img, txt, SCALE, BIAS, frames=per_caption),
-                "torch": plain_fixed,
-            },
+            providers={"vlkernels": lambda f=frames: siglip_score(img, txt, SCALE, BIAS, frames=f), "torch": plain},
             baseline="torch",
             check=_close(None),
             bytes=nbytes,
-            notes=f"{n_frames} frames, {per_caption} per caption, fp16 D={d}",
-            label="siglip_score, fixed frames per caption",
-        ),
-        Bench(
-            providers={
-                "vlkernels": lambda: siglip_score(img, txt, SCALE, BIAS, frames=owner),
-                "torch": plain_index,
-            },
-            baseline="torch",
-            check=_close(None),
-            bytes=nbytes,
-            notes=f"{n_frames} frames, per-frame caption index (variable frames per caption), fp16 D={d}",
-            label="siglip_score, per-frame caption index",
-        ),
+            notes=f"{n_frames} frames, {how}, fp16 D={d}",
+            label=f"siglip_score, {label}",
+        )
+        for frames, plain, how, label in cases
     ]
 
 

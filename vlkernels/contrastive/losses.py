@@ -214,20 +214,13 @@ def info_nce_loss(
             and text share an id), non-finite inputs with ``check_finite``.
 
     Note:
-        Memory O((N + M)·D). Triton on CUDA (and under ``TRITON_INTERPRET=1``), fp32 accumulation; the chunked
-        torch path on CPU and for float64 on every device (4 GEMM units, deterministic). One GEMM unit = the flops
-        of ``x·yᵀ``. Triton paths:
-
-        - default: forward 1 unit (row and column log-sum-exp in one pass), backward one sweep that recomputes each
-          logit tile once and forms dx (in the program's own fp32 rows) and dy (fp32 atomics into an extra
-          ``M×D`` fp32 buffer) — 4 units; dy's summation order varies from run to run (last-bit differences).
-        - ``torch.are_deterministic_algorithms_enabled()``: backward sweeps once per operand, no atomics — 5 units,
-          bitwise reproducible.
-
-        ``logit_scale``'s gradient is reduced from per-row fp32 partials in a fixed order on every path.
-        Non-finite features, scale or bias give a NaN loss and NaN gradients, as in open_clip (AMP loss scalers
-        skip such steps). Any finite scale is accepted, including ``s <= 0`` (the formula is well defined).
-        Gradients flow to both features, ``logit_scale`` and ``logit_bias``. Not twice differentiable.
+        Memory O((N + M)·D); the N×M logits are never stored. Devices: Triton kernels on CUDA (``auto`` backend,
+        see :func:`vlkernels.set_backend`), the chunked torch path elsewhere and for float64; fp32 accumulation.
+        Determinism: the CPU path and the Triton path under ``torch.use_deterministic_algorithms(True)`` are
+        bitwise reproducible; the default Triton backward sums dy with atomics (last-bit run-to-run variation).
+        Non-finite inputs give a NaN loss and NaN gradients, as open_clip (AMP loss scalers skip such steps).
+        Differentiable in both features, ``logit_scale`` and ``logit_bias``; not twice differentiable.
+        GEMM-unit costs of each path: ``vlkernels/contrastive/README.md``.
 
     Example:
         >>> x, y = torch.randn(8, 32), torch.randn(8, 32)
@@ -273,14 +266,9 @@ def siglip_loss(
         ValueError: as :func:`info_nce_loss`.
 
     Note:
-        With gradients enabled the forward computes dx, dy, ds = Σ G⟨x, y⟩ and db = Σ G (G = ∂L/∂logits) and keeps
-        them (O((N + M)·D)) for backward; under ``no_grad`` only the loss (1 GEMM unit). Triton on CUDA (and under
-        ``TRITON_INTERPRET=1``): by default one sweep recomputes each logit tile once and forms dx (the program's
-        own fp32 rows) and dy (fp32 atomics into an extra ``M×D`` fp32 buffer) — 3 GEMM units, dy's summation order
-        varying between runs; with ``torch.are_deterministic_algorithms_enabled()`` one sweep per operand, no
-        atomics — 4 units, bitwise reproducible. CPU: 3 units, deterministic. ds and db are reduced from per-row
-        fp32 partials in a fixed order on every path. Non-finite inputs → NaN loss and gradients. Not twice
-        differentiable.
+        With gradients enabled the forward also forms the gradients (one streaming pass) and keeps them
+        (O((N + M)·D)) for backward; under ``no_grad`` only the loss. Devices, determinism, non-finite inputs and
+        differentiability as :func:`info_nce_loss`; GEMM-unit costs in ``vlkernels/contrastive/README.md``.
 
     Example:
         >>> loss = siglip_loss(torch.randn(8, 32), torch.randn(8, 32), torch.tensor(10.0), torch.tensor(-10.0))

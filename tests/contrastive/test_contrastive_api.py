@@ -16,36 +16,8 @@ from vlkernels.testing import (
     assert_within_bounds,
     contrastive_error_bounds,
     contrastive_inputs,
-    interpreter_blas_dot,
     loss_and_grads,
-    open_clip_loss_module,
 )
-
-if triton_installed():
-    import vlkernels.contrastive.kernels  # imported while TRITON_INTERPRET has conftest's value
-
-
-@pytest.fixture(autouse=True)
-def _fast_interpreter_dot():
-    with interpreter_blas_dot():
-        yield
-
-
-@pytest.fixture(params=["triton", "cpu"])
-def backend(request, monkeypatch):
-    if request.param == "cpu":
-        monkeypatch.setenv("TRITON_INTERPRET", "0")
-    elif not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
-        pytest.skip("Triton kernels need a GPU or TRITON_INTERPRET=1")
-    return request.param
-
-
-@pytest.fixture(scope="module")
-def oc():
-    mod = open_clip_loss_module()
-    if mod is None:
-        pytest.skip("open-clip-torch is not installed (its loss.py is the reference)")
-    return mod
 
 
 def _pairs(oc):

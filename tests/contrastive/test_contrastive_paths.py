@@ -24,20 +24,12 @@ from vlkernels.testing import (
     assert_within_bounds,
     contrastive_error_bounds,
     contrastive_inputs,
-    interpreter_blas_dot,
     loss_and_grads,
-    open_clip_loss_module,
 )
 
 make_inputs, run = contrastive_inputs, loss_and_grads
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
-
-
-@pytest.fixture(autouse=True)
-def _fast_interpreter_dot():
-    with interpreter_blas_dot():
-        yield
 
 
 @pytest.fixture(autouse=True)
@@ -57,14 +49,6 @@ def path(request):
         yield request.param
     finally:
         torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
-
-
-@pytest.fixture(scope="module")
-def oc():
-    mod = open_clip_loss_module()
-    if mod is None:
-        pytest.skip("open-clip-torch is not installed (its loss.py is the reference)")
-    return mod
 
 
 @pytest.fixture
