@@ -92,7 +92,9 @@ def run_target(path: Path, seconds: float, extra: list[str], workdir: Path | Non
         "coverage": int(cov[-1][0]) if cov else None,
         "features": int(cov[-1][1]) if cov else None,
         "corpus": len(list(corpus.iterdir())),
-        "crashes": sorted(p.name for p in crashes.iterdir()),
+        # libFuzzer also saves inputs slower than -report_slow_units there: a note, not a finding.
+        "crashes": sorted(p.name for p in crashes.iterdir() if not p.name.startswith("slow-unit-")),
+        "slow": sorted(p.name for p in crashes.iterdir() if p.name.startswith("slow-unit-")),
         "log_tail": log[-4000:],
     }
 
@@ -115,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
         failed += not ok
         print(
             f"{res['target']:<20} {'ok' if ok else 'FINDING'}  {res['executions']} executions in {res['seconds']} s, "
-            f"cov {res['coverage']} ft {res['features']}, corpus {res['corpus']}, crashes {len(res['crashes'])}"
+            f"cov {res['coverage']} ft {res['features']}, corpus {res['corpus']}, crashes {len(res['crashes'])}, "
+            f"slow units {len(res['slow'])}"
         )
         if not ok:
             print(res["log_tail"])

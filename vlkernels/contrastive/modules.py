@@ -17,7 +17,52 @@ def _check_world(rank: int, world_size: int) -> None:
         raise ValueError(f"need world_size >= 1 and 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
 
 
-class ClipLoss(nn.Module):
+class _ContrastiveLoss(nn.Module):
+    """open_clip's loss-module forward; subclasses compute the loss of validated inputs in ``_loss``."""
+
+    def forward(
+        self,
+        image_features: torch.Tensor,
+        text_features: torch.Tensor,
+        logit_scale: torch.Tensor | float,
+        logit_bias: torch.Tensor | float | None = None,
+        output_dict: bool = False,
+        *,
+        image_groups: torch.Tensor | None = None,
+        text_groups: torch.Tensor | None = None,
+    ):
+        """The loss of this batch (this rank's value under ``world_size > 1``), as the open_clip module's forward.
+
+        Args:
+            image_features: ``(N, D)`` fp32/fp16/bf16/float64, any strides, need not be unit-norm.
+            text_features: ``(M, D)``, same dtype and device; ``M == N`` unless groups are given.
+            logit_scale: the exp'd scale ``s``: a one-element tensor (differentiable) or a float.
+            logit_bias: optional ``b`` (one-element tensor or float); InfoNCE does not depend on it.
+            output_dict: return ``{"contrastive_loss": loss}`` instead of the tensor.
+            image_groups, text_groups: keyword-only ``(N,)``/``(M,)`` int64 ids: equal ids are positives (across
+                ranks too).
+
+        Returns:
+            0-dim loss in open_clip's dtype (that of ``logit_scale * features``: fp16/bf16 features with a 0-dim
+            fp32 scale give an fp16/bf16 loss), or the dict. Computed in fp32 (float64 for float64 features).
+
+        Raises:
+            ValueError: bad dtypes, shapes, devices or groups (see :func:`vlkernels.info_nce_loss`); InfoNCE groups
+                with no positive pair; ``world_size > 1`` without a matching default process group.
+
+        Note:
+            Memory O((N + M)·D), never N×M (SigLIP keeps its gradients, formed in the forward pass, when any input
+            requires grad). Differentiable in the features, ``logit_scale`` and ``logit_bias``; deterministic on
+            CPU and under ``torch.use_deterministic_algorithms(True)``.
+        """
+        x, y, s, b, gx, gy = validate_pair(
+            image_features, text_features, logit_scale, logit_bias, image_groups, text_groups, False
+        )
+        loss = self._loss(x, y, s, b, gx, gy).to(loss_dtype(x, logit_scale, logit_bias))
+        return {"contrastive_loss": loss} if output_dict else loss
+
+
+class ClipLoss(_ContrastiveLoss):
     """InfoNCE (CLIP) loss that never builds the N×N logits; drop-in for ``open_clip.loss.ClipLoss``.
 
     Single process: exactly open_clip's value and gradients (see :func:`vlkernels.info_nce_loss`).
@@ -68,43 +113,7 @@ class ClipLoss(nn.Module):
         self.use_horovod = use_horovod
         self.label_smoothing = float(label_smoothing)
 
-    def forward(
-        self,
-        image_features: torch.Tensor,
-        text_features: torch.Tensor,
-        logit_scale: torch.Tensor | float,
-        logit_bias: torch.Tensor | float | None = None,
-        output_dict: bool = False,
-        *,
-        image_groups: torch.Tensor | None = None,
-        text_groups: torch.Tensor | None = None,
-    ):
-        """InfoNCE loss of this batch (this rank's share under ``world_size > 1``), as ``open_clip.loss.ClipLoss``.
-
-        Args:
-            image_features: ``(N, D)`` fp32/fp16/bf16/float64, any strides, need not be unit-norm.
-            text_features: ``(M, D)``, same dtype and device; ``M == N`` unless groups are given.
-            logit_scale: the exp'd scale ``s``: a one-element tensor (differentiable) or a float.
-            logit_bias: optional ``b``; InfoNCE does not depend on it (its gradient is exactly 0).
-            output_dict: return ``{"contrastive_loss": loss}`` instead of the tensor.
-            image_groups, text_groups: keyword-only ``(N,)``/``(M,)`` int64 ids: equal ids are positives.
-
-        Returns:
-            0-dim loss in open_clip's dtype (that of ``logit_scale * features``: fp16/bf16 features with a 0-dim
-            fp32 scale give an fp16/bf16 loss), or the dict. Computed in fp32 (float64 for float64 features).
-
-        Raises:
-            ValueError: bad dtypes, shapes, devices or groups (see :func:`vlkernels.info_nce_loss`); groups with no
-                positive pair; ``world_size > 1`` without a matching default process group.
-
-        Note:
-            Memory O((N + M)·D), never N×M. Differentiable in the features, ``logit_scale`` and ``logit_bias``;
-            deterministic on CPU and under ``torch.use_deterministic_algorithms(True)`` (see
-            ``vlkernels.contrastive.ops.grad_path``).
-        """
-        x, y, s, b, gx, gy = validate_pair(
-            image_features, text_features, logit_scale, logit_bias, image_groups, text_groups, False
-        )
+    def _loss(self, x, y, s, b, gx, gy) -> torch.Tensor:
         eps = self.label_smoothing
         if self.world_size == 1:
             loss = info_nce_shard(x, y, x, y, s, b, gx, gy, gx, gy, 0, 0, eps)
@@ -123,11 +132,10 @@ class ClipLoss(nn.Module):
                 total = share.detach().clone()
                 torch.distributed.all_reduce(total)
                 loss = loss + (total - loss).detach()
-        loss = loss.to(loss_dtype(x, logit_scale, logit_bias))
-        return {"contrastive_loss": loss} if output_dict else loss
+        return loss
 
 
-class SigLipLoss(nn.Module):
+class SigLipLoss(_ContrastiveLoss):
     """Sigmoid (SigLIP) loss in one streaming pass; drop-in for ``open_clip.loss.SigLipLoss``.
 
     Each rank returns open_clip's value ``(1/n)·Σ_{i local, j all} softplus(-z_ij·logit_ij)`` and the same
@@ -156,40 +164,7 @@ class SigLipLoss(nn.Module):
         self.world_size = int(world_size)
         self.dist_impl = impl
 
-    def forward(
-        self,
-        image_features: torch.Tensor,
-        text_features: torch.Tensor,
-        logit_scale: torch.Tensor | float,
-        logit_bias: torch.Tensor | float | None = None,
-        output_dict: bool = False,
-        *,
-        image_groups: torch.Tensor | None = None,
-        text_groups: torch.Tensor | None = None,
-    ):
-        """SigLIP loss of this rank's images against all texts, as ``open_clip.loss.SigLipLoss``.
-
-        Args:
-            image_features: ``(N, D)`` fp32/fp16/bf16/float64, any strides.
-            text_features: ``(M, D)``, same dtype and device; ``M == N`` unless groups are given.
-            logit_scale: the exp'd scale ``s`` (one-element tensor or float).
-            logit_bias: ``b`` (one-element tensor, float or None).
-            output_dict: return ``{"contrastive_loss": loss}`` instead of the tensor.
-            image_groups, text_groups: keyword-only int64 ids: equal ids are positives (across ranks too).
-
-        Returns:
-            0-dim loss ``(1/N)·Σ_ij softplus(-z_ij·(s⟨x_i, y_j⟩ + b))`` in open_clip's dtype (see
-            :class:`ClipLoss`), or the dict.
-
-        Raises:
-            ValueError: as :func:`vlkernels.siglip_loss`; ``world_size > 1`` without a matching process group.
-
-        Note:
-            The gradients are computed in the forward pass and kept (O((N + M)·D)) when any input requires grad.
-        """
-        x, y, s, b, gx, gy = validate_pair(
-            image_features, text_features, logit_scale, logit_bias, image_groups, text_groups, False
-        )
+    def _loss(self, x, y, s, b, gx, gy) -> torch.Tensor:
         n, m = x.shape[0], y.shape[0]
         w, r = self.world_size, self.rank
 
@@ -229,5 +204,4 @@ class SigLipLoss(nn.Module):
                 if remainder:
                     texts, groups = vdist.shift(to_right, right, left), vdist.shift(g_right, right, left)
                     loss = loss + block(texts, groups, (r - n_bidir - 1) % w)
-        loss = loss.to(loss_dtype(x, logit_scale, logit_bias))
-        return {"contrastive_loss": loss} if output_dict else loss
+        return loss
