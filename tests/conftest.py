@@ -9,7 +9,8 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-REPO = Path(__file__).resolve().parent.parent
+# After TRITON_INTERPRET: importing vlkernels may import triton.
+from vlkernels.testing import shared_data_dir
 
 
 def pytest_collection_modifyitems(config, items):
@@ -21,21 +22,10 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-def _shared_data() -> Path | None:
-    env = os.environ.get("VLKERNELS_SHARED_DATA")
-    candidates = [Path(env)] if env else []
-    # The checkout sits beside shared/ (../shared/data), or a CI clone may carry shared/ inside.
-    candidates += [REPO.parent / "shared" / "data", REPO / "shared" / "data"]
-    for c in candidates:
-        if c.is_dir():
-            return c
-    return None
-
-
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     """The project's shared data folder (real COCO captions and golden scores); skips when absent."""
-    path = _shared_data()
+    path = shared_data_dir()
     if path is None:
         pytest.skip("shared data not found: expected ../shared/data beside the checkout or VLKERNELS_SHARED_DATA")
     return path
