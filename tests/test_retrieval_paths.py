@@ -161,3 +161,19 @@ def test_auto_triton_that_works_stays_on_triton(monkeypatch):
         warnings.simplefilter("error")
         assert evaluate(img, txt, lab) == evaluate_ref(img, txt, lab)
     assert not _triton.fell_back("retrieval_count", torch.empty(0))
+
+
+def test_cli_backend_torch(tmp_path):
+    # The CLI's --backend torch: files streamed through the chunked torch path, numbers equal to the fp64 reference.
+    import json
+
+    from vlkernels.cli import main as cli_main
+
+    img, txt, lab = _data(integer=True)
+    np.save(tmp_path / "img.npy", img.numpy())
+    np.save(tmp_path / "txt.npy", txt.numpy())
+    (tmp_path / "gt.json").write_text(json.dumps({"text_to_image": lab.tolist()}))
+    out = tmp_path / "o.json"
+    argv = ["retrieval", "--images", str(tmp_path / "img.npy"), "--texts", str(tmp_path / "txt.npy")]
+    assert cli_main([*argv, "--gt", str(tmp_path / "gt.json"), "--backend", "torch", "--json", str(out)]) == 0
+    assert json.loads(out.read_text()) == evaluate_ref(img, txt, lab)
