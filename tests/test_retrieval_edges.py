@@ -202,3 +202,102 @@ def test_fuzz_target_on_mutated_files():
                 data[at:at] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 8)))
         mod.TestOneInput(bytes(data))
     save_file({"emb": torch.ones(2, 3)}, str(Path(mod._DIR) / "ok.safetensors"))  # the target's folder stays usable
+
+
+# The C++ entry points of the CPU engine, called directly with wrong tensors: each is a named ValueError/TypeError,
+# never an out-of-bounds read (this file runs under ASan in tests/test_build.py).
+def _bad_binding_cases():
+    s = torch.randn(6, 5)
+    pos, thr, cnt = torch.zeros(2, 5, dtype=torch.int64), torch.zeros(2, 5), torch.zeros(2, 5, dtype=torch.int64)
+    vals, idx = torch.full((6, 3), float("-inf")), torch.full((6, 3), -1, dtype=torch.int64)
+    ptr, lim, thr1, out1 = (
+        torch.tensor([0, 1, 2, 3, 4, 5, 6]),
+        torch.arange(6),
+        torch.zeros(6),
+        torch.zeros(6, dtype=torch.int64),
+    )
+    ro = np.zeros((6, 3), dtype=np.int64)
+    ro.flags.writeable = False
+    cols, upd, srt = "rank_count_cols", "topk_update", "topk_sort"
+    return [
+        (cols, (s.half(), 0, pos, thr, cnt), ValueError, "scores has dtype float16"),
+        (cols, (s[:, ::2], 0, pos[:, :3], thr[:, :3], cnt[:, :3]), ValueError, "scores must be contiguous"),
+        (cols, (s, 0, pos[:, :4], thr, cnt), ValueError, r"positives must have size 5 in dimension 1"),
+        (cols, (s, 0, pos, thr[:1], cnt), ValueError, r"thresholds must have size 2 in dimension 0"),
+        (cols, (s, 0, pos, thr.double(), cnt), ValueError, "thresholds has dtype float64"),
+        (cols, (s, 0, pos, thr, cnt[:, :4]), ValueError, "out must have size 5"),
+        (cols, (s, 0, pos.int(), thr, cnt), ValueError, "positives has dtype int32"),
+        (cols, (s, 0, pos, thr, torch.zeros(5, 2, dtype=torch.int64).T), ValueError, "out must be contiguous"),
+        (cols, (s, -1, pos, thr, cnt), ValueError, "r0"),
+        (cols, (s.to("meta"), 0, pos, thr, cnt), ValueError, "scores"),
+        (upd, (s, 0, None, vals[:5], idx), ValueError, "vals must have size 6"),
+        (upd, (s, 0, None, vals, idx[:, :2]), ValueError, r"idx must have size 3 in dimension 1"),
+        (upd, (s, 0, None, vals.double(), idx), ValueError, "vals has dtype float64"),
+        (upd, (s, 0, torch.zeros(6, 4, dtype=torch.int64), vals, idx), ValueError, "cand_idx must have size 5"),
+        (upd, (s, 0, None, vals, ro), ValueError, "idx is read-only"),
+        (upd, ([[1.0]], 0, None, vals, idx), TypeError, "scores must be a tensor or array supporting DLPack"),
+        (srt, (vals, idx[:4]), ValueError, "idx must have size 6"),
+        (srt, (vals.T, idx), ValueError, "vals must be contiguous"),
+        (srt, (vals.int(), idx), ValueError, "vals has dtype int32"),
+        # count_above's CSR form (retrieval's row queries): the pair ranges must lie inside thresholds and out.
+        (
+            "count_above",
+            (s, thr1[:4], out1[:4], False, 0, 0, ptr, None, 0),
+            ValueError,
+            r"row_ptr must lie in \[0, 4\]",
+        ),
+        (
+            "count_above",
+            (s, thr1, out1, False, 0, 0, ptr.flip(0), None, 0),
+            ValueError,
+            "row_ptr must lie|non-decreasing",
+        ),
+        (
+            "count_above",
+            (s, thr1, out1, False, 0, 0, torch.tensor([0, 2, 1, 3, 4, 5, 6]), None, 0),
+            ValueError,
+            "non-decreasing",
+        ),
+        ("count_above", (s, thr1, out1, False, 0, 0, ptr[:6], None, 0), ValueError, "row_ptr must have size 7"),
+        ("count_above", (s, thr1, out1, False, 0, 0, ptr, lim[:5], 0), ValueError, "limit must have size 6"),
+        ("count_above", (s, thr1, out1, False, 0, 0, ptr, lim, -1), ValueError, "col0"),
+        ("count_above", (s, thr1, out1, False, 0, 0, None, lim, 0), ValueError, "limit needs row_ptr"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(_bad_binding_cases())))
+def test_retrieval_bindings_reject_bad_tensors(case):
+    from vlkernels import _ext
+
+    name, args, exc, match = _bad_binding_cases()[case]
+    with pytest.raises(exc, match=match):
+        getattr(_ext.load(), name)(*args)
+
+
+def test_count_above_csr_matches_numpy():
+    # Row i's pairs e: candidates above thr[e], ties counted before column limit[e] (the tie policy), vs a plain loop.
+    from vlkernels import _ext
+
+    rng = np.random.default_rng(3)
+    s = rng.integers(-3, 4, size=(40, 70)).astype(np.float32)  # many exact ties
+    counts = rng.integers(0, 4, size=40)
+    ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    rows = np.repeat(np.arange(40), counts)
+    lim = rng.integers(-5, 80, size=len(rows)) + 100  # global column indices, col0 = 100
+    thr = s[rows, np.clip(lim - 100, 0, 69)]
+    out = np.full(len(rows), 7, dtype=np.int64)  # counts add
+    _ext.load().count_above(s, thr, out, False, row_ptr=ptr, limit=lim, col0=100)
+    want = [7 + sum(v >= t if 100 + j < li else v > t for j, v in enumerate(s[r])) for r, t, li in zip(rows, thr, lim)]
+    np.testing.assert_array_equal(out, want)
+
+
+def test_bindings_accept_empty_numpy_arrays():
+    # numpy gives size-0 arrays stride 0: nothing is read, so no layout is required of them.
+    from vlkernels import _ext
+
+    C = _ext.load()
+    s, none = np.ones((3, 4), dtype=np.float32), np.zeros(0, dtype=np.float32)
+    out = np.zeros(0, dtype=np.int64)
+    C.count_above(s, none, out, False, row_ptr=np.zeros(4, dtype=np.int64), limit=np.zeros(0, dtype=np.int64))
+    C.count_above(np.ones((0, 4), dtype=np.float32), none, out, False)
+    C.topk_sort(np.zeros((0, 3), dtype=np.float32), np.zeros((0, 3), dtype=np.int64))

@@ -1,33 +1,74 @@
 #include "core/count_above.h"
 
+#include <algorithm>
+
 #include "core/parallel.h"
 
 namespace vlk {
+
+// Compiled for AVX-512, AVX2 and baseline x86-64; the loader picks the best the CPU has. The loops are written
+// branch-free so each clone vectorizes. (Not under ASan: its instrumentation and ifunc resolvers do not mix.)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define VLK_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define VLK_CLONES
+#endif
+
+template <typename T>
+VLK_CLONES int64_t count_row_above(const T* row, int64_t m, int64_t lim, T t) {
+  int64_t c = 0;
+  for (int64_t j = 0; j < lim; ++j) c += row[j] >= t;
+  for (int64_t j = lim; j < m; ++j) c += row[j] > t;
+  return c;
+}
+
+template <typename T>
+VLK_CLONES void count_cols_above(const T* row, int64_t n, const T* thr, int32_t* out) {
+  for (int64_t j = 0; j < n; ++j) out[j] += row[j] > thr[j];
+}
 
 template <typename T>
 void launch_count_above(const T* scores, int64_t n, int64_t m, int64_t stride_row, const T* thr, int64_t* out,
                         bool inclusive) {
   // Rows are independent; a grain of ~64k scores per thread keeps thread start-up below 5% of the work.
   const int64_t grain = std::max<int64_t>(1, (1 << 16) / std::max<int64_t>(m, 1));
+  const int64_t lim = inclusive ? m : 0;
   parallel_for(n, grain, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       // ~every 64k scores: a long call stops promptly on Ctrl-C.
       if ((i - begin) % grain == 0) check_interrupt();
-      const T* row = scores + i * stride_row;
-      const T t = thr[i];
-      int64_t c = 0;
-      // Branch-free accumulation so the compiler vectorizes the compare.
-      if (inclusive) {
-        for (int64_t j = 0; j < m; ++j) c += row[j] >= t;
-      } else {
-        for (int64_t j = 0; j < m; ++j) c += row[j] > t;
-      }
-      out[i] += c;
+      out[i] += count_row_above(scores + i * stride_row, m, lim, thr[i]);
     }
   });
 }
 
-template void launch_count_above<float>(const float*, int64_t, int64_t, int64_t, const float*, int64_t*, bool);
-template void launch_count_above<double>(const double*, int64_t, int64_t, int64_t, const double*, int64_t*, bool);
+template <typename T>
+void launch_count_above_csr(const T* scores, int64_t n, int64_t m, int64_t stride_row, int64_t col0,
+                            const int64_t* row_ptr, const int64_t* limit, const T* thr, int64_t* out,
+                            bool inclusive) {
+  const int64_t base = inclusive ? m : 0;
+  const int64_t grain = std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(m, 1));
+  parallel_for(n, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      if ((i - begin) % grain == 0) check_interrupt();
+      const T* row = scores + i * stride_row;
+      for (int64_t e = row_ptr[i]; e < row_ptr[i + 1]; ++e) {
+        // col0 >= 0 (checked by the binding), so limit - col0 is only formed when positive: no overflow.
+        const int64_t lim = !limit ? base : limit[e] <= col0 ? 0 : std::min<int64_t>(limit[e] - col0, m);
+        out[e] += count_row_above(row, m, lim, thr[e]);
+      }
+    }
+  });
+}
+
+#define VLK_INSTANTIATE(T)                                                                                         \
+  template int64_t count_row_above<T>(const T*, int64_t, int64_t, T);                                              \
+  template void count_cols_above<T>(const T*, int64_t, const T*, int32_t*);                                        \
+  template void launch_count_above<T>(const T*, int64_t, int64_t, int64_t, const T*, int64_t*, bool);              \
+  template void launch_count_above_csr<T>(const T*, int64_t, int64_t, int64_t, int64_t, const int64_t*,            \
+                                          const int64_t*, const T*, int64_t*, bool);
+VLK_INSTANTIATE(float)
+VLK_INSTANTIATE(double)
+#undef VLK_INSTANTIATE
 
 }  // namespace vlk

@@ -218,6 +218,7 @@ class TensorArg {
   }
   // Elements of the last `dims` dimensions adjacent (row-major); the leading ones may have any non-negative stride.
   TensorArg& inner_contiguous(int64_t dims) {
+    if (numel_ == 0) return *this;  // nothing is read: producers give empty tensors arbitrary strides (e.g. 0)
     int64_t expect = 1;
     for (int64_t d = t_.ndim - 1; d >= t_.ndim - dims && d >= 0; --d) {
       if (shape_[d] != 1 && strides_[d] != expect) refuse("must be contiguous in its last " +

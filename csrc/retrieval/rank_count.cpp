@@ -6,32 +6,11 @@
 #include <utility>
 #include <vector>
 
+#include "core/count_above.h"
 #include "core/parallel.h"
 
 namespace vlk {
 namespace {
-
-// Compiled for AVX-512, AVX2 and baseline x86-64; the loader picks the best the CPU has. The loops are written
-// branch-free so each clone vectorizes.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-#define VLK_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define VLK_CLONES
-#endif
-
-template <typename T>
-VLK_CLONES int64_t count_row(const T* row, int64_t cols, int64_t lim, T t) {
-  // Columns before the positive win ties (lower index first), columns at or after it need a strictly higher score.
-  int64_t c = 0;
-  for (int64_t j = 0; j < lim; ++j) c += row[j] >= t;
-  for (int64_t j = lim; j < cols; ++j) c += row[j] > t;
-  return c;
-}
-
-template <typename T>
-VLK_CLONES void count_gt(const T* row, int64_t n, const T* thr, int32_t* out) {
-  for (int64_t j = 0; j < n; ++j) out[j] += row[j] > thr[j];
-}
 
 template <typename T>
 struct Cand {
@@ -48,21 +27,6 @@ inline bool better(const Cand<T>& a, const Cand<T>& b) {
 }
 
 }  // namespace
-
-template <typename T>
-void launch_rank_count_rows(const T* s, int64_t rows, int64_t cols, int64_t stride_row, int64_t c0,
-                            const int64_t* row_ptr, const int64_t* pos, const T* thr, int64_t* out) {
-  const int64_t grain = std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(cols, 1));
-  parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const T* row = s + i * stride_row;
-      for (int64_t e = row_ptr[i]; e < row_ptr[i + 1]; ++e) {
-        const int64_t lim = std::clamp<int64_t>(pos[e] - c0, 0, cols);
-        out[e] += count_row(row, cols, lim, thr[e]);
-      }
-    }
-  });
-}
 
 template <typename T>
 void launch_rank_count_cols(const T* s, int64_t rows, int64_t cols, int64_t stride_row, int64_t r0, int64_t slots,
@@ -90,12 +54,13 @@ void launch_rank_count_cols(const T* s, int64_t rows, int64_t cols, int64_t stri
     std::sort(events.begin(), events.end());
     size_t ev = 0;
     for (int64_t i = 0; i < rows; ++i) {
+      if ((i & 63) == 0) check_interrupt();
       for (; ev < events.size() && events[ev].first == i; ++ev) {
         const int64_t o = events[ev].second;
         cur[o] = thr[(o / w) * cols + j0 + (o % w)];
       }
       const T* row = s + i * stride_row + j0;
-      for (int64_t k = 0; k < slots; ++k) count_gt(row, w, cur.data() + k * w, cnt.data() + k * w);
+      for (int64_t k = 0; k < slots; ++k) count_cols_above(row, w, cur.data() + k * w, cnt.data() + k * w);
     }
     for (int64_t k = 0; k < slots; ++k)
       for (int64_t j = 0; j < w; ++j) out[k * cols + j0 + j] += cnt[k * w + j];
@@ -164,8 +129,6 @@ void launch_topk_sort(T* vals, int64_t* idx, int64_t rows, int64_t k) {
 }
 
 #define VLK_INSTANTIATE(T)                                                                                       \
-  template void launch_rank_count_rows<T>(const T*, int64_t, int64_t, int64_t, int64_t, const int64_t*,         \
-                                          const int64_t*, const T*, int64_t*);                                  \
   template void launch_rank_count_cols<T>(const T*, int64_t, int64_t, int64_t, int64_t, int64_t, const int64_t*, \
                                           const T*, int64_t*);                                                  \
   template void launch_topk_update<T>(const T*, int64_t, int64_t, int64_t, int64_t, const int64_t*, int64_t, T*, \

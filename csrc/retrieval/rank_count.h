@@ -2,17 +2,13 @@
 // every (query, positive) pair whose query lies in the tile gets the number of tile candidates ranked above its
 // positive. Tie policy (the same in the Triton kernels): candidates are ordered by (score descending, gallery index
 // ascending), so a candidate j ranks above positive p when s_j > s_p, or s_j == s_p and j < p. Counts add over tiles.
+// Row queries are counted by the core primitive itself (core/count_above.h: launch_count_above_csr, reached through
+// the count_above binding); this file holds the column-query planner built on its column form, and the top-k.
 #pragma once
 
 #include <cstdint>
 
 namespace vlk {
-
-// Queries are the tile's rows, the gallery its columns (global column index = c0 + j).
-// For row i, pairs e in [row_ptr[i], row_ptr[i+1]) have positive column pos[e] and score thr[e]; out[e] += count.
-template <typename T>
-void launch_rank_count_rows(const T* s, int64_t rows, int64_t cols, int64_t stride_row, int64_t c0,
-                            const int64_t* row_ptr, const int64_t* pos, const T* thr, int64_t* out);
 
 // Queries are the tile's columns, the gallery its rows (global row index = r0 + i). Pairs are laid out in
 // `slots` planes of `cols` entries: plane k holds, for each column j, its k-th positive's global row pos[k*cols+j]

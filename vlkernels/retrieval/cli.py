@@ -149,9 +149,10 @@ def register(subparsers) -> None:
     p.add_argument("--progress", action="store_true", help="show a progress bar")
     p.add_argument(
         "--backend",
-        choices=("auto", "cpu", "triton"),
+        choices=("auto", "cpu", "triton", "torch"),
         default="auto",
-        help="auto: C++ on CPU (files live on the host); triton: stream the files to the current CUDA device",
+        help="auto: C++ on CPU (files live on the host); triton: stream the files to the current CUDA device; "
+        "torch: the chunked torch path",
     )
     p.add_argument(
         "--device-chunk", type=int, default=1 << 16, help="rows per chunk streamed to the device (triton backend)"

@@ -25,10 +25,6 @@ from vlkernels.retrieval.plan import SlotPlan
 from vlkernels.retrieval.positives import Positives
 
 
-def _suffix(dtype: torch.dtype) -> str:
-    return "f64" if dtype == torch.float64 else "f32"
-
-
 def _progress(total: int, enabled: bool, desc: str):
     if not enabled:
         return None
@@ -80,7 +76,6 @@ def count_both(
     (``col_pos``: columns -> rows), in the pair order of each Positives. ``rows`` may be this process's shard of the
     global rows (starting at ``row_offset``); with ``group`` the counts are summed over the group."""
     C = _ext.load()
-    sfx = _suffix(cols.dtype)
     n_local, n_cols = len(rows), cols.shape[0]
     n_rc, n_cc = -(-n_local // chunk_rows), -(-n_cols // chunk_cols)
     inf = float("inf")
@@ -114,8 +109,10 @@ def count_both(
     lock = threading.Lock()
     band_rc = band // n_cc
 
-    def pass1(w: int) -> None:
+    def pass1(w: int, stop: threading.Event) -> None:
         for t in band[band_rc % n_workers == w].tolist():
+            if stop.is_set():
+                return
             rc, cc = divmod(t, n_cc)
             s = tiles[w].compute(rc, cc)
             r0, c0 = row_offset + rc * chunk_rows, cc * chunk_cols
@@ -172,61 +169,33 @@ def count_both(
     # Pass 2: every tile once, both directions.
     r_ptr_t = torch.from_numpy(r_ptr_local)
     r_pos_t, r_thr_t, r_out_t = torch.from_numpy(row_pos.indices), torch.from_numpy(r_thr_c), torch.from_numpy(r_above)
-    rows_fn, cols_fn = getattr(C, f"rank_count_rows_{sfx}"), getattr(C, f"rank_count_cols_{sfx}")
     bar = _progress(n_rc * n_cc, progress, "retrieval")
     # Column counts are per worker (every worker walks every column chunk), summed after.
     worker_cnt = [
         [None if b is None else b.cnt if w == 0 else torch.zeros_like(b.cnt) for b in blocks] for w in range(n_workers)
     ]
 
-    def pass2(w: int) -> None:
+    def pass2(w: int, stop: threading.Event) -> None:
         for rc in range(w, n_rc, n_workers):
             for cc in range(n_cc):
+                if stop.is_set():
+                    return
                 t = rc * n_cc + cc
                 s = cache.pop(t, None)
                 if s is None:
                     s = tiles[w].compute(rc, cc)
-                nr, nc = s.shape
+                nr = s.shape[0]
                 r0, c0 = rc * chunk_rows, cc * chunk_cols
+                # Row queries: core's counting primitive in its CSR form (pairs of row i: ptr[i]..ptr[i+1]).
                 ptr = r_ptr_t[r0 : r0 + nr + 1]
-                rows_fn(
-                    s.data_ptr(),
-                    nr,
-                    nc,
-                    s.stride(0),
-                    c0,
-                    ptr.data_ptr(),
-                    r_pos_t.data_ptr(),
-                    r_thr_t.data_ptr(),
-                    r_out_t.data_ptr(),
-                )
+                C.count_above(s, r_thr_t, r_out_t, False, row_ptr=ptr, limit=r_pos_t, col0=c0)
                 blk = blocks[cc]
                 if blk is not None and blk.act is None:
-                    cnt = worker_cnt[w][cc]
-                    cols_fn(
-                        s.data_ptr(),
-                        nr,
-                        nc,
-                        s.stride(0),
-                        row_offset + r0,
-                        blk.plan.width,
-                        blk.pos.data_ptr(),
-                        blk.thr.data_ptr(),
-                        cnt.data_ptr(),
-                    )
+                    C.rank_count_cols(s, row_offset + r0, blk.pos, blk.thr, worker_cnt[w][cc])
                 elif blk is not None:
-                    cnt = worker_cnt[w][cc]
                     sub = s[:, blk.act].T.contiguous()
-                    rows_fn(
-                        sub.data_ptr(),
-                        sub.shape[0],
-                        nr,
-                        sub.stride(0),
-                        row_offset + r0,
-                        blk.ptr.data_ptr(),
-                        blk.pos.data_ptr(),
-                        blk.thr.data_ptr(),
-                        cnt.data_ptr(),
+                    C.count_above(
+                        sub, blk.thr, worker_cnt[w][cc], False, row_ptr=blk.ptr, limit=blk.pos, col0=row_offset + r0
                     )
                 if bar is not None:
                     bar.update(1)
@@ -301,18 +270,39 @@ def _single_threaded():
                 torch.set_num_threads(_torch_threads_saved)
 
 
+# How often the calling thread wakes while its workers run: a signal may be delivered to any thread, and only the
+# main thread runs Python's handlers, so a blocking wait could sleep through Ctrl-C until the whole call ends.
+POLL_SECONDS = 0.05
+
+
 def _run(fn, n_workers: int) -> None:
+    """Runs ``fn(w, stop)`` for w < n_workers on worker threads; ``fn`` returns early once ``stop`` is set, checked
+    between tiles. The calling thread polls every POLL_SECONDS, so a KeyboardInterrupt (or a worker's error) stops
+    every worker at its next tile and is raised here once they have all returned."""
+    stop = threading.Event()
+
     def work(w: int) -> None:
         # One C++ thread per worker, as a per-thread limit (vlkernels.core.threads), not a process-wide setting.
         with limit(1):
-            fn(w)
+            fn(w, stop)
 
     if n_workers == 1:
         work(0)
         return
-    with concurrent.futures.ThreadPoolExecutor(n_workers) as pool:
-        for f in [pool.submit(work, w) for w in range(n_workers)]:
-            f.result()
+    pool = concurrent.futures.ThreadPoolExecutor(n_workers)
+    try:
+        pending = {pool.submit(work, w) for w in range(n_workers)}
+        while pending:
+            done, pending = concurrent.futures.wait(
+                pending, timeout=POLL_SECONDS, return_when=concurrent.futures.FIRST_EXCEPTION
+            )
+            for f in done:
+                f.result()  # a worker's exception: raised (after the others stop, below)
+    except BaseException:
+        stop.set()
+        raise
+    finally:
+        pool.shutdown(wait=True)
 
 
 def _active(pos: Positives) -> np.ndarray:
@@ -344,13 +334,11 @@ def topk_stream(
     """Top-k of queries @ gallery^T streamed over gallery chunks; returns unsorted (values, global indices)."""
     C = _ext.load()
     dtype = queries.dtype
-    sfx = _suffix(dtype)
     nq, ng = queries.shape[0], len(gallery)
     vals = torch.full((nq, k), float("-inf"), dtype=dtype)
     idx = torch.full((nq, k), -1, dtype=torch.int64)
     if nq == 0 or k == 0:
         return vals, idx
-    upd = getattr(C, f"topk_update_{sfx}")
     n_gc = -(-ng // chunk_gallery)
     if exclude is not None:
         eq = exclude.pair_queries()
@@ -365,8 +353,10 @@ def topk_stream(
         g = gallery.chunk(g0, min(ng, g0 + chunk_gallery), dtype)
         ex = e_by_chunk.get(gc) if exclude is not None else None
 
-        def work(w: int, g=g, g0=g0, ex=ex) -> None:
+        def work(w: int, stop: threading.Event, g=g, g0=g0, ex=ex) -> None:
             for q0 in q_starts[w::n_workers]:
+                if stop.is_set():
+                    return
                 q = queries[q0 : q0 + chunk_queries]
                 shape = (q.shape[0], g.shape[0])
                 if shape not in buffers[w]:
@@ -377,17 +367,7 @@ def topk_stream(
                     if len(m):
                         s[torch.from_numpy(eq[m] - q0), torch.from_numpy(exclude.indices[m] - g0)] = float("nan")
                 v, i = vals[q0 : q0 + q.shape[0]], idx[q0 : q0 + q.shape[0]]
-                upd(
-                    s.data_ptr(),
-                    s.shape[0],
-                    s.shape[1],
-                    s.stride(0),
-                    gallery_offset + g0,
-                    0,
-                    k,
-                    v.data_ptr(),
-                    i.data_ptr(),
-                )
+                C.topk_update(s, gallery_offset + g0, None, v, i)
 
         with _single_threaded():
             _run(work, n_workers)
@@ -406,9 +386,7 @@ def merge_topk(vals: torch.Tensor, idx: torch.Tensor, k: int) -> tuple[torch.Ten
     out_i = torch.full((vals.shape[0], k), -1, dtype=torch.int64)
     # Empty slots (index -1) carry NaN so they are skipped like exclusions.
     v = vals.masked_fill(idx < 0, float("nan"))
-    getattr(C, f"topk_update_{_suffix(vals.dtype)}")(
-        v.data_ptr(), v.shape[0], v.shape[1], v.stride(0), 0, idx.data_ptr(), k, out_v.data_ptr(), out_i.data_ptr()
-    )
+    C.topk_update(v, 0, idx, out_v, out_i)
     return out_v, out_i
 
 
@@ -422,5 +400,5 @@ def sort_topk(vals: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torc
         return v1.gather(1, o2), i1.gather(1, o2)
     vals, idx = vals.contiguous().clone(), idx.contiguous().clone()
     if vals.numel():
-        getattr(_ext.load(), f"topk_sort_{_suffix(vals.dtype)}")(vals.data_ptr(), idx.data_ptr(), *vals.shape)
+        _ext.load().topk_sort(vals, idx)
     return vals, idx

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 
-from vlkernels._triton import interpreting, triton_installed
+from vlkernels._triton import interpreting, triton_installed, use_triton
 from vlkernels.retrieval import cpu
 from vlkernels.retrieval.distributed import all_gather_cat, all_reduce, shard_layout
 from vlkernels.retrieval.io import Embeddings
@@ -65,35 +66,59 @@ def as_positives(gt, num_queries: int, num_gallery: int, name: str, every_query:
     raise ValueError(f"{name} must be Positives, (indptr, indices), a (P, 2) pair array or a list of lists")
 
 
-def _open(a, b, name_a: str, name_b: str, backend: str) -> tuple[Embeddings, Embeddings, str, torch.device]:
-    """Both embedding sources validated (dims, devices, finite values), the backend, and the compute device.
+def _open(a, b, name_a: str, name_b: str, backend: str) -> tuple[Embeddings, Embeddings, str, torch.device, bool]:
+    """Both embedding sources validated (dims, devices, finite values), the path ("cpu", "triton" or "torch"), the
+    compute device, and whether Triton was forced (its errors then surface instead of falling back).
 
-    The Triton path computes on the CUDA device of either input; host sources (CPU tensors, arrays, memory-mapped
+    The device paths compute on the accelerator of either input; host sources (CPU tensors, arrays, memory-mapped
     files) stream to it chunk by chunk, also when both are on the host and backend="triton" is asked for.
     """
-    if backend not in ("auto", "cpu", "triton"):
-        raise ValueError(f"backend must be 'auto', 'cpu' or 'triton', got {backend!r}")
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
     ea, eb = Embeddings(a, name_a), Embeddings(b, name_b)
     if ea.shape[1] != eb.shape[1]:
         raise ValueError(f"embedding dims differ: {name_a} has D={ea.shape[1]}, {name_b} has D={eb.shape[1]}")
-    cuda = {d for d in (ea.device, eb.device) if d.type == "cuda"}
-    if len(cuda) > 1 or (ea.device != eb.device and backend != "triton"):
+    accel = {d for d in (ea.device, eb.device) if d.type != "cpu"}
+    if len(accel) > 1 or (ea.device != eb.device and backend not in ("triton", "torch")):
         raise ValueError(f"inputs must be on one device, got {name_a} on {ea.device}, {name_b} on {eb.device}")
-    device = next(iter(cuda)) if cuda else torch.device("cpu")
+    device = next(iter(accel)) if accel else torch.device("cpu")
+    forced = backend == "triton"
     if backend == "auto":
-        backend = "triton" if cuda else "cpu"
+        # The process-wide switch (vlkernels.set_backend / VLKERNELS_BACKEND) decides between Triton and the torch
+        # path on a device, warning once when a device Triton cannot run on takes the torch path.
+        backend = _auto_path(device, ea.dtype)
     elif backend == "triton":
         if not triton_installed():
             raise ValueError("backend='triton' needs triton installed")
-        if not cuda and not interpreting():
+        if accel and device.type != "cuda":
+            raise ValueError(f"backend='triton' needs a CUDA device, got {device} (backend='torch' runs on any device)")
+        if not accel and not interpreting():
             if not torch.cuda.is_available():
                 raise ValueError("backend='triton' needs a CUDA device (or TRITON_INTERPRET=1 for CPU tensors)")
             device = torch.device("cuda", torch.cuda.current_device())
-    elif cuda:
-        raise ValueError(f"backend='cpu' needs CPU tensors, got {next(iter(cuda))}")
+    elif backend == "cpu" and accel:
+        raise ValueError(f"backend='cpu' needs CPU tensors, got {next(iter(accel))}")
     ea.check_finite()
     eb.check_finite()
-    return ea, eb, backend, device
+    return ea, eb, backend, device, forced
+
+
+# "auto": C++ engine for host inputs; on a device, Triton or the torch path as the backend switch decides.
+# "cpu": the C++ engine. "triton": the Triton kernels, errors surfacing. "torch": the chunked torch path (any device).
+BACKENDS = ("auto", "cpu", "triton", "torch")
+
+
+def _probe(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    # What use_triton reads (device and dtype), without touching the data.
+    return torch.empty(0, dtype=dtype, device=device)
+
+
+def _auto_path(device: torch.device, dtype: torch.dtype) -> str:
+    """backend="auto": the C++ engine for host inputs; on a device, "triton" when the backend switch allows it
+    there (raising BackendError when Triton is forced where it cannot run), else "torch" with one warning."""
+    if device.type == "cpu":
+        return "cpu"
+    return "triton" if use_triton(_probe(device, dtype)) else "torch"
 
 
 def _try_open(a, b, name_a: str, name_b: str, backend: str, group):
@@ -124,6 +149,16 @@ def _triton_dtype(a: Embeddings, b: Embeddings, device: torch.device) -> torch.d
     if same_lowp and a.dtype == torch.bfloat16 and device.type == "cpu":
         return torch.float32
     return a.dtype if same_lowp else torch.float32
+
+
+def _count(backend, forced, device, dtype, chunk, queries, gallery, pos, q_offset, g_offset, group, bar):
+    """ops.count_stream on the device path chosen by _open (Triton, or the chunked torch path)."""
+    from vlkernels.retrieval.ops import count_stream, launch
+
+    args = (queries, gallery, pos, q_offset, g_offset, dtype, device, chunk, group, bar)
+    triton_fn = functools.partial(count_stream, kernels="triton")
+    torch_fn = functools.partial(count_stream, kernels="torch")
+    return launch("retrieval_count", triton_fn, torch_fn, backend, forced, device, dtype, *args)
 
 
 def _labels(x) -> np.ndarray:
@@ -219,8 +254,11 @@ def evaluate(
         top_k: cut MRR, mAP, R-Precision and NDCG at rank k (torchmetrics' ``top_k``); keys become ``MRR@k``, ...
         empty: evaluated queries without a positive: "error" (default), "skip" (left out), "zero" / "one" (score
             0 / 1 in every metric but MeanR / MedianR; torchmetrics' ``empty_target_action`` "neg" / "pos").
-        backend: "auto" (Triton when an input is on CUDA, else C++ on CPU), "cpu", or "triton" (on the CUDA
-            device of the inputs, host inputs streaming to the current CUDA device; CPU under TRITON_INTERPRET=1).
+        backend: "auto" (C++ on CPU; for inputs on a device, Triton where the process-wide backend switch
+            ``vlkernels.set_backend`` / ``VLKERNELS_BACKEND`` allows it, else the chunked torch path with one warning
+            naming why; a Triton failure on first use falls back to torch with a warning), "cpu", "triton" (forced:
+            errors surface; on the CUDA device of the inputs, host inputs streaming to the current CUDA device; CPU
+            under TRITON_INTERPRET=1) or "torch" (the chunked torch path, any torch device).
         chunk_rows, chunk_cols: tile of the streamed (texts x images) score matrix on CPU.
         cache_bytes: tiles kept between the two CPU passes (tiles holding ground-truth pairs).
         device_chunk: Triton path: rows of texts and of images held on the device at a time (rounded up to whole
@@ -263,7 +301,7 @@ def evaluate(
     _check_chunks(chunk_rows=chunk_rows, chunk_cols=chunk_cols, device_chunk=device_chunk)
     if cache_bytes < 0:
         raise ValueError(f"cache_bytes must be >= 0, got {cache_bytes}")
-    images, texts, backend, device = _try_open(image_emb, text_emb, "image_emb", "text_emb", backend, group)
+    images, texts, backend, device, forced = _try_open(image_emb, text_emb, "image_emb", "text_emb", backend, group)
     row_offset, n_txt = shard_layout(
         len(texts), group, D=images.shape[1], num_images=len(images), dtypes=(str(images.dtype), str(texts.dtype))
     )
@@ -306,14 +344,13 @@ def evaluate(
             group,
         )
     else:
-        from vlkernels.retrieval.ops import count_stream
-
         dt = _triton_dtype(images, texts, device)
         chunk = _device_chunk(device_chunk, device)
         bar = cpu._progress(2 * -(-len(texts) // chunk) * -(-n_img // chunk), progress, "retrieval")
         # Texts are sharded: text-to-image queries are local rows; image-to-text queries see a sharded gallery.
-        r_above = count_stream(texts, images, t2i_pos, row_offset, 0, dt, device, chunk, None, bar)
-        c_above = count_stream(images, texts, i2t_pos, 0, row_offset, dt, device, chunk, group, bar)
+        run = functools.partial(_count, backend, forced, device, dt, chunk)
+        r_above = run(texts, images, t2i_pos, row_offset, 0, None, bar)
+        c_above = run(images, texts, i2t_pos, 0, row_offset, group, bar)
         if bar is not None:
             bar.close()
         if group is not None:
@@ -365,7 +402,7 @@ def rank_metrics(
     ks = _check_ks(ks)
     _check_policy(top_k, empty)
     _check_chunks(chunk_rows=chunk_rows, chunk_cols=chunk_cols, device_chunk=device_chunk)
-    q, g, backend, device = _try_open(queries, gallery, "queries", "gallery", backend, group)
+    q, g, backend, device, forced = _try_open(queries, gallery, "queries", "gallery", backend, group)
     offset, n_q = shard_layout(len(q), group, D=q.shape[1], num_gallery=len(g), dtypes=(str(q.dtype), str(g.dtype)))
     if n_q == 0 or len(g) == 0:
         raise ValueError(f"empty input: {n_q} queries and {len(g)} gallery items; both must be non-empty")
@@ -375,11 +412,9 @@ def rank_metrics(
         args = (offset, int(chunk_rows), int(chunk_cols), 0, progress, group)
         above, _ = cpu.count_both(q, g.full(_compute_dtype(q, g)), pos, none, *args)
     else:
-        from vlkernels.retrieval.ops import count_stream
-
         chunk = _device_chunk(device_chunk, device)
         bar = cpu._progress(-(-len(q) // chunk) * -(-len(g) // chunk), progress, "retrieval")
-        above = count_stream(q, g, pos, offset, 0, _triton_dtype(q, g, device), device, chunk, None, bar)
+        above = _count(backend, forced, device, _triton_dtype(q, g, device), chunk, q, g, pos, offset, 0, None, bar)
         if bar is not None:
             bar.close()
         if group is not None:
@@ -412,7 +447,7 @@ def topk(
         k: results per query; clamped to the gallery size M (the global size with ``group``), so the result is
             ``(Q, min(k, M))`` and a huge k cannot allocate past the data.
         exclude: positives to leave out (hard-negative mining): Positives, CSR, ``(P, 2)`` pairs or lists.
-        backend: "auto", "cpu" or "triton" (as in :func:`evaluate`).
+        backend: "auto", "cpu", "triton" or "torch" (as in :func:`evaluate`).
         chunk_queries, chunk_gallery: CPU tile.
         device_chunk: Triton path: rows of queries and of the gallery held on the device at a time.
         progress: tqdm bar over gallery chunks (CPU) or chunk pairs (Triton).
@@ -440,7 +475,7 @@ def topk(
         raise ValueError(f"k must be a non-negative integer, got {k!r}")
     k = int(k)
     _check_chunks(chunk_queries=chunk_queries, chunk_gallery=chunk_gallery, device_chunk=device_chunk)
-    q, g, backend, device = _try_open(queries, gallery, "queries", "gallery", backend, group)
+    q, g, backend, device, forced = _try_open(queries, gallery, "queries", "gallery", backend, group)
     offset, n_gal = shard_layout(len(g), group, D=q.shape[1], num_queries=len(q), dtypes=(str(q.dtype), str(g.dtype)))
     k = min(k, n_gal)
     ex = as_positives(exclude, len(q), n_gal, "exclude", every_query=False) if exclude is not None else None
@@ -452,10 +487,20 @@ def topk(
         qt = q.full(_compute_dtype(q, g))
         vals, idx = cpu.topk_stream(qt, g, k, ex, offset, int(chunk_queries), int(chunk_gallery), progress)
     else:
-        from vlkernels.retrieval.ops import topk_stream
+        from vlkernels.retrieval.ops import launch, topk_stream
 
         dt = _triton_dtype(q, g, device)
-        vals, idx = topk_stream(q, g, k, ex, offset, dt, device, _device_chunk(device_chunk, device), progress)
+        args = (q, g, k, ex, offset, dt, device, _device_chunk(device_chunk, device), progress)
+        vals, idx = launch(
+            "retrieval_topk",
+            functools.partial(topk_stream, kernels="triton"),
+            functools.partial(topk_stream, kernels="torch"),
+            backend,
+            forced,
+            device,
+            dt,
+            *args,
+        )
     if group is not None:
         v, i = all_gather_cat(vals, group), all_gather_cat(idx, group)
         vals, idx = cpu.merge_topk(v.cpu(), i.cpu(), k)

@@ -1,4 +1,10 @@
-"""Launchers of the Triton retrieval kernels (CUDA, or CPU tensors under TRITON_INTERPRET=1); tiles: configs.py."""
+"""Device paths of retrieval: the Triton kernels (CUDA, or CPU tensors under TRITON_INTERPRET=1; tiles: configs.py)
+and their chunked torch twin (any torch device), behind one planner each for counting and top-k.
+
+Which path runs: :func:`launch` (the backend switch of ``vlkernels._triton``): a Triton compile or launch failure
+on first use reruns the whole call on the torch path (never a mix: ground-truth scores and the scores they are
+compared against must come from the same path).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ import functools
 import numpy as np
 import torch
 
+from vlkernels._triton import run_triton
 from vlkernels.retrieval.configs import Tile, max_fused_k, score_tile, topk_block_n, topk_tile
 from vlkernels.retrieval.io import Embeddings
 from vlkernels.retrieval.plan import SlotPlan
@@ -15,6 +22,22 @@ from vlkernels.retrieval.positives import Positives
 EMPTY = torch.iinfo(torch.int64).min
 # Keys per matmul tile of the large-k top-K path (256 MiB of int64): bounds its device memory.
 WORK_ELEMS = 1 << 25
+
+
+def launch(op: str, triton_fn, torch_fn, path: str, forced: bool, device: torch.device, dtype: torch.dtype, *args):
+    """``triton_fn(*args)`` on the Triton path, ``torch_fn(*args)`` on the torch path. Triton chosen by ``auto``
+    (``forced`` False) goes through ``run_triton``: a failure on first use for this device type and dtype warns and
+    reruns the call on the torch path. A forced Triton path (``backend="triton"``) lets every error surface.
+
+    Note: with a process group, a first-use failure after a collective reruns it; every rank compiles the same
+    kernels for the same arch, so they fail (and rerun) together."""
+    if path == "torch":
+        return torch_fn(*args)
+    if forced:
+        return triton_fn(*args)
+    # run_triton keys the first-use record on its first tensor argument: an empty probe with the device and dtype.
+    probe = torch.empty(0, dtype=dtype, device=device)
+    return run_triton(op, lambda _p, *a: triton_fn(*a), lambda _p, *a: torch_fn(*a), probe, *args)
 
 
 def _prep(x: torch.Tensor) -> torch.Tensor:
@@ -74,6 +97,78 @@ def _slot_width(n_slots: int, max_slots: int) -> int:
     return width
 
 
+class _TritonCount:
+    """Counting kernels of :func:`count_stream` on the Triton path."""
+
+    def __init__(self, device: torch.device, dtype: torch.dtype):
+        self.t = score_tile(device, dtype)
+        # Slot planes padded per launch to a power of two (SLOTS is a constexpr).
+        self.slot_width = functools.partial(_slot_width, max_slots=self.t.max_slots)
+
+    def gt_scores(self, q, g, pair_q, pair_g) -> torch.Tensor:
+        return gt_scores_fwd(q, g, pair_q, pair_g, self.t)
+
+    def count(self, q, g, thr_t, pos_c, out) -> None:
+        from vlkernels.retrieval.kernels import _rank_count_fwd_kernel
+
+        t, width = self.t, thr_t.shape[1]
+        n_split, per = _splits(g.shape[0], q.shape[0], t.block_m, t.block_n, q.device)
+        for s0 in range(0, width, t.max_slots):
+            slots_c = 1 << (min(t.max_slots, width - s0) - 1).bit_length()
+            _rank_count_fwd_kernel[(-(-q.shape[0] // t.block_m), n_split)](
+                q, g, thr_t, pos_c, out,
+                q.shape[0], g.shape[0], q.shape[1], q.stride(0), g.stride(0), per, width, s0,
+                BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_K=t.block_k, SLOTS=slots_c,
+                num_warps=t.num_warps, num_stages=t.num_stages,
+            )  # fmt: skip
+
+
+def _blocks(n_q: int, n_g: int) -> tuple[int, int]:
+    """Sub-tile (rows, cols) of a chunk pair on the torch path: at most WORK_ELEMS scores at a time."""
+    cols = max(1, min(n_g, 8192))
+    return max(1, WORK_ELEMS // cols), cols
+
+
+def _score_block(q: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    # fp32 operands: a low-precision product would round every score to fp16/bf16 (spurious ties).
+    return q.float() @ g.float().T
+
+
+class _TorchCount:
+    """Counting on the torch path (any torch device): each chunk pair as fixed sub-tiles of device matmuls, so a
+    ground-truth score is read from the same sub-tile, computed by the same call, as the counting pass compares."""
+
+    slot_width = None  # planes as wide as the most positives of a query: no constexpr padding
+
+    def gt_scores(self, q, g, pair_q, pair_g) -> torch.Tensor:
+        rows, cols = _blocks(q.shape[0], g.shape[0])
+        out = torch.empty(len(pair_q), dtype=torch.float32, device=q.device)
+        key = (pair_q // rows) * -(-g.shape[0] // cols) + pair_g // cols
+        order = np.argsort(key, kind="stable")
+        tiles, starts = np.unique(key[order], return_index=True)
+        ends = np.append(starts[1:], len(order))
+        dv = lambda x: torch.from_numpy(np.ascontiguousarray(x, dtype=np.int64)).to(q.device)
+        for tile, a, b in zip(tiles.tolist(), starts.tolist(), ends.tolist()):
+            r0, c0 = (tile // -(-g.shape[0] // cols)) * rows, (tile % -(-g.shape[0] // cols)) * cols
+            s = _score_block(q[r0 : r0 + rows], g[c0 : c0 + cols])
+            e = order[a:b]
+            out[dv(e)] = s[dv(pair_q[e] - r0), dv(pair_g[e] - c0)]
+        return out
+
+    def count(self, q, g, thr_t, pos_c, out) -> None:
+        rows, cols = _blocks(q.shape[0], g.shape[0])
+        for r0 in range(0, q.shape[0], rows):
+            r1 = min(q.shape[0], r0 + rows)
+            for c0 in range(0, g.shape[0], cols):
+                c1 = min(g.shape[0], c0 + cols)
+                s = _score_block(q[r0:r1], g[c0:c1])
+                j = torch.arange(c0, c1, device=q.device)
+                for k in range(thr_t.shape[1]):
+                    t, p = thr_t[r0:r1, k : k + 1], pos_c[r0:r1, k : k + 1]
+                    # Above the positive: a higher score, or an equal one at a lower gallery index.
+                    out[r0:r1, k] += ((s > t) | ((s == t) & (j < p))).sum(1)
+
+
 def count_stream(
     queries: Embeddings,
     gallery: Embeddings,
@@ -85,6 +180,7 @@ def count_stream(
     chunk: int,
     group=None,
     bar=None,
+    kernels: str = "triton",
 ) -> np.ndarray:
     """Candidates ranked above each evaluated pair of ``pos`` (global indices), in pair order; pairs whose query is
     not in this process's ``queries`` (global rows ``q_offset..``) get 0, to be summed over the group by the caller.
@@ -93,11 +189,9 @@ def count_stream(
     of pairs whose positive lives on another rank arrive by all_reduce(MAX). Both sources stream in chunks of
     ``chunk`` rows (a multiple of the tile), so tiles, and therefore every score, are the same in the ground-truth
     pass and the counting pass. Ties compare global gallery indices: the positive plane is shifted by each
-    gallery chunk's global start.
+    gallery chunk's global start. ``kernels``: "triton" or "torch" (the chunked torch twin, any device).
     """
-    from vlkernels.retrieval.kernels import _rank_count_fwd_kernel
-
-    t = score_tile(device, dtype)
+    ker = _TritonCount(device, dtype) if kernels == "triton" else _TorchCount()
     n_q, n_g = len(queries), len(gallery)
     pq = pos.pair_queries()
     active = np.zeros(pos.num_queries, dtype=bool)
@@ -119,8 +213,8 @@ def count_stream(
             q_cur, qc_cur = _load(queries, qc * chunk, min(n_q, (qc + 1) * chunk), dtype, device), qc
         g = _load(gallery, gc * chunk, min(n_g, (gc + 1) * chunk), dtype, device)
         e = sel[order[a:b]]
-        thr[torch.from_numpy(e).to(device)] = gt_scores_fwd(
-            q_cur, g, lq[order[a:b]] - qc * chunk, lg[order[a:b]] - gc * chunk, t
+        thr[torch.from_numpy(e).to(device)] = ker.gt_scores(
+            q_cur, g, lq[order[a:b]] - qc * chunk, lg[order[a:b]] - gc * chunk
         )
     if group is not None:
         from vlkernels.retrieval.distributed import all_reduce
@@ -129,10 +223,9 @@ def count_stream(
 
     # Pass 2: per query chunk, planes of (threshold, global positive index) per slot; every gallery chunk counted.
     above = torch.zeros(len(pq), dtype=torch.int64, device=device)
-    slot_width = functools.partial(_slot_width, max_slots=t.max_slots)
     for q0 in range(0, n_q, chunk):
         q1 = min(n_q, q0 + chunk)
-        plan = SlotPlan.build(pos, q_offset + q0, q_offset + q1, mine, slot_width)
+        plan = SlotPlan.build(pos, q_offset + q0, q_offset + q1, mine, ker.slot_width)
         if plan is None:
             if bar is not None:
                 bar.update(-(-n_g // chunk))
@@ -146,15 +239,7 @@ def count_stream(
             g = _load(gallery, g0, min(n_g, g0 + chunk), dtype, device)
             # Padding slots keep +inf thresholds (never counted) whatever their shifted index.
             pos_c = pos_t - (g_offset + g0)
-            n_split, per = _splits(g.shape[0], q.shape[0], t.block_m, t.block_n, device)
-            for s0 in range(0, width, t.max_slots):
-                slots_c = 1 << (min(t.max_slots, width - s0) - 1).bit_length()
-                _rank_count_fwd_kernel[(-(-q.shape[0] // t.block_m), n_split)](
-                    q, g, thr_t, pos_c, out,
-                    q.shape[0], g.shape[0], q.shape[1], q.stride(0), g.stride(0), per, width, s0,
-                    BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_K=t.block_k, SLOTS=slots_c,
-                    num_warps=t.num_warps, num_stages=t.num_stages,
-                )  # fmt: skip
+            ker.count(q, g, thr_t, pos_c, out)
             if bar is not None:
                 bar.update(1)
         above[torch.from_numpy(plan.pairs).to(device)] = plan.take(out, slot_major=False)
@@ -188,11 +273,13 @@ def topk_stream(
     device: torch.device,
     chunk: int,
     progress: bool = False,
+    kernels: str = "triton",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Top-k over gallery chunks of ``chunk`` rows for query chunks of ``chunk`` rows; unsorted ties are impossible:
     candidates are unique int64 keys (score bits, global index ``offset + j``), merged chunk by chunk with
     torch.topk. k + the most exclusions of a query <= max_fused_k (64 on CUDA): the fused kernel, exclusions
-    filtered from the best k + extra; larger: device matmul tiles with exclusions masked before selection."""
+    filtered from the best k + extra; larger, or ``kernels="torch"`` (the torch twin, any device): device matmul tiles
+    with exclusions masked before selection."""
     from vlkernels.retrieval import cpu
 
     n_q, n_g = len(queries), len(gallery)
@@ -202,7 +289,7 @@ def topk_stream(
         return vals, idx
     has_ex = exclude is not None and len(exclude.indices) > 0
     kk = k + (int(exclude.counts.max()) if has_ex else 0)
-    fused = kk <= max_fused_k(device)
+    fused = kernels == "triton" and kk <= max_fused_k(device)
     block_n = topk_block_n(device, dtype, kk) if fused else 1
     g_chunk = -(-chunk // block_n) * block_n
     bar = cpu._progress(-(-n_q // chunk) * -(-n_g // g_chunk), progress, "top-k")
@@ -248,8 +335,7 @@ def _merge_matmul(best: torch.Tensor, q: torch.Tensor, g: torch.Tensor, index0: 
             m_rows = (ex[0] >= r0) & (ex[0] < r1)
         for c0 in range(0, g.shape[0], cols):
             c1 = min(g.shape[0], c0 + cols)
-            # fp32 operands: a low-precision product would round every score to fp16/bf16 (spurious ties).
-            s = q[r0:r1].float() @ g[c0:c1].float().T
+            s = _score_block(q[r0:r1], g[c0:c1])
             keys = encode_keys(s, torch.arange(c0, c1, device=q.device) + index0)
             if ex is not None:
                 m = m_rows & (ex[1] >= g0 + c0) & (ex[1] < g0 + c1)
