@@ -228,18 +228,15 @@ def evaluate(
     progress: bool = False,
     group=None,
 ) -> RetrievalResult:
-    """Exact image-text retrieval metrics in both directions, streamed: the score matrix is never materialized.
+    r"""Exact image-text retrieval metrics in both directions, streamed: the score matrix is never materialized.
 
     For query q with positives P_q, candidates are ordered by score ``s = <q, g>`` descending, then gallery index
-    ascending, and each positive p gets the 1-indexed rank
+    ascending; each positive p gets the 1-indexed rank
 
-    .. math:: \\mathrm{rank}_q(p) = 1 + |\\{ j : s_{qj} > s_{qp} \\}| + |\\{ j < p : s_{qj} = s_{qp} \\}|
+    .. math:: \mathrm{rank}_q(p) = 1 + |\{ j : s_{qj} > s_{qp} \}| + |\{ j < p : s_{qj} = s_{qp} \}|
 
-    counted tile by tile (counts add over tiles, chunks and processes). From the ranks r_1 < ... < r_m of a query's
-    positives and its relevant count R (= m unless out-of-gallery positives are declared):
-    R@K = 100·[r_1 ≤ K], MeanR / MedianR of r_1, MRR = 1/r_1, AP = (1/R) Σ_i i/r_i,
-    mAP@R = (1/R) Σ_{r_i ≤ R} i/r_i and R-Precision = |{i : r_i ≤ R}|/R (eccv_caption, Chun et al. 2022),
-    NDCG = Σ_i 1/log2(1+r_i) / Σ_{i≤R} 1/log2(1+i), each averaged over queries.
+    and R@K, MeanR, MedianR, MRR, mAP, mAP@R, R-Precision (eccv_caption, Chun et al. 2022) and NDCG follow from the
+    positives' ranks (formulas and conventions: ``vlkernels/retrieval/README.md``), averaged over queries.
 
     Args:
         image_emb: ``(N_img, D)`` image embeddings: tensor, numpy array, or a .npy/.safetensors path (memory-mapped).
@@ -254,11 +251,9 @@ def evaluate(
         top_k: cut MRR, mAP, R-Precision and NDCG at rank k (torchmetrics' ``top_k``); keys become ``MRR@k``, ...
         empty: evaluated queries without a positive: "error" (default), "skip" (left out), "zero" / "one" (score
             0 / 1 in every metric but MeanR / MedianR; torchmetrics' ``empty_target_action`` "neg" / "pos").
-        backend: "auto" (C++ on CPU; for inputs on a device, Triton where the process-wide backend switch
-            ``vlkernels.set_backend`` / ``VLKERNELS_BACKEND`` allows it, else the chunked torch path with one warning
-            naming why; a Triton failure on first use falls back to torch with a warning), "cpu", "triton" (forced:
-            errors surface; on the CUDA device of the inputs, host inputs streaming to the current CUDA device; CPU
-            under TRITON_INTERPRET=1) or "torch" (the chunked torch path, any torch device).
+        backend: "auto" (C++ on CPU; on a device, Triton where ``vlkernels.set_backend`` allows and the device
+            supports it, else the chunked torch path, with one warning), "cpu", "triton" (forced: errors surface;
+            host inputs stream to the current CUDA device) or "torch" (chunked torch, any torch device).
         chunk_rows, chunk_cols: tile of the streamed (texts x images) score matrix on CPU.
         cache_bytes: tiles kept between the two CPU passes (tiles holding ground-truth pairs).
         device_chunk: Triton path: rows of texts and of images held on the device at a time (rounded up to whole
@@ -279,17 +274,10 @@ def evaluate(
             group, any rank's input error (raised on every rank) or D / image count / dtypes differing by rank.
 
     Note:
-        Ties: lower gallery index first, on every backend; equal to ranking with ``np.argsort(-s, kind="stable")``
-        (the usual scripts' default quicksort leaves tie order unspecified; without ties the results are identical).
-        Scores accumulate in fp32 (in fp64 on CPU when either input is fp64: the other is promoted); fp16/bf16 are
-        widened per chunk. Each ground-truth
-        score is read from the same tile computation as the scores it is compared with. Extra memory:
-        O(N_img·D + pairs + tiles), not N_img·N_txt: on CPU the images are held in memory and the texts stream in
-        ``chunk_rows`` chunks (memory-mapped files are read chunk by chunk); the Triton path streams both in
-        ``device_chunk`` chunks (device memory O(device_chunk·D + pairs of a chunk)); host or memory-mapped
-        inputs with backend="triton" stream to the current CUDA device. Sharded runs equal unsharded ones exactly
-        (ties use global text indices); a validation error on any rank raises on every rank, as do differing D,
-        image count or dtypes across ranks. Deterministic. Not differentiable.
+        Ties: lower gallery index first on every backend (``np.argsort(-s, kind="stable")``). Scores accumulate in
+        fp32 (fp64 on CPU when an input is fp64); each ground-truth score comes from the same tile computation as
+        the scores it is compared with. Memory O(N_img·D + pairs + tiles), never N_img·N_txt (streaming layout:
+        the README). Sharded runs equal unsharded ones exactly. Deterministic. Not differentiable.
 
     Example:
         >>> img = torch.eye(3); txt = torch.eye(3)[[0, 0, 1, 2]]
