@@ -276,9 +276,7 @@ def load_results(obj: object, gt: GroundTruth) -> Anns:
     return res
 
 
-def segmentations(
-    anns: Anns, rows: np.ndarray, gt: GroundTruth, where: str, need: np.ndarray | None = None
-) -> Masks:
+def segmentations(anns: Anns, rows: np.ndarray, gt: GroundTruth, where: str, need: np.ndarray | None = None) -> Masks:
     """RLE masks of ``anns.raw[rows]``, as ``COCO.annToRLE`` makes them (polygons and uncompressed RLE included),
     each checked against its image's size. ``need`` (bool per row): where False the mask is validated but returned
     empty (area 0, no runs), for detections that meet no ground truth."""
