@@ -227,6 +227,8 @@ def test_cocoeval_summary_lines_equal_pycocotools():
         (lambda r: r[1].update(category_id=77), r"results\[1\]\['category_id'\] = 77"),
         (lambda r: r[0].update(bbox=[1, 2, 3]), r"results\[0\] 'bbox' must be a list of 4"),
         (lambda r: r[4].update(bbox=[1, 2, float("inf"), 3]), r"results\[4\]\['bbox'\] must be finite"),
+        (lambda r: r.__setitem__(2, [1, 2]), r"results\[2\] must be a dict"),
+        (lambda r: r[3].update(score="high"), r"results\[3\] 'score' must be a number"),
     ],
 )
 def test_cocoeval_bad_results_raise(mutate, match):
@@ -270,6 +272,14 @@ def test_cocoeval_bad_files_and_ground_truth_raise(tmp_path):
         COCOeval(gt, BASE_DT, "bbox")
     with pytest.raises(ValueError, match="iouType"):
         COCOeval(_tiny(BASE_GT), BASE_DT, "keypoints")
+    gt = _tiny(BASE_GT)
+    gt["annotations"][3]["bbox"] = [5, 5, 10, -1]
+    with pytest.raises(ValueError, match=r"annotations\[3\]\['bbox'\] has a negative width or height"):
+        COCOeval(gt, BASE_DT, "bbox").evaluate()
+    with pytest.raises(ValueError, match="ground truth needs a list 'images'"):
+        COCOeval({"annotations": [], "categories": []}, BASE_DT, "bbox")
+    with pytest.raises(ValueError, match="results must be a list of detection dicts"):
+        COCOeval(_tiny(BASE_GT), {"bbox": [1, 2, 3, 4]}, "bbox").evaluate()
 
 
 def test_cli_detection_prints_pycocotools_lines_and_writes_json(tmp_path, capsys):
