@@ -484,3 +484,29 @@ def test_detection_bindings_reject_bad_tensors():
         C.det_masks(items, np.array([0], i64), np.array([2, 2], i64), w, None, convert, "r")
     with pytest.raises(ValueError, match="need must have size 1"):
         C.det_masks(items, np.array([0], i64), h, w, np.ones(2, u8), convert, "r")
+
+
+def test_det_masks_area_and_box_equal_pycocotools():
+    # det_masks finds rleToBbox boxes by walking (column, row) run by run: random masks (runs that wrap columns,
+    # empty and full masks, a 1-pixel-high image) against pycocotools' area / toBbox.
+    from pycocotools import mask as coco_mask
+
+    from vlkernels import _ext
+
+    rng = np.random.default_rng(0)
+    items, hs, ws = [], [], []
+    for k in range(300):
+        h, w = (int(rng.integers(1, 40)), int(rng.integers(1, 40))) if k % 50 else (1, 17)
+        m = (rng.random((h, w)) < [0.02, 0.3, 0.9, 0.0, 1.0][k % 5]).astype(np.uint8)
+        if k % 7 == 0:
+            m[:, : w // 2] = 1  # foreground runs that span whole columns
+        rle = coco_mask.encode(np.asfortranarray(m))
+        items.append({"segmentation": {"size": [h, w], "counts": rle["counts"].decode()}})
+        hs.append(h)
+        ws.append(w)
+    rows = np.arange(len(items), dtype=np.int64)
+    h, w = np.array(hs, np.int64), np.array(ws, np.int64)
+    _, _, area, bbox = _ext.load().det_masks(items, rows, h, w, None, lambda *a: None, "r")
+    rles = [dict(it["segmentation"], counts=it["segmentation"]["counts"].encode()) for it in items]
+    np.testing.assert_array_equal(area, [coco_mask.area(r) for r in rles])
+    np.testing.assert_array_equal(bbox, np.stack([coco_mask.toBbox(r) for r in rles]))
