@@ -62,7 +62,7 @@ py::array_t<T> to_array(std::vector<T>&& v) {
 py::tuple det_masks(const py::list& items, py::handle rows_obj, py::handle h_obj, py::handle w_obj,
                     const py::object& need_obj, const py::function& convert, const std::string& where) {
   auto rows = arg(rows_obj, "rows", vlk::kI64, {-1});
-  const int64_t n = rows.size(0), n_items = static_cast<int64_t>(items.size());
+  const int64_t n = rows.size(0);
   auto ha = arg(h_obj, "h", vlk::kI64, {n});
   auto wa = arg(w_obj, "w", vlk::kI64, {n});
   std::vector<TensorArg> keep;
@@ -74,7 +74,9 @@ py::tuple det_masks(const py::list& items, py::handle rows_obj, py::handle h_obj
   std::vector<int64_t> len(static_cast<size_t>(n));
   const py::str seg_key("segmentation"), counts_key("counts"), size_key("size");
   for (int64_t k = 0; k < n; ++k) {
-    if (row[k] < 0 || row[k] >= n_items) rows.refuse("holds " + std::to_string(row[k]) + ", not an item index");
+    // The list's current size: convert() runs Python code, which could shrink it.
+    if (row[k] < 0 || row[k] >= static_cast<int64_t>(PyList_GET_SIZE(items.ptr())))
+      rows.refuse("holds " + std::to_string(row[k]) + ", not an item index");
     if (hh[k] < 0 || ww[k] < 0) ha.refuse("holds a negative image size");
     const std::string item = where + "[" + std::to_string(row[k]) + "]";
     auto fail = [&](const std::string& what) { return py::value_error(item + what); };
@@ -92,7 +94,8 @@ py::tuple det_masks(const py::list& items, py::handle rows_obj, py::handle h_obj
       if (PyErr_Occurred()) throw py::error_already_set();
       if (!c || !(PyUnicode_Check(c) || PyBytes_Check(c))) throw fail("['segmentation'] must be an RLE dict or polygons");
     }
-    held[k] = rle;
+    // The counts object itself: a dict entry could be replaced by another thread while the GIL is released.
+    held[k] = py::reinterpret_borrow<py::object>(c);
     if (PyBytes_Check(c)) {
       str[k] = PyBytes_AS_STRING(c);
       len[k] = static_cast<int64_t>(PyBytes_GET_SIZE(c));
@@ -174,13 +177,17 @@ py::tuple det_columns(const py::list& items, const std::vector<std::tuple<std::s
     return true;
   };
   for (int64_t k = 0; k < n; ++k) {
-    PyObject* d = PyList_GET_ITEM(items.ptr(), k);
+    // Strong references and the list's current size: a number's __float__ may run Python code that edits them.
+    if (k >= static_cast<int64_t>(PyList_GET_SIZE(items.ptr()))) return fail(k, "vanished while being read");
+    const py::object hold_d = py::reinterpret_borrow<py::object>(PyList_GET_ITEM(items.ptr(), k));
+    PyObject* d = hold_d.ptr();
     if (!PyDict_Check(d)) return fail(k, "must be a dict");
     double* row = o + k * cols;
     for (size_t f = 0; f < fields.size(); ++f) {
       const int width = std::get<1>(fields[f]);
       const std::string& key = std::get<0>(fields[f]);
       PyObject* v = PyDict_GetItemWithError(d, keys[f].ptr());
+      const py::object hold_v = py::reinterpret_borrow<py::object>(v);
       if (!v) {
         if (PyErr_Occurred()) PyErr_Clear();
         const double dflt = std::get<2>(fields[f]);
