@@ -1,26 +1,51 @@
+// Detection bindings: tensors arrive as vlk::TensorArg and every extent, offset and index the kernels follow is
+// checked here (a bad argument is a ValueError naming it); the readers of result / RLE dicts hold the GIL.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <stdexcept>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "core/tensor_arg.h"
 #include "detection/coco_eval.h"
 #include "detection/det_masks.h"
 #include "registry.h"
 
 namespace py = pybind11;
-using vlk::bind::ptr;
+using vlk::TensorArg;
 
 namespace {
 
-// Python validated the arrays; the offsets are re-checked here because every read is bounded by them.
-void check_offsets(const int64_t* off, int64_t n_cells, int64_t n, const char* name) {
-  if (off[0] != 0 || off[n_cells] != n) throw std::invalid_argument(std::string(name) + " must span [0, n]");
-  for (int64_t c = 0; c < n_cells; ++c)
-    if (off[c + 1] < off[c]) throw std::invalid_argument(std::string(name) + " must be non-decreasing");
+// A 1-D / n-D contiguous CPU tensor of one dtype and the given shape (-1: any extent).
+TensorArg arg(py::handle obj, const char* name, vlk::DType dt, std::initializer_list<int64_t> shape) {
+  auto a = TensorArg::from(obj, name);
+  a.device(vlk::kCPU).ndim(static_cast<int64_t>(shape.size())).dtype_is(dt);
+  int64_t d = 0;
+  for (int64_t s : shape) {
+    if (s >= 0) a.size(d, s);
+    ++d;
+  }
+  // An empty array may export any strides (numpy gives 0): nothing is read from it.
+  if (a.numel() > 0) a.contiguous();
+  return a;
+}
+
+TensorArg out_arg(py::handle obj, const char* name, vlk::DType dt, std::initializer_list<int64_t> shape) {
+  auto a = arg(obj, name, dt, shape);
+  a.writable();
+  return a;
+}
+
+// off[0] = 0, off[last] = n, non-decreasing: every read through the offsets stays inside [0, n).
+void check_offsets(const TensorArg& a, int64_t n) {
+  const int64_t* off = a.data<const int64_t>();
+  const int64_t cells = a.numel() - 1;
+  if (cells < 0 || off[0] != 0 || off[cells] != n) a.refuse("must start at 0 and end at " + std::to_string(n));
+  for (int64_t c = 0; c < cells; ++c)
+    if (off[c + 1] < off[c]) a.refuse("must be non-decreasing");
 }
 
 template <typename T>
@@ -30,47 +55,65 @@ py::array_t<T> to_array(std::vector<T>&& v) {
   return py::array_t<T>({static_cast<py::ssize_t>(heap->size())}, {sizeof(T)}, heap->data(), owner);
 }
 
-// segs: list of compressed-RLE dicts; h, w: the expected size of each. Every counts object is referenced (INCREF)
-// while the GIL is released, so the buffers read stay alive whatever other Python threads do.
-py::tuple det_masks(const py::list& segs, std::uintptr_t h, std::uintptr_t w) {
-  const int64_t n = static_cast<int64_t>(segs.size());
-  const int64_t* hh = ptr<const int64_t>(h);
-  const int64_t* ww = ptr<const int64_t>(w);
+// The RLE masks of items[rows[k]]["segmentation"] (h[k] x w[k] each) -> (csum, offsets, area, bbox [n, 4]); where
+// need[k] == 0 (need may be None) the mask is validated but returned empty (det_masks_from_strings).
+// A compressed RLE dict is read in place; polygons and uncompressed RLE go through convert(row, h, w), which returns
+// a compressed RLE dict. Every string read is referenced while the GIL is released. Errors name where[row].
+py::tuple det_masks(const py::list& items, py::handle rows_obj, py::handle h_obj, py::handle w_obj,
+                    const py::object& need_obj, const py::function& convert, const std::string& where) {
+  auto rows = arg(rows_obj, "rows", vlk::kI64, {-1});
+  const int64_t n = rows.size(0);
+  auto ha = arg(h_obj, "h", vlk::kI64, {n});
+  auto wa = arg(w_obj, "w", vlk::kI64, {n});
+  std::vector<TensorArg> keep;
+  const uint8_t* need = nullptr;
+  if (!need_obj.is_none()) need = keep.emplace_back(arg(need_obj, "need", vlk::kU8, {n})).data<const uint8_t>();
+  const int64_t *row = rows.data<const int64_t>(), *hh = ha.data<const int64_t>(), *ww = wa.data<const int64_t>();
   std::vector<py::object> held(static_cast<size_t>(n));
   std::vector<const char*> str(static_cast<size_t>(n));
   std::vector<int64_t> len(static_cast<size_t>(n));
-  const py::str counts_key("counts"), size_key("size");
+  const py::str seg_key("segmentation"), counts_key("counts"), size_key("size");
   for (int64_t k = 0; k < n; ++k) {
-    PyObject* d = PyList_GET_ITEM(segs.ptr(), k);
-    auto fail = [&](const std::string& what) {
-      return py::make_tuple(py::none(), py::none(), py::none(), py::none(), k, what);
-    };
-    if (!PyDict_Check(d)) return fail("must be an RLE dict or polygons");
-    PyObject* c = PyDict_GetItemWithError(d, counts_key.ptr());
-    PyObject* sz = PyDict_GetItemWithError(d, size_key.ptr());
-    if (!c || !sz) {
-      PyErr_Clear();
-      return fail("must be an RLE dict with 'size' and 'counts'");
+    // The list's current size: convert() runs Python code, which could shrink it.
+    if (row[k] < 0 || row[k] >= static_cast<int64_t>(PyList_GET_SIZE(items.ptr())))
+      rows.refuse("holds " + std::to_string(row[k]) + ", not an item index");
+    if (hh[k] < 0 || ww[k] < 0) ha.refuse("holds a negative image size");
+    const std::string item = where + "[" + std::to_string(row[k]) + "]";
+    auto fail = [&](const std::string& what) { return py::value_error(item + what); };
+    PyObject* d = PyList_GET_ITEM(items.ptr(), row[k]);
+    PyObject* seg = PyDict_Check(d) ? PyDict_GetItemWithError(d, seg_key.ptr()) : nullptr;
+    if (PyErr_Occurred()) throw py::error_already_set();
+    if (!seg) throw fail(" has no 'segmentation'");
+    PyObject* c = PyDict_Check(seg) ? PyDict_GetItemWithError(seg, counts_key.ptr()) : nullptr;
+    if (PyErr_Occurred()) throw py::error_already_set();
+    py::object rle = py::reinterpret_borrow<py::object>(seg);
+    if (!c || !(PyUnicode_Check(c) || PyBytes_Check(c))) {
+      // Polygons, uncompressed RLE, or something convert() rejects with its own message.
+      rle = convert(row[k], hh[k], ww[k]);
+      c = PyDict_Check(rle.ptr()) ? PyDict_GetItemWithError(rle.ptr(), counts_key.ptr()) : nullptr;
+      if (PyErr_Occurred()) throw py::error_already_set();
+      if (!c || !(PyUnicode_Check(c) || PyBytes_Check(c))) throw fail("['segmentation'] must be an RLE dict or polygons");
     }
+    // The counts object itself: a dict entry could be replaced by another thread while the GIL is released.
+    held[k] = py::reinterpret_borrow<py::object>(c);
     if (PyBytes_Check(c)) {
       str[k] = PyBytes_AS_STRING(c);
       len[k] = static_cast<int64_t>(PyBytes_GET_SIZE(c));
-    } else if (PyUnicode_Check(c)) {
+    } else {
       Py_ssize_t n_bytes = 0;
       // UTF-8 of an ASCII str is its own storage (cached by CPython for the object's lifetime).
       const char* s = PyUnicode_AsUTF8AndSize(c, &n_bytes);
       if (!s) {
         PyErr_Clear();
-        return fail("has undecodable 'counts'");
+        throw fail("['segmentation'] has undecodable 'counts'");
       }
       str[k] = s;
       len[k] = static_cast<int64_t>(n_bytes);
-    } else {
-      return fail("'counts' must be a string here");
     }
-    held[k] = py::reinterpret_borrow<py::object>(c);
+    PyObject* sz = PyDict_GetItemWithError(rle.ptr(), size_key.ptr());
+    if (PyErr_Occurred()) throw py::error_already_set();
     bool size_ok = false;
-    if ((PyList_Check(sz) || PyTuple_Check(sz)) && PySequence_Size(sz) == 2) {
+    if (sz && (PyList_Check(sz) || PyTuple_Check(sz)) && PySequence_Size(sz) == 2) {
       py::object s0 = py::reinterpret_steal<py::object>(PySequence_GetItem(sz, 0));
       py::object s1 = py::reinterpret_steal<py::object>(PySequence_GetItem(sz, 1));
       const long long sh = PyLong_AsLongLong(s0.ptr());
@@ -78,21 +121,30 @@ py::tuple det_masks(const py::list& segs, std::uintptr_t h, std::uintptr_t w) {
       if (PyErr_Occurred()) PyErr_Clear();
       size_ok = sh == hh[k] && sw == ww[k];
     }
+    if (!sz) throw fail("['segmentation'] must be an RLE dict with 'size' and 'counts'");
     if (!size_ok) {
-      return fail("has size " + py::repr(py::handle(sz)).cast<std::string>() + " but its image is [" +
-                  std::to_string(hh[k]) + ", " + std::to_string(ww[k]) + "]");
+      throw fail("['segmentation'] has size " + py::repr(py::handle(sz)).cast<std::string>() + " but its image is [" +
+                 std::to_string(hh[k]) + ", " + std::to_string(ww[k]) + "]");
     }
   }
-  std::vector<int64_t> csum, offsets, area;
+  std::unique_ptr<int64_t[]> csum;
+  std::vector<int64_t> offsets, area;
   std::vector<double> bbox;
   std::string error;
+  int64_t bad = -1;
   {
     py::gil_scoped_release release;
-    error = vlk::det_masks_from_strings(str.data(), len.data(), n, hh, ww, csum, offsets, area, bbox);
+    error = vlk::det_masks_from_strings(str.data(), len.data(), n, hh, ww, need, csum, offsets, area, bbox, bad);
   }
-  if (!error.empty()) return py::make_tuple(py::none(), py::none(), py::none(), py::none(), -1, error);
-  return py::make_tuple(to_array(std::move(csum)), to_array(std::move(offsets)), to_array(std::move(area)),
-                        to_array(std::move(bbox)), -1, std::string());
+  if (!error.empty())
+    throw py::value_error(where + "[" + std::to_string(row[bad]) + "]['segmentation']: malformed RLE string: " + error);
+  py::array_t<double> box = to_array(std::move(bbox));
+  const int64_t total = offsets.back();
+  int64_t* runs = csum.release();
+  py::capsule runs_owner(runs, [](void* p) { delete[] static_cast<int64_t*>(p); });
+  py::array_t<int64_t> runs_arr({static_cast<py::ssize_t>(total)}, {sizeof(int64_t)}, runs, runs_owner);
+  return py::make_tuple(runs_arr, to_array(std::move(offsets)), to_array(std::move(area)),
+                        box.attr("reshape")(n, 4));
 }
 
 // Numeric fields of a list of dicts as one float64 table [n, cols]: fields[f] = (key, width, default); width 1 reads
@@ -125,33 +177,37 @@ py::tuple det_columns(const py::list& items, const std::vector<std::tuple<std::s
     return true;
   };
   for (int64_t k = 0; k < n; ++k) {
-    PyObject* d = PyList_GET_ITEM(items.ptr(), k);
+    // Strong references and the list's current size: a number's __float__ may run Python code that edits them.
+    if (k >= static_cast<int64_t>(PyList_GET_SIZE(items.ptr()))) return fail(k, "vanished while being read");
+    const py::object hold_d = py::reinterpret_borrow<py::object>(PyList_GET_ITEM(items.ptr(), k));
+    PyObject* d = hold_d.ptr();
     if (!PyDict_Check(d)) return fail(k, "must be a dict");
     double* row = o + k * cols;
     for (size_t f = 0; f < fields.size(); ++f) {
       const int width = std::get<1>(fields[f]);
+      const std::string& key = std::get<0>(fields[f]);
       PyObject* v = PyDict_GetItemWithError(d, keys[f].ptr());
+      const py::object hold_v = py::reinterpret_borrow<py::object>(v);
       if (!v) {
         if (PyErr_Occurred()) PyErr_Clear();
         const double dflt = std::get<2>(fields[f]);
-        if (dflt != dflt) return fail(k, "has no '" + std::get<0>(fields[f]) + "'");
+        if (dflt != dflt) return fail(k, "has no '" + key + "'");
         for (int j = 0; j < width; ++j) row[j] = dflt;
         row += width;
         continue;
       }
       if (width == 1) {
-        if (!number(v, row)) return fail(k, "'" + std::get<0>(fields[f]) + "' must be a number");
+        if (!number(v, row)) return fail(k, "'" + key + "' must be a number");
       } else {
         PyObject* seq = PySequence_Fast(v, "");
         if (!seq) {
           PyErr_Clear();
-          return fail(k, "'" + std::get<0>(fields[f]) + "' must be a list of " + std::to_string(width) + " numbers");
+          return fail(k, "'" + key + "' must be a list of " + std::to_string(width) + " numbers");
         }
         bool ok = PySequence_Fast_GET_SIZE(seq) == width;
         for (int j = 0; ok && j < width; ++j) ok = number(PySequence_Fast_GET_ITEM(seq, j), row + j);
         Py_DECREF(seq);
-        if (!ok)
-          return fail(k, "'" + std::get<0>(fields[f]) + "' must be a list of " + std::to_string(width) + " numbers");
+        if (!ok) return fail(k, "'" + key + "' must be a list of " + std::to_string(width) + " numbers");
       }
       row += width;
     }
@@ -161,68 +217,126 @@ py::tuple det_columns(const py::list& items, const std::vector<std::tuple<std::s
 
 }  // namespace
 
+namespace {
+
+// kind 0 (bbox): gt_box / dt_box are the annotation boxes. kind 1 (segm): they are the masks' rleToBbox boxes and
+// gt_masks / dt_masks are (csum, offsets, area) from det_masks, indexed like the ground truths / detections.
+void det_evaluate(int kind, py::handle gt_off_o, py::handle dt_off_o, py::handle gt_box_o, py::handle dt_box_o,
+                  py::object gt_masks, py::object dt_masks, py::handle gt_crowd_o, py::handle gt_ignore_o,
+                  py::handle gt_area_o, py::handle dt_area_o, py::handle gt_id_nz_o, py::handle dt_id_pos_o,
+                  py::object dt_extra_o, py::handle area_rng_o, py::handle thr_o, py::handle status_o,
+                  py::handle npig_o, py::object dt_match_o, py::object gt_match_o, py::object gt_ign_o) {
+  if (kind != 0 && kind != 1) throw py::value_error("kind must be 0 (bbox) or 1 (segm), got " + std::to_string(kind));
+  auto gt_area = arg(gt_area_o, "gt_area", vlk::kF64, {-1});
+  auto dt_area = arg(dt_area_o, "dt_area", vlk::kF64, {-1});
+  const int64_t ng = gt_area.size(0), nd = dt_area.size(0);
+  auto gt_off = arg(gt_off_o, "gt_off", vlk::kI64, {-1});
+  const int64_t nc = gt_off.size(0) - 1;
+  auto dt_off = arg(dt_off_o, "dt_off", vlk::kI64, {nc + 1});
+  check_offsets(gt_off, ng);
+  check_offsets(dt_off, nd);
+  auto gt_box = arg(gt_box_o, "gt_box", vlk::kF64, {ng, 4});
+  auto dt_box = arg(dt_box_o, "dt_box", vlk::kF64, {nd, 4});
+  auto gt_crowd = arg(gt_crowd_o, "gt_crowd", vlk::kU8, {ng});
+  auto gt_ignore = arg(gt_ignore_o, "gt_ignore", vlk::kU8, {ng});
+  auto gt_id_nz = arg(gt_id_nz_o, "gt_id_nonzero", vlk::kU8, {ng});
+  auto dt_id_pos = arg(dt_id_pos_o, "dt_id_pos", vlk::kU8, {nd});
+  std::vector<TensorArg> keep;
+  keep.reserve(16);  // no reallocation: references into it are taken below
+  auto masks = [&](const py::object& m, const char* name, int64_t n) -> std::tuple<const int64_t*, const int64_t*,
+                                                                                    const int64_t*> {
+    if (kind == 0) return {nullptr, nullptr, nullptr};
+    if (m.is_none() || py::len(m) != 3) throw py::value_error(std::string(name) + " must be (csum, offsets, area)");
+    const py::tuple t(m);
+    auto& csum = keep.emplace_back(arg(t[0], name, vlk::kI64, {-1}));
+    auto& off = keep.emplace_back(arg(t[1], name, vlk::kI64, {n + 1}));
+    check_offsets(off, csum.size(0));
+    auto& area = keep.emplace_back(arg(t[2], name, vlk::kI64, {n}));
+    return {csum.data<const int64_t>(), off.data<const int64_t>(), area.data<const int64_t>()};
+  };
+  const auto [gcs, gro, gra] = masks(gt_masks, "gt_masks", ng);
+  const auto [dcs, dro, dra] = masks(dt_masks, "dt_masks", nd);
+  auto area_rng = arg(area_rng_o, "area_rng", vlk::kF64, {-1, 2});
+  auto thr = arg(thr_o, "thr", vlk::kF64, {-1});
+  const int64_t A = area_rng.size(0), T = thr.size(0);
+  auto status = out_arg(status_o, "status", vlk::kU8, {A, T, nd});
+  auto npig = out_arg(npig_o, "npig", vlk::kI64, {A, nc});
+  const uint8_t* extra = nullptr;
+  if (!dt_extra_o.is_none()) extra = keep.emplace_back(arg(dt_extra_o, "dt_extra_ignore", vlk::kU8, {nd})).data<const uint8_t>();
+  int64_t* dm = nullptr;
+  int64_t* gm = nullptr;
+  uint8_t* gi = nullptr;
+  if (!dt_match_o.is_none()) dm = keep.emplace_back(out_arg(dt_match_o, "dt_match", vlk::kI64, {A, T, nd})).data<int64_t>();
+  if (!gt_match_o.is_none()) gm = keep.emplace_back(out_arg(gt_match_o, "gt_match", vlk::kI64, {A, T, ng})).data<int64_t>();
+  if (!gt_ign_o.is_none()) gi = keep.emplace_back(out_arg(gt_ign_o, "gt_ignore_out", vlk::kU8, {A, ng})).data<uint8_t>();
+  vlk::DetEvalInputs in{};
+  in.n_cells = nc;
+  in.n_gt = ng;
+  in.n_dt = nd;
+  in.gt_off = gt_off.data<const int64_t>();
+  in.dt_off = dt_off.data<const int64_t>();
+  in.geo = vlk::DetGeometry{kind, gt_box.data<const double>(), dt_box.data<const double>(), gcs, gro, gra, dcs, dro, dra};
+  in.gt_crowd = gt_crowd.data<const uint8_t>();
+  in.gt_ignore = gt_ignore.data<const uint8_t>();
+  in.gt_area = gt_area.data<const double>();
+  in.dt_area = dt_area.data<const double>();
+  in.gt_id_nonzero = gt_id_nz.data<const uint8_t>();
+  in.dt_id_pos = dt_id_pos.data<const uint8_t>();
+  in.dt_extra_ignore = extra;
+  in.n_area = A;
+  in.area_rng = area_rng.data<const double>();
+  in.n_thr = T;
+  in.thr = thr.data<const double>();
+  py::gil_scoped_release release;
+  vlk::launch_det_evaluate(in, status.data<uint8_t>(), npig.data<int64_t>(), dm, gm, gi);
+}
+
+// precision / scores [T, R, K, A, M] and recall [T, K, A, M] (pre-filled by the caller): slot k gathers the cells
+// whose cell_group is k, slot a reads evaluated area range area_src[a], slot m keeps max_dets[m] per cell.
+void det_accumulate(py::handle dt_off_o, py::handle group_o, int64_t n_groups, py::handle status_o, py::handle npig_o,
+                    py::handle score_o, py::handle area_src_o, py::handle rec_thr_o, py::handle max_dets_o,
+                    py::handle precision_o, py::handle recall_o, py::object scores_o) {
+  auto score = arg(score_o, "score", vlk::kF64, {-1});
+  const int64_t nd = score.size(0);
+  auto dt_off = arg(dt_off_o, "dt_off", vlk::kI64, {-1});
+  const int64_t nc = dt_off.size(0) - 1;
+  check_offsets(dt_off, nd);
+  auto status = arg(status_o, "status", vlk::kU8, {-1, -1, nd});
+  const int64_t A_eval = status.size(0), T = status.size(1);
+  auto npig = arg(npig_o, "npig", vlk::kI64, {A_eval, nc});
+  auto group = arg(group_o, "cell_group", vlk::kI64, {nc});
+  auto area_src = arg(area_src_o, "area_src", vlk::kI64, {-1});
+  auto rec_thr = arg(rec_thr_o, "rec_thr", vlk::kF64, {-1});
+  auto max_dets = arg(max_dets_o, "max_dets", vlk::kI64, {-1});
+  auto precision = out_arg(precision_o, "precision", vlk::kF64, {T, rec_thr.size(0), -1, -1, -1});
+  const int64_t K = precision.size(2), A = precision.size(3), M = precision.size(4);
+  auto recall = out_arg(recall_o, "recall", vlk::kF64, {T, K, A, M});
+  double* scores = nullptr;
+  std::vector<TensorArg> keep;
+  if (!scores_o.is_none())
+    scores = keep.emplace_back(out_arg(scores_o, "scores", vlk::kF64, {T, rec_thr.size(0), K, A, M})).data<double>();
+  if (n_groups < 0 || n_groups > K) throw py::value_error("n_groups must be in [0, " + std::to_string(K) + "]");
+  if (area_src.size(0) > A) area_src.refuse("has more entries than precision has area slots");
+  if (max_dets.size(0) > M) max_dets.refuse("has more entries than precision has maxDet slots");
+  const int64_t* g = group.data<const int64_t>();
+  for (int64_t c = 0; c < nc; ++c)
+    if (g[c] < -1 || g[c] >= n_groups) group.refuse("holds " + std::to_string(g[c]) + ", outside [-1, n_groups)");
+  const int64_t* src = area_src.data<const int64_t>();
+  for (int64_t a = 0; a < area_src.size(0); ++a)
+    if (src[a] < 0 || src[a] >= A_eval) area_src.refuse("holds " + std::to_string(src[a]) + ", not an area range");
+  vlk::DetAccumInputs in{nc, nd, dt_off.data<const int64_t>(), g, n_groups, status.data<const uint8_t>(),
+                         npig.data<const int64_t>(), score.data<const double>(), A_eval, area_src.size(0), src, T,
+                         rec_thr.size(0), rec_thr.data<const double>(), max_dets.size(0),
+                         max_dets.data<const int64_t>(), K, A, M};
+  py::gil_scoped_release release;
+  vlk::launch_det_accumulate(in, precision.data<double>(), recall.data<double>(), scores);
+}
+
+}  // namespace
+
 VLK_BIND(detection) {
-  m.def("det_evaluate", [](int kind, int64_t n_cells, int64_t n_gt, int64_t n_dt, std::uintptr_t gt_off,
-                           std::uintptr_t dt_off, const std::vector<std::uintptr_t>& geo,
-                           const std::vector<std::uintptr_t>& flags, int64_t n_area, std::uintptr_t area_rng,
-                           int64_t n_thr, std::uintptr_t thr, const std::vector<std::uintptr_t>& out) {
-    if (geo.size() != 8 || flags.size() != 7 || out.size() != 5) throw std::invalid_argument("det_evaluate: arity");
-    if (kind != 0 && kind != 1) throw std::invalid_argument("det_evaluate: kind must be 0 (bbox) or 1 (segm)");
-    vlk::DetEvalInputs in{};
-    in.n_cells = n_cells;
-    in.n_gt = n_gt;
-    in.n_dt = n_dt;
-    in.gt_off = ptr<const int64_t>(gt_off);
-    in.dt_off = ptr<const int64_t>(dt_off);
-    check_offsets(in.gt_off, n_cells, n_gt, "gt_off");
-    check_offsets(in.dt_off, n_cells, n_dt, "dt_off");
-    in.geo = vlk::DetGeometry{kind,
-                              ptr<const double>(geo[0]),
-                              ptr<const double>(geo[1]),
-                              ptr<const int64_t>(geo[2]),
-                              ptr<const int64_t>(geo[3]),
-                              ptr<const int64_t>(geo[4]),
-                              ptr<const int64_t>(geo[5]),
-                              ptr<const int64_t>(geo[6]),
-                              ptr<const int64_t>(geo[7])};
-    in.gt_crowd = ptr<const uint8_t>(flags[0]);
-    in.gt_ignore = ptr<const uint8_t>(flags[1]);
-    in.gt_area = ptr<const double>(flags[2]);
-    in.dt_area = ptr<const double>(flags[3]);
-    in.gt_id_nonzero = ptr<const uint8_t>(flags[4]);
-    in.dt_id_pos = ptr<const uint8_t>(flags[5]);
-    in.dt_extra_ignore = ptr<const uint8_t>(flags[6]);
-    in.n_area = n_area;
-    in.area_rng = ptr<const double>(area_rng);
-    in.n_thr = n_thr;
-    in.thr = ptr<const double>(thr);
-    py::gil_scoped_release release;
-    vlk::launch_det_evaluate(in, ptr<uint8_t>(out[0]), ptr<int64_t>(out[1]), ptr<int64_t>(out[2]),
-                             ptr<int64_t>(out[3]), ptr<uint8_t>(out[4]));
-  });
+  m.def("det_evaluate", &det_evaluate);
+  m.def("det_accumulate", &det_accumulate);
   m.def("det_masks", &det_masks);
   m.def("det_columns", &det_columns);
-  m.def("det_accumulate", [](int64_t n_cells, int64_t n_dt, std::uintptr_t dt_off, std::uintptr_t cell_group,
-                             int64_t n_groups, std::uintptr_t status, std::uintptr_t npig, std::uintptr_t score,
-                             int64_t n_area_eval, int64_t n_area_src, std::uintptr_t area_src, int64_t n_thr,
-                             int64_t n_rec, std::uintptr_t rec_thr, int64_t n_max, std::uintptr_t max_dets,
-                             int64_t out_k, int64_t out_a, int64_t out_m, std::uintptr_t precision,
-                             std::uintptr_t recall, std::uintptr_t scores) {
-    vlk::DetAccumInputs in{n_cells,      n_dt,    ptr<const int64_t>(dt_off),  ptr<const int64_t>(cell_group),
-                           n_groups,     ptr<const uint8_t>(status),       ptr<const int64_t>(npig),
-                           ptr<const double>(score), n_area_eval, n_area_src, ptr<const int64_t>(area_src),
-                           n_thr,        n_rec,   ptr<const double>(rec_thr), n_max, ptr<const int64_t>(max_dets),
-                           out_k,        out_a,   out_m};
-    check_offsets(in.dt_off, n_cells, n_dt, "dt_off");
-    if (n_groups > out_k || n_area_src > out_a || n_max > out_m)
-      throw std::invalid_argument("det_accumulate: more slots filled than the output holds");
-    for (int64_t c = 0; c < n_cells; ++c)
-      if (in.cell_group[c] < -1 || in.cell_group[c] >= n_groups)
-        throw std::invalid_argument("det_accumulate: cell_group out of range");
-    for (int64_t a = 0; a < n_area_src; ++a)
-      if (in.area_src[a] < 0 || in.area_src[a] >= n_area_eval)
-        throw std::invalid_argument("det_accumulate: area_src out of range");
-    py::gil_scoped_release release;
-    vlk::launch_det_accumulate(in, ptr<double>(precision), ptr<double>(recall), ptr<double>(scores));
-  });
 }

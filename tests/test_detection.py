@@ -227,6 +227,8 @@ def test_cocoeval_summary_lines_equal_pycocotools():
         (lambda r: r[1].update(category_id=77), r"results\[1\]\['category_id'\] = 77"),
         (lambda r: r[0].update(bbox=[1, 2, 3]), r"results\[0\] 'bbox' must be a list of 4"),
         (lambda r: r[4].update(bbox=[1, 2, float("inf"), 3]), r"results\[4\]\['bbox'\] must be finite"),
+        (lambda r: r.__setitem__(2, [1, 2]), r"results\[2\] must be a dict"),
+        (lambda r: r[3].update(score="high"), r"results\[3\] 'score' must be a number"),
     ],
 )
 def test_cocoeval_bad_results_raise(mutate, match):
@@ -270,6 +272,14 @@ def test_cocoeval_bad_files_and_ground_truth_raise(tmp_path):
         COCOeval(gt, BASE_DT, "bbox")
     with pytest.raises(ValueError, match="iouType"):
         COCOeval(_tiny(BASE_GT), BASE_DT, "keypoints")
+    gt = _tiny(BASE_GT)
+    gt["annotations"][3]["bbox"] = [5, 5, 10, -1]
+    with pytest.raises(ValueError, match=r"annotations\[3\]\['bbox'\] has a negative width or height"):
+        COCOeval(gt, BASE_DT, "bbox").evaluate()
+    with pytest.raises(ValueError, match="ground truth needs a list 'images'"):
+        COCOeval({"annotations": [], "categories": []}, BASE_DT, "bbox")
+    with pytest.raises(ValueError, match="results must be a list of detection dicts"):
+        COCOeval(_tiny(BASE_GT), {"bbox": [1, 2, 3, 4]}, "bbox").evaluate()
 
 
 def test_cli_detection_prints_pycocotools_lines_and_writes_json(tmp_path, capsys):
@@ -305,3 +315,198 @@ def test_cocoeval_segm_uncompressed_crowd_rle_equals_pycocotools():
         a["segmentation"] = {"size": a["segmentation"]["size"], "counts": ([0] if flat[0] else []) + runs}
         a["iscrowd"] = 1
     _check(gt, res, "segm")
+
+
+def _poly(box):
+    x, y, w, h = box
+    return [[x, y, x + w, y, x + w, y + h, x, y + h]]
+
+
+def _segm_case(gt_anns, dets):
+    """The hand-made box cases as masks: ground truths as polygons, detections as compressed RLE strings (made by
+    pycocotools from the same polygons), every detection keeping its box (loadRes: area = w * h)."""
+    from pycocotools import mask as coco_mask
+
+    gt = _tiny([dict(a, segmentation=_poly(a["bbox"])) for a in gt_anns])
+    res = []
+    for d in dets:
+        rle = coco_mask.merge(coco_mask.frPyObjects(_poly(d["bbox"]), 100, 120))
+        res.append(dict(d, segmentation={"size": [100, 120], "counts": rle["counts"].decode()}))
+    return gt, res
+
+
+_EQUAL_SCORES = [_det(1, 1, (11, 11, 30, 30), 0.5) for _ in range(4)] + [_det(2, 2, (0, 0, 100, 90), 0.5)] * 2
+_SEGM_CASES = {
+    "no_detections": (BASE_GT, [], None),
+    "category_without_ground_truth": (BASE_GT, [*BASE_DT, _det(1, 3, (10, 10, 30, 30), 0.95)], None),
+    "all_crowd": ([dict(a, iscrowd=1) for a in BASE_GT], [*BASE_DT, _det(1, 1, (12, 12, 5, 5), 0.4)], None),
+    "duplicates_equal_scores": (BASE_GT, _EQUAL_SCORES, None),
+    "area_range_borders": (
+        [dict(a, area=float(a["bbox"][2] * a["bbox"][3])) for a in BASE_GT[:2]]
+        + [{"image_id": 2, "category_id": 1, "bbox": [0, 0, 32, 32], "area": 1024.0}],
+        [_det(1, 1, (10, 10, 32, 32), 0.9), _det(2, 1, (0, 0, 96, 96), 0.8), _det(2, 1, (0, 0, 32, 32), 0.7)],
+        None,
+    ),
+    "use_cats_0": (BASE_GT, BASE_DT, lambda p: setattr(p, "useCats", 0)),
+    "custom_max_dets": (BASE_GT, [*BASE_DT, *_EQUAL_SCORES], lambda p: setattr(p, "maxDets", [1, 2, 3])),
+}
+
+
+@pytest.mark.parametrize("case", list(_SEGM_CASES))
+def test_cocoeval_segm_edge_cases_equal_pycocotools(case):
+    gt_anns, dets, setup = _SEGM_CASES[case]
+    gt, res = _segm_case(gt_anns, dets)
+    _check(gt, res, "segm", setup=setup)
+
+
+def test_cocoeval_segm_validates_detections_that_meet_no_ground_truth():
+    # Only detections sharing an (image, category) with a ground truth are decoded for IoU; the others are still
+    # checked in full, so a malformed mask there is an error, never a silent skip.
+    gt, res = _segm_case(BASE_GT, [*BASE_DT, _det(1, 3, (10, 10, 30, 30), 0.95)])
+    for counts, what in (("!!", "invalid character"), ("05", "runs sum to 5"), ("0ooooooo1", "longer than 7")):
+        bad = copy.deepcopy(res)
+        bad[5]["segmentation"]["counts"] = counts
+        with pytest.raises(ValueError, match=rf"results\[5\]\['segmentation'\]:.*{what}"):
+            COCOeval(gt, bad, "segm").evaluate()
+    bad = copy.deepcopy(res)
+    bad[5]["segmentation"]["size"] = [100, 121]
+    with pytest.raises(ValueError, match=r"results\[5\]\['segmentation'\] has size \[100, 121\]"):
+        COCOeval(gt, bad, "segm").evaluate()
+    bad = copy.deepcopy(res)
+    bad[5]["segmentation"] = 7
+    with pytest.raises(ValueError, match=r"results\[5\]\['segmentation'\] must be an RLE dict or a list of polygons"):
+        COCOeval(gt, bad, "segm").evaluate()
+
+
+def test_detection_bindings_reject_bad_tensors():
+    # The bindings check every extent, offset and index they follow: called directly with bad arrays they raise.
+    from vlkernels import _ext
+
+    C = _ext.load()
+    i64, u8 = np.int64, np.uint8
+
+    def ev(**kw):
+        a = dict(
+            kind=0,
+            gt_off=np.array([0, 1], i64),
+            dt_off=np.array([0, 2], i64),
+            gt_box=np.zeros((1, 4)),
+            dt_box=np.zeros((2, 4)),
+            gt_masks=None,
+            dt_masks=None,
+            gt_crowd=np.zeros(1, u8),
+            gt_ignore=np.zeros(1, u8),
+            gt_area=np.zeros(1),
+            dt_area=np.zeros(2),
+            gt_id_nz=np.ones(1, u8),
+            dt_id_pos=np.ones(2, u8),
+            extra=None,
+            area_rng=np.array([[0.0, 1e10]]),
+            thr=np.array([0.5]),
+            status=np.zeros((1, 1, 2), u8),
+            npig=np.zeros((1, 1), i64),
+            dm=None,
+            gm=None,
+            gi=None,
+        )
+        a.update(kw)
+        C.det_evaluate(*a.values())
+
+    ev()  # the well-formed call runs
+    cases = [
+        ({"gt_off": np.array([0, 2], i64)}, "gt_off must start at 0 and end at 1"),
+        ({"dt_off": np.array([0, 3, 2], i64)}, "dt_off must have size 2"),
+        ({"dt_off": np.array([1, 2], i64)}, "dt_off must start at 0"),
+        ({"gt_box": np.zeros((1, 4), np.float32)}, "gt_box has dtype float32"),
+        ({"dt_box": np.zeros((3, 4))}, "dt_box must have size 2"),
+        ({"dt_box": np.zeros((4, 4))[::2]}, "dt_box must be contiguous"),
+        ({"gt_crowd": np.zeros(2, u8)}, "gt_crowd must have size 1"),
+        ({"status": np.zeros((1, 2, 2), u8)}, "status must have size 1 in dimension 1"),
+        ({"npig": np.zeros(1, i64)}, "npig must have 2 dimensions"),
+        ({"gm": np.zeros((1, 1, 5), i64)}, "gt_match must have size 1"),
+        ({"kind": 1}, "gt_masks must be"),
+        (
+            {"kind": 1, "gt_masks": (np.zeros(3, i64), np.array([0, 4], i64), np.zeros(1, i64))},
+            "gt_masks must start at 0 and end at 3",
+        ),
+        ({"thr": "0.5"}, "thr must be a tensor or array supporting DLPack"),
+        ({"kind": 3}, "kind must be 0"),
+    ]
+    for kw, match in cases:
+        with pytest.raises((ValueError, TypeError), match=match):
+            ev(**kw)
+    ro = np.zeros((1, 1, 2), u8)
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="status is read-only"):
+        ev(status=ro)
+
+    def acc(**kw):
+        a = dict(
+            dt_off=np.array([0, 2], i64),
+            group=np.array([0], i64),
+            n_groups=1,
+            status=np.zeros((1, 1, 2), u8),
+            npig=np.ones((1, 1), i64),
+            score=np.array([0.9, 0.8]),
+            area_src=np.array([0], i64),
+            rec=np.linspace(0, 1, 3),
+            max_dets=np.array([1], i64),
+            precision=-np.ones((1, 3, 1, 1, 1)),
+            recall=-np.ones((1, 1, 1, 1)),
+            scores=None,
+        )
+        a.update(kw)
+        C.det_accumulate(*a.values())
+
+    acc()
+    for kw, match in [
+        ({"group": np.array([1], i64)}, "cell_group holds 1"),
+        ({"n_groups": 2}, "n_groups must be in"),
+        ({"area_src": np.array([1], i64)}, "area_src holds 1"),
+        ({"area_src": np.array([0, 0], i64)}, "area_src has more entries"),
+        ({"max_dets": np.array([1, 2], i64)}, "max_dets has more entries"),
+        ({"status": np.zeros((1, 1, 3), u8)}, "status must have size 2"),
+        ({"recall": -np.ones((1, 2, 1, 1))}, "recall must have size 1"),
+        ({"score": np.zeros(2, np.float32)}, "score has dtype float32"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            acc(**kw)
+    items = [{"segmentation": {"size": [2, 2], "counts": "04"}}]
+    h, w = np.array([2], i64), np.array([2], i64)
+    convert = lambda k, h, w: None  # never called: the mask is a compressed RLE
+    out = C.det_masks(items, np.array([0], i64), h, w, None, convert, "r")
+    assert out[0].tolist() == [0, 4] and out[2].tolist() == [4]
+    out = C.det_masks(items, np.array([0], i64), h, w, np.zeros(1, u8), convert, "r")
+    assert out[0].tolist() == [] and out[2].tolist() == [0]
+    with pytest.raises(ValueError, match="rows holds 1, not an item index"):
+        C.det_masks(items, np.array([1], i64), h, w, None, convert, "r")
+    with pytest.raises(ValueError, match="h must have size 1"):
+        C.det_masks(items, np.array([0], i64), np.array([2, 2], i64), w, None, convert, "r")
+    with pytest.raises(ValueError, match="need must have size 1"):
+        C.det_masks(items, np.array([0], i64), h, w, np.ones(2, u8), convert, "r")
+
+
+def test_det_masks_area_and_box_equal_pycocotools():
+    # det_masks finds rleToBbox boxes by walking (column, row) run by run: random masks (runs that wrap columns,
+    # empty and full masks, a 1-pixel-high image) against pycocotools' area / toBbox.
+    from pycocotools import mask as coco_mask
+
+    from vlkernels import _ext
+
+    rng = np.random.default_rng(0)
+    items, hs, ws = [], [], []
+    for k in range(300):
+        h, w = (int(rng.integers(1, 40)), int(rng.integers(1, 40))) if k % 50 else (1, 17)
+        m = (rng.random((h, w)) < [0.02, 0.3, 0.9, 0.0, 1.0][k % 5]).astype(np.uint8)
+        if k % 7 == 0:
+            m[:, : w // 2] = 1  # foreground runs that span whole columns
+        rle = coco_mask.encode(np.asfortranarray(m))
+        items.append({"segmentation": {"size": [h, w], "counts": rle["counts"].decode()}})
+        hs.append(h)
+        ws.append(w)
+    rows = np.arange(len(items), dtype=np.int64)
+    h, w = np.array(hs, np.int64), np.array(ws, np.int64)
+    _, _, area, bbox = _ext.load().det_masks(items, rows, h, w, None, lambda *a: None, "r")
+    rles = [dict(it["segmentation"], counts=it["segmentation"]["counts"].encode()) for it in items]
+    np.testing.assert_array_equal(area, [coco_mask.area(r) for r in rles])
+    np.testing.assert_array_equal(bbox, np.stack([coco_mask.toBbox(r) for r in rles]))

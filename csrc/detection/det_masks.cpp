@@ -8,31 +8,27 @@ namespace {
 
 constexpr int64_t kMaxRun = 0xFFFFFFFFLL;  // pycocotools keeps runs in 32-bit unsigned integers
 
-// Number of counts in one string (a count ends at a character without the continuation bit 0x20), or -1 with
-// `error` set when a character is outside '0'..'o', a count is longer than 7 characters or the string ends inside
-// one.
-int64_t count_runs(const char* s, int64_t n, std::string& error) {
-  int64_t runs = 0, k = 0;
+// Number of counts in one string (a count ends at a character without the continuation bit 0x20), or -1 when a
+// character is outside '0'..'o' or the string ends inside a count. Branch-free over the characters (this pass reads
+// every byte of every result); the over-long-count check is left to the decoder.
+int64_t count_runs(const char* s, int64_t n) {
+  int64_t runs = 0;
+  unsigned bad = 0;
+  for (int64_t p = 0; p < n; ++p) {
+    const unsigned c = static_cast<unsigned char>(s[p]) - 48u;
+    bad |= c > 63u;
+    runs += (c & 0x20u) == 0;
+  }
+  if (bad || (n > 0 && ((static_cast<unsigned char>(s[n - 1]) - 48u) & 0x20u))) return -1;
+  return runs;
+}
+
+std::string count_error(const char* s, int64_t n) {
   for (int64_t p = 0; p < n; ++p) {
     const int c = static_cast<unsigned char>(s[p]) - 48;
-    if (c < 0 || c > 63) {
-      error = "invalid character at position " + std::to_string(p);
-      return -1;
-    }
-    if (++k > 7) {
-      error = "count longer than 7 characters at position " + std::to_string(p);
-      return -1;
-    }
-    if (!(c & 0x20)) {
-      ++runs;
-      k = 0;
-    }
+    if (c < 0 || c > 63) return "invalid character at position " + std::to_string(p);
   }
-  if (k) {
-    error = "truncated count at end of string";
-    return -1;
-  }
-  return runs;
+  return "truncated count at end of string";
 }
 
 // pycocotools rleFrString into out[0..m): 5 bits per character, sign from bit 0x10 of the last one, deltas against
@@ -44,6 +40,10 @@ bool decode_runs(const char* s, int64_t n, int64_t* out, std::string& error) {
     int k = 0;
     int c;
     do {
+      if (k == 7) {
+        error = "count longer than 7 characters at position " + std::to_string(p);
+        return false;
+      }
       c = static_cast<unsigned char>(s[p++]) - 48;
       x |= static_cast<int64_t>(c & 0x1f) << (5 * k);
       ++k;
@@ -59,46 +59,123 @@ bool decode_runs(const char* s, int64_t n, int64_t* out, std::string& error) {
   return true;
 }
 
+// rle::bbox_one without a division per run: the (column, row) of the running position is advanced run by run
+// (a division only for a run of a full column or more). Equal to bbox_one when h * w < 2^32, where its 32-bit
+// positions cannot wrap (the caller uses bbox_one otherwise).
+void bbox_walk(const int64_t* c, int64_t m_in, int64_t h, int64_t w, double* bb) {
+  const int64_t m = (m_in / 2) * 2;
+  if (m == 0) {
+    bb[0] = bb[1] = bb[2] = bb[3] = 0;
+    return;
+  }
+  uint32_t xs = static_cast<uint32_t>(w), ys = static_cast<uint32_t>(h), xe = 0, ye = 0;
+  int64_t col = 0, row = 0;  // of the position where run j starts
+  auto advance = [&](int64_t x) {
+    row += x;
+    if (row >= h) {
+      row -= h;
+      ++col;
+      // Only a run reaching past the next column divides.
+      if (row >= h) {
+        col += row / h;
+        row %= h;
+      }
+    }
+  };
+  for (int64_t j = 0; j < m; ++j) {
+    const int64_t x = c[j];
+    if (j % 2 == 0 || x == 0) {
+      advance(x);
+      continue;
+    }
+    const int64_t x0 = col, y0 = row;
+    advance(x - 1);  // the run's last pixel
+    const int64_t x1 = col, y1 = row;
+    advance(1);
+    xs = xs < x0 ? xs : static_cast<uint32_t>(x0);
+    xe = xe > x1 ? xe : static_cast<uint32_t>(x1);
+    if (x0 < x1) {
+      ys = 0;
+      ye = static_cast<uint32_t>(h - 1);
+    } else {
+      ys = ys < y0 ? ys : static_cast<uint32_t>(y0);
+      ye = ye > y1 ? ye : static_cast<uint32_t>(y1);
+    }
+  }
+  bb[0] = xs;
+  bb[2] = static_cast<double>(xe - xs + 1);
+  bb[1] = ys;
+  bb[3] = static_cast<double>(ye - ys + 1);
+}
+
 }  // namespace
 
 std::string det_masks_from_strings(const char* const* str, const int64_t* len, int64_t n, const int64_t* h,
-                                   const int64_t* w, std::vector<int64_t>& csum, std::vector<int64_t>& offsets,
-                                   std::vector<int64_t>& area, std::vector<double>& bbox) {
-  std::vector<std::string> errors(static_cast<size_t>(n));
+                                   const int64_t* w, const uint8_t* need, std::unique_ptr<int64_t[]>& csum, std::vector<int64_t>& offsets,
+                                   std::vector<int64_t>& area, std::vector<double>& bbox, int64_t& bad) {
+  bad = -1;
   std::vector<int64_t> runs(static_cast<size_t>(n), 0);
   parallel_for(n, 256, [&](int64_t begin, int64_t end) {
-    for (int64_t k = begin; k < end; ++k) runs[k] = count_runs(str[k], len[k], errors[k]);
+    for (int64_t k = begin; k < end; ++k) runs[k] = count_runs(str[k], len[k]);
   });
   offsets.assign(static_cast<size_t>(n) + 1, 0);
   std::vector<int64_t> base(static_cast<size_t>(n) + 1, 0);
   for (int64_t k = 0; k < n; ++k) {
-    if (runs[k] < 0) return "malformed RLE string at index " + std::to_string(k) + ": " + errors[k];
-    offsets[k + 1] = offsets[k] + runs[k];
-    base[k + 1] = base[k] + h[k] * w[k];
+    if (runs[k] < 0) {
+      bad = k;
+      return count_error(str[k], len[k]);
+    }
+    // A dropped mask holds no runs, so the running sums (csum_base reads the previous stored run) skip it.
+    const bool keep = !need || need[k];
+    offsets[k + 1] = offsets[k] + (keep ? runs[k] : 0);
+    base[k + 1] = base[k] + (keep ? h[k] * w[k] : 0);
   }
-  csum.assign(static_cast<size_t>(offsets[n]), 0);
-  area.assign(static_cast<size_t>(n), 0);
-  bbox.assign(static_cast<size_t>(4 * n), 0.0);
+  // Left uninitialized (every slot is written below): the runs of all results are the largest array here.
+  csum.reset(new int64_t[static_cast<size_t>(offsets[n])]);
+  area.resize(static_cast<size_t>(n));
+  bbox.resize(static_cast<size_t>(4 * n));
+  std::vector<std::string> errors(static_cast<size_t>(n));
   parallel_for(n, 256, [&](int64_t begin, int64_t end) {
+    std::vector<int64_t> scratch;
     for (int64_t k = begin; k < end; ++k) {
-      int64_t* c = csum.data() + offsets[k];
-      const int64_t m = offsets[k + 1] - offsets[k];
+      const bool keep = !need || need[k];
+      int64_t* c = csum.get() + offsets[k];
+      const int64_t m = runs[k];
+      if (!keep) {
+        // Validated like the others, decoded into scratch and dropped: an empty mask in the set.
+        scratch.resize(static_cast<size_t>(m));
+        c = scratch.data();
+      }
       if (!decode_runs(str[k], len[k], c, errors[k])) continue;
       int64_t total = 0;
       for (int64_t j = 0; j < m; ++j) total += c[j];
-      if (total != h[k] * w[k]) {
-        errors[k] = "runs sum to " + std::to_string(total) + " but the size h*w is " + std::to_string(h[k] * w[k]);
+      const int64_t hw = h[k] * w[k];
+      if (total != hw) {
+        errors[k] = "runs sum to " + std::to_string(total) + " but the size h*w is " + std::to_string(hw);
+        continue;
+      }
+      if (!keep) {
+        area[k] = 0;
+        bbox[4 * k] = bbox[4 * k + 1] = bbox[4 * k + 2] = bbox[4 * k + 3] = 0.0;
         continue;
       }
       area[k] = rle::area_part(c, m, 0, 1);
-      rle::bbox_one(c, m, h[k], w[k], bbox.data() + 4 * k);
+      if (hw < (int64_t{1} << 32) && h[k] > 0) {
+        bbox_walk(c, m, h[k], w[k], bbox.data() + 4 * k);
+      } else {
+        rle::bbox_one(c, m, h[k], w[k], bbox.data() + 4 * k);
+      }
       // Runs -> inclusive sums over the whole set (each mask's runs add up to its h * w).
       int64_t acc = base[k];
       for (int64_t j = 0; j < m; ++j) c[j] = acc += c[j];
     }
   });
-  for (int64_t k = 0; k < n; ++k)
-    if (!errors[k].empty()) return "malformed RLE string at index " + std::to_string(k) + ": " + errors[k];
+  for (int64_t k = 0; k < n; ++k) {
+    if (!errors[k].empty()) {
+      bad = k;
+      return errors[k];
+    }
+  }
   return {};
 }
 

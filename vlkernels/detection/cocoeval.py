@@ -134,7 +134,7 @@ class COCOeval:
         gm = dm = None
         if p.iouType == "segm":
             gm = inputs.segmentations(gt, cells.gt_rows, self._gt, "annotations")
-            dm = inputs.segmentations(dt, cells.dt_rows, self._gt, "results")
+            dm = inputs.segmentations(dt, cells.dt_rows, self._gt, "results", engine.dt_meets_gt(cells))
         else:
             inputs.gt_boxes(self._gt)
             if dt.bbox is None:

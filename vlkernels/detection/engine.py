@@ -85,6 +85,11 @@ def build_cells(
     return Cells(key, gt_off, dt_off, g_rows, d_rows, n_img)
 
 
+def dt_meets_gt(cells: Cells) -> np.ndarray:
+    """Per detection (``cells.dt_rows`` order): whether its cell holds a ground truth (else no IoU is computed)."""
+    return np.repeat(np.diff(cells.gt_off) > 0, np.diff(cells.dt_off))
+
+
 @dataclass
 class Evaluated:
     """Per-detection status at every (area range, threshold) and the non-ignored ground-truth counts per cell,
@@ -97,10 +102,6 @@ class Evaluated:
     dt_match: np.ndarray | None = None
     gt_match: np.ndarray | None = None
     gt_ignore: np.ndarray | None = None
-
-
-def _ptr(a: np.ndarray | None) -> int:
-    return 0 if a is None else a.ctypes.data
 
 
 def evaluate(
@@ -123,56 +124,41 @@ def evaluate(
     gt_crowd = c(gt.iscrowd[g]) if crowd else np.zeros(ng, dtype=np.uint8)
     # COCO: ignore = iscrowd (pycocotools overwrites any "ignore" field); LVIS: the "ignore" field.
     gt_ignore = c(gt.iscrowd[g]) if crowd else c(gt.ignore[g])
-    gt_area, dt_area = c(gt.area[g], dtype=np.float64), c(dt.area[d], dtype=np.float64)
-    gt_id_nz = c(gt.id[g] != 0, dtype=np.uint8)
-    dt_id_pos = c(dt.id[d] > 0, dtype=np.uint8)
-    extra = c(dt_extra_ignore[d], dtype=np.uint8) if dt_extra_ignore is not None else None
     if iou_type == "bbox":
-        kind = 0
-        gb, db = c(gt.bbox[g], dtype=np.float64), c(dt.bbox[d], dtype=np.float64)
-        geo = [_ptr(gb), _ptr(db), 0, 0, 0, 0, 0, 0]
-        keep = (gb, db)
+        kind, gb, db, gm_, dm_ = 0, c(gt.bbox[g], dtype=np.float64), c(dt.bbox[d], dtype=np.float64), None, None
     else:
-        kind = 1
-        garea, darea = c(gt_masks.area, dtype=np.int64), c(dt_masks.area, dtype=np.int64)
-        gb, db = c(gt_masks.bbox, dtype=np.float64), c(dt_masks.bbox, dtype=np.float64)
-        geo = [
-            _ptr(gb),
-            _ptr(db),
-            _ptr(gt_masks.csum),
-            _ptr(gt_masks.offsets),
-            _ptr(garea),
-            _ptr(dt_masks.csum),
-            _ptr(dt_masks.offsets),
-            _ptr(darea),
-        ]
-        keep = (gb, db, garea, darea, gt_masks, dt_masks)
+        kind, gb, db = 1, c(gt_masks.bbox, dtype=np.float64), c(dt_masks.bbox, dtype=np.float64)
+        gm_ = (gt_masks.csum, gt_masks.offsets, c(gt_masks.area, dtype=np.int64))
+        dm_ = (dt_masks.csum, dt_masks.offsets, c(dt_masks.area, dtype=np.int64))
     A, T = int(area_rng.shape[0]), int(iou_thrs.size)
-    rng = c(area_rng, dtype=np.float64)
-    thr = c(np.minimum(iou_thrs, 1 - 1e-10), dtype=np.float64)
     status = np.empty((A, T, nd), dtype=np.uint8)
     npig = np.empty((A, nc), dtype=np.int64)
     dm = np.empty((A, T, nd), dtype=np.int64) if full else None
     gm = np.empty((A, T, ng), dtype=np.int64) if full else None
     gi = np.empty((A, ng), dtype=np.uint8) if full else None
-    flags = [_ptr(gt_crowd), _ptr(gt_ignore), _ptr(gt_area), _ptr(dt_area), _ptr(gt_id_nz), _ptr(dt_id_pos)]
-    flags.append(_ptr(extra))
     _ext.load().det_evaluate(
         kind,
-        nc,
-        ng,
-        nd,
-        _ptr(cells.gt_off),
-        _ptr(cells.dt_off),
-        geo,
-        flags,
-        A,
-        _ptr(rng),
-        T,
-        _ptr(thr),
-        [_ptr(status), _ptr(npig), _ptr(dm), _ptr(gm), _ptr(gi)],
+        cells.gt_off,
+        cells.dt_off,
+        gb,
+        db,
+        gm_,
+        dm_,
+        gt_crowd,
+        gt_ignore,
+        c(gt.area[g], dtype=np.float64),
+        c(dt.area[d], dtype=np.float64),
+        c(gt.id[g] != 0, dtype=np.uint8),
+        c(dt.id[d] > 0, dtype=np.uint8),
+        c(dt_extra_ignore[d], dtype=np.uint8) if dt_extra_ignore is not None else None,
+        c(area_rng, dtype=np.float64),
+        c(np.minimum(iou_thrs, 1 - 1e-10), dtype=np.float64),
+        status,
+        npig,
+        dm,
+        gm,
+        gi,
     )
-    del keep
     return Evaluated(cells, status, npig, c(dt.score[d], dtype=np.float64), dm, gm, gi)
 
 
@@ -201,32 +187,19 @@ def accumulate(
     precision = -np.ones((T, R, K, A, M))
     recall = -np.ones((T, K, A, M))
     scores = -np.ones((T, R, K, A, M)) if with_scores else None
-    src = np.ascontiguousarray(area_src, dtype=np.int64)
-    md = np.ascontiguousarray(max_dets, dtype=np.int64)
-    rt = np.ascontiguousarray(rec_thrs, dtype=np.float64)
     _ext.load().det_accumulate(
-        int(cells.key.size),
-        int(ev.score.size),
-        _ptr(cells.dt_off),
-        _ptr(group),
+        cells.dt_off,
+        np.ascontiguousarray(group, dtype=np.int64),
         int(n_groups),
-        _ptr(ev.status),
-        _ptr(ev.npig),
-        _ptr(ev.score),
-        int(ev.status.shape[0]),
-        int(src.size),
-        _ptr(src),
-        T,
-        R,
-        _ptr(rt),
-        int(md.size),
-        _ptr(md),
-        K,
-        A,
-        M,
-        _ptr(precision),
-        _ptr(recall),
-        _ptr(scores),
+        ev.status,
+        ev.npig,
+        ev.score,
+        np.ascontiguousarray(area_src, dtype=np.int64),
+        np.ascontiguousarray(rec_thrs, dtype=np.float64),
+        np.ascontiguousarray(max_dets, dtype=np.int64),
+        precision,
+        recall,
+        scores,
     )
     return precision, recall, scores
 

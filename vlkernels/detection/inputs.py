@@ -276,9 +276,10 @@ def load_results(obj: object, gt: GroundTruth) -> Anns:
     return res
 
 
-def segmentations(anns: Anns, rows: np.ndarray, gt: GroundTruth, where: str) -> Masks:
+def segmentations(anns: Anns, rows: np.ndarray, gt: GroundTruth, where: str, need: np.ndarray | None = None) -> Masks:
     """RLE masks of ``anns.raw[rows]``, as ``COCO.annToRLE`` makes them (polygons and uncompressed RLE included),
-    each checked against its image's size."""
+    each checked against its image's size. ``need`` (bool per row): where False the mask is validated but returned
+    empty (area 0, no runs), for detections that meet no ground truth."""
     if anns.masks is not None:
         return anns.masks.take(rows)
     order = np.argsort(gt.img_ids, kind="stable")
@@ -286,27 +287,17 @@ def segmentations(anns: Anns, rows: np.ndarray, gt: GroundTruth, where: str) -> 
     hs = np.ascontiguousarray(gt.heights[pos], dtype=np.int64)
     ws = np.ascontiguousarray(gt.widths[pos], dtype=np.int64)
     raw = anns.raw
-    try:
-        segs = [raw[k]["segmentation"] for k in rows.tolist()]
-    except (KeyError, TypeError):
-        k = next(k for k in rows.tolist() if not isinstance(raw[k], Mapping) or "segmentation" not in raw[k])
-        raise ValueError(f"{where}[{k}] has no 'segmentation'") from None
-    for j, seg in enumerate(segs):
-        # Polygons and uncompressed runs become compressed RLE first (annToRLE); strings pass through.
-        if isinstance(seg, list) or (isinstance(seg, dict) and isinstance(seg.get("counts"), list)):
-            k = int(rows[j])
-            segs[j] = _from_py_objects(seg, int(hs[j]), int(ws[j]), f"{where}[{k}]['segmentation']")
-    csum, offsets, area, bbox, bad, msg = _ext.load().det_masks(segs, hs.ctypes.data, ws.ctypes.data)
-    if msg:
-        if bad >= 0:
-            raise ValueError(f"{where}[{int(rows[bad])}]['segmentation'] {msg}")
-        # The decoder names the position in this batch: report the annotation instead.
-        head, _, tail = msg.partition(" at index ")
-        idx, _, rest = tail.partition(":")
-        if idx.isdigit():
-            raise ValueError(f"{head} in {where}[{int(rows[int(idx)])}]['segmentation']:{rest}")
-        raise ValueError(msg)
-    return Masks(csum, offsets, area, bbox.reshape(-1, 4))
+
+    def convert(k: int, h: int, w: int) -> dict:
+        return _from_py_objects(raw[k].get("segmentation"), h, w, f"{where}[{k}]['segmentation']")
+
+    if not isinstance(raw, list):
+        raw = list(raw)
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    if need is not None:
+        need = np.ascontiguousarray(need, dtype=np.uint8)
+    csum, offsets, area, bbox = _ext.load().det_masks(raw, rows, hs, ws, need, convert, where)
+    return Masks(csum, offsets, area, bbox)
 
 
 def _from_py_objects(seg: object, h: int, w: int, where: str) -> dict:
@@ -314,6 +305,8 @@ def _from_py_objects(seg: object, h: int, w: int, where: str) -> dict:
     from vlkernels import boxes
 
     fr = getattr(boxes, "fr_py_objects", None)
+    if not isinstance(seg, (list, Mapping)):
+        raise ValueError(f"{where} must be an RLE dict or a list of polygons, got {type(seg).__name__}")
     if fr is None:
         if isinstance(seg, Mapping):
             # Uncompressed RLE: validated and compressed by the shared codec (frPyObjects does the same).

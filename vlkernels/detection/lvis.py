@@ -129,7 +129,7 @@ class LVISEval:
         gm = dm = None
         if p.iou_type == "segm":
             gm = inputs.segmentations(gt_sel, cells.gt_rows, self._gt, "annotations")
-            dm = inputs.segmentations(dt, cells.dt_rows, self._gt, "results")
+            dm = inputs.segmentations(dt, cells.dt_rows, self._gt, "results", engine.dt_meets_gt(cells))
         else:
             inputs.gt_boxes(self._gt)
             gt_sel.bbox = self._gt.anns.bbox

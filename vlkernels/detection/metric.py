@@ -35,28 +35,21 @@ def _xywh(boxes: torch.Tensor, fmt: str) -> torch.Tensor:
 
 
 def _masks_of(masks: list[torch.Tensor]) -> inputs.Masks:
-    """RLE runs of every mask (images may differ in size), with areas and rleToBbox boxes."""
-    from vlkernels import _ext
-
-    counts, offsets, hs, ws = [], [0], [], []
+    """RLE runs of every mask (images may differ in size), with areas and rleToBbox boxes (the boxes family's
+    kernels, one call per image)."""
+    counts, offsets, areas, boxes = [], [0], [], []
     for m in masks:
         if m.shape[0] == 0:
             continue
         rc = _rc.encode_counts(m.to(torch.uint8) if m.dtype != torch.uint8 else m)
         counts.append(rc.counts.cpu().numpy())
         offsets.extend((rc.offsets[1:].cpu().numpy() + offsets[-1]).tolist())
-        hs += [m.shape[1]] * m.shape[0]
-        ws += [m.shape[2]] * m.shape[0]
+        areas.append(_rc.area_counts(rc).cpu().numpy())
+        boxes.append(_rc.bbox_counts(rc).cpu().numpy())
     runs = np.concatenate(counts) if counts else np.zeros(0, dtype=np.int64)
-    off = np.asarray(offsets, dtype=np.int64)
-    n = off.size - 1
-    h, w = np.asarray(hs, dtype=np.int64), np.asarray(ws, dtype=np.int64)
-    area, bbox = np.zeros(n, dtype=np.int64), np.zeros((n, 4))
-    if n:
-        C = _ext.load()
-        C.rle_area(runs.ctypes.data, off.ctypes.data, n, area.ctypes.data, 1, runs.size)
-        C.rle_to_bbox(runs.ctypes.data, off.ctypes.data, n, h.ctypes.data, w.ctypes.data, bbox.ctypes.data, runs.size)
-    return inputs.Masks(np.cumsum(runs), off, area, bbox)
+    area = np.concatenate(areas) if areas else np.zeros(0, dtype=np.int64)
+    bbox = np.concatenate(boxes) if boxes else np.zeros((0, 4))
+    return inputs.Masks(np.cumsum(runs), np.asarray(offsets, dtype=np.int64), area, bbox)
 
 
 def _check_item(item: dict, k: int, name: str, iou_type: tuple, pred: bool) -> int:
