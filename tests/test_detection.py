@@ -295,12 +295,15 @@ def test_cli_detection_prints_pycocotools_lines_and_writes_json(tmp_path, capsys
     capsys.readouterr()
     out = tmp_path / "out.json"
     assert main(["detection", str(tmp_path / "gt.json"), str(tmp_path / "res.json"), "--json", str(out)]) == 0
-    assert capsys.readouterr().out == buf.getvalue()
+    assert capsys.readouterr().out == buf.getvalue() + f"wrote {out}\n"
     got = json.loads(out.read_text())
     assert got["stats"] == [float(v) for v in P.stats] and got["AP"] == float(P.stats[0])
     (tmp_path / "bad.json").write_text("[{")
     assert main(["detection", str(tmp_path / "gt.json"), str(tmp_path / "bad.json")]) == 2
     assert "not valid JSON" in capsys.readouterr().err
+    unwritable = tmp_path / "no_such_dir" / "out.json"
+    assert main(["detection", str(tmp_path / "gt.json"), str(tmp_path / "res.json"), "--json", str(unwritable)]) == 2
+    assert f"cannot write {unwritable}" in capsys.readouterr().err
 
 
 def test_cocoeval_segm_uncompressed_crowd_rle_equals_pycocotools():

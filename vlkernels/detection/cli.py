@@ -8,9 +8,10 @@ Prints pycocotools' 12 summary lines (lvis-api's 13 with --lvis) and optionally 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
+
+from vlkernels._cli_io import write_json
 
 _COCO_NAMES = ("AP", "AP50", "AP75", "APs", "APm", "APl", "AR1", "AR10", "AR100", "ARs", "ARm", "ARl")
 
@@ -34,9 +35,7 @@ def cmd_detection(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if args.json is not None:
-        args.json.write_text(json.dumps(out, indent=2) + "\n")
-    return 0
+    return 0 if args.json is None else write_json(args.json, out)
 
 
 def register(subparsers) -> None:

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from vlkernels._cli_io import write_json
+
 
 def _int(v, where: str) -> int:
     """A JSON integer (bools and floats refused: 0.5 must not become 0)."""
@@ -115,14 +117,7 @@ def cmd_retrieval(args: argparse.Namespace) -> int:
         return 2
     print(f"images {images.shape[0]} x texts {texts.shape[0]}, D={images.shape[1]}")
     print(res.table())
-    if args.json is not None:
-        try:
-            args.json.write_text(json.dumps(dict(res), indent=2) + "\n")
-        except OSError as e:
-            print(f"error: cannot write {args.json}: {e}", file=sys.stderr)
-            return 2
-        print(f"wrote {args.json}")
-    return 0
+    return 0 if args.json is None else write_json(args.json, dict(res))
 
 
 def register(subparsers) -> None:
