@@ -11,7 +11,26 @@
 #include <string_view>
 #include <vector>
 
+#include "core/parallel.h"
+
 namespace vlk::cap {
+
+// Polls for Ctrl-C (vlk::check_interrupt) once per ~64k units of work spent (an n-gram, a byte, a DP cell): a long
+// loop stops within milliseconds, at the cost of a decrement per unit.
+class InterruptPoll {
+ public:
+  void spend(int64_t work) {
+    left_ -= work;
+    if (left_ < 0) {
+      left_ = kWork;
+      vlk::check_interrupt();
+    }
+  }
+
+ private:
+  static constexpr int64_t kWork = int64_t{1} << 16;
+  int64_t left_ = kWork;
+};
 
 constexpr int kMaxN = 4;
 // Word ids are stored +1 in 24-bit fields of a key; 0 means "no word at this position".
@@ -431,6 +450,7 @@ class NgramBuilder {
 
  private:
   KeyTable local_;
+  InterruptPoll poll_;
   uint32_t count_ = 0;
   std::vector<uint32_t> stamp_, pos_;
   std::vector<Key> keys_;
