@@ -587,9 +587,12 @@ py::dict evaluate_files(const std::string& refs, const std::string& preds, bool 
       vlk::cap::tokenize_texts(e.views, vlk::cap::Split::kSpace, vocab, spaces);
       vlk::cap::rouge_l_images(spaces, e.cand.data(), e.ref_off.data(), e.ref_caps.data(), m, 1.2, pr);
     }
-    vlk::cap::Vocab vocab;
     Tokens words;
-    vlk::cap::tokenize_texts(e.views, vlk::cap::Split::kWhitespace, vocab, words);
+    {
+      // The vocabulary only serves the interning: freed with the text, before the document-frequency table grows.
+      vlk::cap::Vocab vocab;
+      vlk::cap::tokenize_texts(e.views, vlk::cap::Split::kWhitespace, vocab, words);
+    }
     vlk::cap::coco_release_text(e);
     any_ref_words = words.off[e.ref_caps.size()] > 0;
     vlk::cap::bleu_images(words, e.cand.data(), e.ref_off.data(), e.ref_caps.data(), m, 4, ps, pb);

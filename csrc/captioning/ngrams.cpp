@@ -143,15 +143,20 @@ void NgramBuilder::build(const Tokens& tok, const int64_t* caps, int ncap, int n
   // Arrays sized for the worst case (every occurrence distinct) and filled by index: no push_back in the loop.
   const size_t cap = static_cast<size_t>(total);
   if (keys_.size() < cap) {
+    // Fresh pages for a huge image take a while to fault in: poll between the arrays (the builder is dropped
+    // when the call stops).
     keys_.resize(cap);
+    vlk::check_interrupt();
     hashes_.resize(cap);
     in_ref_.resize(cap);
+    vlk::check_interrupt();
     stamp_.resize(cap);
     pos_.resize(cap);
+    vlk::check_interrupt();
     entries_.resize(cap);
   }
   group_.resize(static_cast<size_t>(ncap) * (kMaxN + 1));
-  local_.clear_sparse(2 * cap + 16);
+  local_.clear_sparse(2 * cap + 16, true);
   uint32_t U = 0, E = 0;
   Key* keys = keys_.data();
   uint64_t* hashes = hashes_.data();

@@ -3,6 +3,7 @@
 // document-frequency table. Everything is exact (keys hold the word ids, never only a hash).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -226,10 +227,22 @@ class KeyTable {
     uint32_t val;
   };
   explicit KeyTable(size_t cap = 16) { reset(cap); }
-  void reset(size_t cap) {
+  // `poll`: a large table is zeroed in steps with an interrupt check between them (hundreds of MB of fresh pages
+  // for one huge image); only for tables that are dropped when the call stops.
+  void reset(size_t cap, bool poll = false) {
     size_t c = 16;
     while (c < cap) c <<= 1;
-    slots_.assign(c, Slot{0, 0, 0});
+    constexpr size_t kStep = size_t{1} << 20;
+    if (!poll || c <= kStep) {
+      slots_.assign(c, Slot{0, 0, 0});
+    } else {
+      slots_.clear();
+      slots_.reserve(c);
+      for (size_t i = 0; i < c; i += kStep) {
+        vlk::check_interrupt();
+        slots_.insert(slots_.end(), std::min(kStep, c - i), Slot{0, 0, 0});
+      }
+    }
     mask_ = c - 1;
     count_ = 0;
     used_.clear();
@@ -237,9 +250,9 @@ class KeyTable {
   size_t size() const { return count_; }
   size_t capacity() const { return slots_.size(); }
   // Empties the table in O(size) by clearing only occupied slots (a local dictionary is reused per image).
-  void clear_sparse(size_t min_cap) {
+  void clear_sparse(size_t min_cap, bool poll = false) {
     if (slots_.size() < min_cap || slots_.size() > 8 * min_cap + 1024) {
-      reset(min_cap);
+      reset(min_cap, poll);
       return;
     }
     for (uint32_t i : used_) slots_[i] = Slot{0, 0, 0};
