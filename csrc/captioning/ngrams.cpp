@@ -132,6 +132,8 @@ void tokenize_texts_frozen(const std::vector<TextView>& texts, Split mode, const
 }
 
 
+constexpr int64_t kPollStep = int64_t{1} << 16;
+
 void NgramBuilder::build(const Tokens& tok, const int64_t* caps, int ncap, int n, int ref_begin, int ref_end,
                          ImageNgrams& out, Arena& arena) {
   int64_t total = 0;
@@ -172,28 +174,33 @@ void NgramBuilder::build(const Tokens& tok, const int64_t* caps, int ncap, int n
     grp[0] = E;
     for (int k = 1; k <= kMaxN; ++k) {
       if (k <= n) {
-        poll_.spend(L);  // before the loop: a caption of millions of words polls every 64k of them
-        for (int64_t i = 0; i + k <= L; ++i) {
-          if ((i & 0xFFFF) == 0xFFFF) vlk::check_interrupt();
-          const Key key = make_key(w + i, k);
-          const uint64_t h = key_hash(key);
-          bool inserted;
-          uint32_t* v = local_.upsert_tracked(key, h, U, &inserted);
-          if (inserted) {
-            keys[U] = key;
-            hashes[U] = h;
-            in_ref[U] = 0;
-            stamp[U] = UINT32_MAX;
-            ++U;
-          }
-          const uint32_t u = *v;
-          in_ref[u] |= is_ref;
-          if (stamp[u] != static_cast<uint32_t>(c)) {
-            stamp[u] = static_cast<uint32_t>(c);
-            pos[u] = E;
-            entries[E++] = ImageNgrams::Entry{u, 1};
-          } else {
-            ++entries[pos[u]].tf;
+        poll_.spend(L);
+        // Positions in steps of 64k with an interrupt check between (a caption of millions of words), the inner
+        // loop left tight.
+        for (int64_t i0 = 0; i0 + k <= L; i0 += kPollStep) {
+          if (i0 > 0) vlk::check_interrupt();
+          const int64_t i1 = std::min(L - k + 1, i0 + kPollStep);
+          for (int64_t i = i0; i < i1; ++i) {
+            const Key key = make_key(w + i, k);
+            const uint64_t h = key_hash(key);
+            bool inserted;
+            uint32_t* v = local_.upsert_tracked(key, h, U, &inserted);
+            if (inserted) {
+              keys[U] = key;
+              hashes[U] = h;
+              in_ref[U] = 0;
+              stamp[U] = UINT32_MAX;
+              ++U;
+            }
+            const uint32_t u = *v;
+            in_ref[u] |= is_ref;
+            if (stamp[u] != static_cast<uint32_t>(c)) {
+              stamp[u] = static_cast<uint32_t>(c);
+              pos[u] = E;
+              entries[E++] = ImageNgrams::Entry{u, 1};
+            } else {
+              ++entries[pos[u]].tf;
+            }
           }
         }
       }
