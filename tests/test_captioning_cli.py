@@ -156,7 +156,7 @@ def test_cli_peak_memory_bounded_by_the_file_size(tmp_path):
 @pytest.mark.xfail(
     strict=True,
     reason="issue 12 item 11 not done for distinct-heavy text: the vocabulary and CIDEr's document-frequency table "
-    "grow with the distinct words and n-grams (~15x a 38 MB file of random words, ~12x at 192 MB)",
+    "grow with the distinct words and n-grams (~22x a 14 MB pair of random words, ~15x at 38 MB, ~12x at 192 MB)",
 )
 def test_cli_peak_memory_random_words(tmp_path):
     refs, preds = _write_big(tmp_path, 20_000, random_words=True)
