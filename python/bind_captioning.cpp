@@ -17,6 +17,7 @@
 #include "captioning/cider.h"
 #include "captioning/coco_eval.h"
 #include "captioning/ngrams.h"
+#include "core/parallel.h"
 #include "ptb_captions.h"
 #include "registry.h"
 
@@ -219,11 +220,66 @@ void raw_texts(const RawBatch& raw, ImageBatch& b) {
 
 enum Metric { kCider = 1, kBleu = 2, kRouge = 4 };
 
+// Stemming (nltk's PorterStemmer, Python) of whitespace tokens: the distinct words go to `stem` in one call (it
+// returns one str per word), and each caption becomes the concatenation of its words' stems split on whitespace,
+// which is " ".join(stems).split() of the stemmed caption. Called without the GIL; takes it for the callback only.
+void stem_tokens(const py::object& stem, const vlk::cap::Vocab& vocab, Tokens& tok) {
+  const uint32_t nw = vocab.size();
+  std::string stems;                 // the stems' UTF-8, concatenated
+  std::vector<int64_t> stem_off{0};  // word w's stem = stems[stem_off[w] .. stem_off[w+1])
+  {
+    py::gil_scoped_acquire gil;
+    py::list words(nw);
+    for (uint32_t w = 0; w < nw; ++w) {
+      const std::string_view v = vocab.word(w);
+      PyObject* s = PyUnicode_DecodeUTF8(v.data(), static_cast<Py_ssize_t>(v.size()), "strict");
+      if (s == nullptr) throw py::error_already_set();
+      PyList_SET_ITEM(words.ptr(), w, s);
+    }
+    py::object out = stem(words);
+    if (!PyList_Check(out.ptr()) || PyList_GET_SIZE(out.ptr()) != static_cast<Py_ssize_t>(nw))
+      throw py::type_error("the stemmer must return a list with one str per word");
+    for (uint32_t w = 0; w < nw; ++w) {
+      PyObject* s = PyList_GET_ITEM(out.ptr(), w);
+      if (!PyUnicode_Check(s)) throw py::type_error("the stemmer returned " + type_of(s) + ", expected str");
+      Py_ssize_t n = 0;
+      const char* p = PyUnicode_AsUTF8AndSize(s, &n);
+      if (p == nullptr) throw py::error_already_set();
+      stems.append(p, static_cast<size_t>(n));
+      stem_off.push_back(static_cast<int64_t>(stems.size()));
+    }
+  }
+  // Word w -> its stem's tokens map_ids[map_off[w] .. map_off[w+1]) in a fresh vocabulary.
+  vlk::cap::Vocab stemmed;
+  std::vector<uint32_t> map_ids;
+  std::vector<int64_t> map_off{0};
+  map_off.reserve(nw + 1);
+  for (uint32_t w = 0; w < nw; ++w) {
+    const TextView t{stems.data() + stem_off[w], stem_off[w + 1] - stem_off[w]};
+    vlk::cap::split_words(t, vlk::cap::Split::kWhitespace, [&](const char* p, int64_t n) {
+      map_ids.push_back(stemmed.intern(p, n, vlk::cap::hash_bytes(p, n)));
+    });
+    map_off.push_back(static_cast<int64_t>(map_ids.size()));
+  }
+  Tokens out;
+  out.off.reserve(tok.off.size());
+  out.ids.reserve(tok.ids.size());
+  for (int64_t c = 0; c < tok.size(); ++c) {
+    for (const uint32_t* w = tok.begin(c); w != tok.begin(c) + tok.len(c); ++w)
+      out.ids.insert(out.ids.end(), map_ids.begin() + map_off[*w], map_ids.begin() + map_off[*w + 1]);
+    out.off.push_back(static_cast<int64_t>(out.ids.size()));
+    if ((c & 4095) == 0) vlk::check_interrupt();
+  }
+  tok = std::move(out);
+}
+
 // Scores of the pycocoevalcap layout {id: [references]}, {id: [candidate]} in one call. metrics: a Metric mask.
 // Returns {"cider": (m,), "any_ref_words": bool, "bleu_stats": (m, 2 + 2n) int64, "bleu": (m, n), "rouge": (m,)}
 // for the metrics asked.
+// `stem`: None, or a callable list[str] -> list[str] applied to the whitespace tokens of CIDEr and BLEU.
 py::dict score_images(py::handle gts, py::handle res, bool tokenize, int metrics, int n, double sigma, bool cider_d,
-                      double ref_len, const py::array_t<double, py::array::c_style | py::array::forcecast>& logdf) {
+                      double ref_len, const py::array_t<double, py::array::c_style | py::array::forcecast>& logdf,
+                      const py::object& stem) {
   if (n < 1 || n > vlk::cap::kMaxN) throw py::value_error("n must be in [1, 4]");
   Held held;
   RawBatch raw;
@@ -253,6 +309,7 @@ py::dict score_images(py::handle gts, py::handle res, bool tokenize, int metrics
       vlk::cap::Vocab vocab;
       Tokens tok;
       vlk::cap::tokenize_texts(b.texts, vlk::cap::Split::kWhitespace, vocab, tok);
+      if (!stem.is_none()) stem_tokens(stem, vocab, tok);
       for (int64_t c : b.ref_caps) any_ref_words = any_ref_words || tok.len(c) > 0;
       if (metrics & kCider)
         vlk::cap::cider_corpus(tok, b.cand.data(), b.ref_off.data(), b.ref_caps.data(), m, o, pc);
@@ -336,62 +393,100 @@ void check_offsets(const I64& off, int64_t count) {
     if (o[g] <= o[g - 1]) bad_caption(g - 1, -2, "no reference captions");
 }
 
-void df_add_documents(vlk::cap::CiderDf& self, const py::object& refs, const I64& ref_off) {
+// The SCST table with the numpy logarithms its scores need. Lock order: nobody waits for the table's lock while
+// holding the GIL (bindings release the GIL first), so a call that holds the lock may take the GIL (interrupt
+// polling, the log-table callback) without deadlock.
+struct DfScorer {
+  explicit DfScorer(int n) : df(n) {}
+  vlk::cap::CiderDf df;
+  // np.log(max(1, d)) for d in [0, logdf.size()) and np.log(num_docs) for ref_len_docs, from numpy (bit-identical
+  // to the Python scorers); replaced, never modified, under cache_mu (held only briefly, never across a GIL change).
+  std::mutex cache_mu;
+  std::shared_ptr<const std::vector<double>> logdf = std::make_shared<std::vector<double>>();
+  int64_t ref_len_docs = -1;
+  double ref_len = 0.0;
+};
+
+void df_add_documents(DfScorer& self, const py::object& refs, const I64& ref_off) {
   Held held;
   Source src;
   read_source(refs, -4, held, src);
   check_offsets(ref_off, src.size());
   const int64_t ndocs = static_cast<int64_t>(ref_off.size()) - 1;
   py::gil_scoped_release release;
-  std::unique_lock<std::shared_mutex> lock(self.mutex());
+  // Ctrl-C stops it before the counts change (the n-gram build polls, the counting does not); the vocabulary may
+  // keep words that no count refers to.
   Tokens tok;
   vlk::cap::Vocab unused;
-  tokenize_source(src, nullptr, self.vocab(), unused, tok);
+  std::unique_lock<std::shared_mutex> lock(self.df.mutex());
+  tokenize_source(src, nullptr, self.df.vocab(), unused, tok);
   std::vector<int64_t> caps(tok.size());
   for (int64_t i = 0; i < tok.size(); ++i) caps[i] = i;
-  self.add_documents(tok, ref_off.data(), caps.data(), ndocs);
+  self.df.add_documents(tok, ref_off.data(), caps.data(), ndocs);
 }
 
 // df of n-grams given as "w1 w2 ..." strings; counts are checked against [0, num_docs] (stored as uint32).
-void df_set_items(vlk::cap::CiderDf& self, const py::list& ngrams, const I64& counts, int64_t num_docs) {
+void df_set_items(DfScorer& self, const py::list& ngrams, const I64& counts, int64_t num_docs) {
   if (num_docs < 1 || num_docs > static_cast<int64_t>(UINT32_MAX)) throw py::value_error("num_docs must be in [1, 2^32)");
   if (counts.ndim() != 1 || counts.size() != static_cast<py::ssize_t>(py::len(ngrams)))
     throw py::value_error("one count per n-gram");
   Held held;
-  std::unique_lock<std::shared_mutex> lock(self.mutex());
-  std::vector<uint32_t> words;
+  std::vector<TextView> texts;
+  texts.reserve(static_cast<size_t>(PyList_GET_SIZE(ngrams.ptr())));
+  held.hold(ngrams.ptr());
   for (Py_ssize_t i = 0; i < PyList_GET_SIZE(ngrams.ptr()); ++i) {
-    const TextView t = utf8_of(PyList_GET_ITEM(ngrams.ptr(), i), held, i, -1);
+    texts.push_back(utf8_of(PyList_GET_ITEM(ngrams.ptr(), i), held, i, -1));
     const int64_t c = counts.data()[i];
     if (c < 0 || c > num_docs)
       bad_caption(i, -1, "document frequency " + std::to_string(c) + " outside [0, num_docs = " +
                              std::to_string(num_docs) + "]");
-    words.clear();
-    vlk::cap::split_words(t, vlk::cap::Split::kWhitespace, [&](const char* p, int64_t n) {
-      words.push_back(self.vocab().intern(p, n, vlk::cap::hash_bytes(p, n)));
-    });
-    if (words.empty() || words.size() > static_cast<size_t>(self.n()))
-      bad_caption(i, -1, "n-gram must hold 1 to " + std::to_string(self.n()) + " words");
-    self.set(words.data(), static_cast<int>(words.size()), static_cast<uint32_t>(c));
   }
-  self.set_num_docs(num_docs);
+  int64_t bad = -1;
+  {
+    py::gil_scoped_release release;
+    std::unique_lock<std::shared_mutex> lock(self.df.mutex());
+    std::vector<uint32_t> words;
+    for (size_t i = 0; i < texts.size() && bad < 0; ++i) {
+      words.clear();
+      vlk::cap::split_words(texts[i], vlk::cap::Split::kWhitespace, [&](const char* p, int64_t n) {
+        words.push_back(self.df.vocab().intern(p, n, vlk::cap::hash_bytes(p, n)));
+      });
+      if (words.empty() || words.size() > static_cast<size_t>(self.df.n())) {
+        bad = static_cast<int64_t>(i);
+        break;
+      }
+      self.df.set(words.data(), static_cast<int>(words.size()), static_cast<uint32_t>(counts.data()[i]));
+    }
+    if (bad < 0) self.df.set_num_docs(num_docs);
+  }
+  if (bad >= 0) bad_caption(bad, -1, "n-gram must hold 1 to " + std::to_string(self.df.n()) + " words");
 }
 
-py::tuple df_items(const vlk::cap::CiderDf& self) {
+// Everything save() writes, read under one lock: {"n", "num_docs", "ngrams", "df"}.
+py::dict df_export(DfScorer& self) {
   std::vector<std::string> ngrams;
   std::vector<uint32_t> counts;
+  int64_t num_docs = 0;
   {
-    std::shared_lock<std::shared_mutex> lock(self.mutex());
-    self.export_items(ngrams, counts);
+    py::gil_scoped_release release;
+    std::shared_lock<std::shared_mutex> lock(self.df.mutex());
+    self.df.export_items(ngrams, counts);
+    num_docs = self.df.num_docs();
   }
   py::array_t<int64_t> c(static_cast<int64_t>(counts.size()));
   for (size_t i = 0; i < counts.size(); ++i) c.mutable_data()[i] = counts[i];
-  return py::make_tuple(py::cast(ngrams), c);
+  py::dict out;
+  out["n"] = self.df.n();
+  out["num_docs"] = num_docs;
+  out["ngrams"] = py::cast(ngrams);
+  out["df"] = c;
+  return out;
 }
 
-py::array_t<double> df_score(const vlk::cap::CiderDf& self, const py::object& cands, const py::object& refs,
-                             const I64& ref_off, const I64& group, double sigma, double ref_len,
-                             const py::array_t<double, py::array::c_style>& logdf) {
+// Rewards of candidates against reference groups with the table's document frequencies, in one call: the log table
+// and ref_len come from numpy through vlkernels.captioning._common (fetched again only when the table has grown).
+py::array_t<double> df_score(DfScorer& self, const py::object& cands, const py::object& refs, const I64& ref_off,
+                             const I64& group, double sigma) {
   Held held;
   Source cs, rs;
   read_source(cands, -1, held, cs);
@@ -404,25 +499,59 @@ py::array_t<double> df_score(const vlk::cap::CiderDf& self, const py::object& ca
   for (int64_t i = 0; i < n_cand; ++i)
     if (group.data()[i] < 0 || group.data()[i] >= n_groups) throw py::value_error("ref_index out of range");
   vlk::cap::CiderOpts o;
-  o.n = self.n();
+  o.n = self.df.n();
   o.sigma = sigma;
   o.cider_d = true;
-  o.ref_len = ref_len;
-  o.logdf = logdf.data();
-  o.logdf_size = static_cast<int64_t>(logdf.size());
   py::array_t<double> out(n_cand);
   double* po = out.mutable_data();
-  py::gil_scoped_release release;
-  std::shared_lock<std::shared_mutex> lock(self.mutex());
-  Tokens tok;
-  vlk::cap::Vocab extra, unused;
-  tokenize_source(cs, &self.vocab(), unused, extra, tok);
-  tokenize_source(rs, &self.vocab(), unused, extra, tok);
   std::vector<int64_t> cand(n_cand), ref_caps(n_refs);
   for (int64_t i = 0; i < n_cand; ++i) cand[i] = i;
   for (int64_t i = 0; i < n_refs; ++i) ref_caps[i] = n_cand + i;
-  self.score(tok, cand.data(), n_cand, group.data(), ref_off.data(), ref_caps.data(), n_groups, o, po);
-  return out;
+  for (;;) {
+    bool scored = false;
+    std::shared_ptr<const std::vector<double>> logdf;
+    int64_t docs = -1;
+    {
+      std::lock_guard<std::mutex> c(self.cache_mu);
+      logdf = self.logdf;
+      docs = self.ref_len_docs;
+      o.ref_len = self.ref_len;
+    }
+    int64_t num_docs = 0, max_df = 0;
+    {
+      py::gil_scoped_release release;
+      std::shared_lock<std::shared_mutex> lock(self.df.mutex());
+      num_docs = self.df.num_docs();
+      max_df = self.df.max_df();
+      if (num_docs >= 1 && num_docs == docs && max_df < static_cast<int64_t>(logdf->size())) {
+        o.logdf = logdf->data();
+        o.logdf_size = static_cast<int64_t>(logdf->size());
+        Tokens tok;
+        vlk::cap::Vocab extra, unused;
+        tokenize_source(cs, &self.df.vocab(), unused, extra, tok);
+        tokenize_source(rs, &self.df.vocab(), unused, extra, tok);
+        self.df.score(tok, cand.data(), n_cand, group.data(), ref_off.data(), ref_caps.data(), n_groups, o, po);
+        scored = true;
+      }
+    }
+    if (scored) return out;
+    if (num_docs < 1) throw py::value_error("no document frequencies: build CiderD from refs, a dict, or load()");
+    // The table changed since the logarithms were taken (or never had them): fetch them for its current size.
+    py::module_ common = py::module_::import("vlkernels.captioning._common");
+    auto table = common.attr("log_table")(max_df).cast<std::vector<double>>();
+    const double ref_len = common.attr("ref_len_of")(num_docs).cast<double>();
+    std::lock_guard<std::mutex> c(self.cache_mu);
+    self.logdf = std::make_shared<const std::vector<double>>(std::move(table));
+    self.ref_len_docs = num_docs;
+    self.ref_len = ref_len;
+  }
+}
+
+template <typename R>
+R locked(DfScorer& d, R (vlk::cap::CiderDf::*get)() const) {
+  py::gil_scoped_release release;
+  std::shared_lock<std::shared_mutex> lock(d.df.mutex());
+  return (d.df.*get)();
 }
 
 // COCO-format evaluation of two files (BLEU-1..4 counts, ROUGE-L, CIDEr-D per image, results order) with bounded
@@ -458,9 +587,12 @@ py::dict evaluate_files(const std::string& refs, const std::string& preds, bool 
       vlk::cap::tokenize_texts(e.views, vlk::cap::Split::kSpace, vocab, spaces);
       vlk::cap::rouge_l_images(spaces, e.cand.data(), e.ref_off.data(), e.ref_caps.data(), m, 1.2, pr);
     }
-    vlk::cap::Vocab vocab;
     Tokens words;
-    vlk::cap::tokenize_texts(e.views, vlk::cap::Split::kWhitespace, vocab, words);
+    {
+      // The vocabulary only serves the interning: freed with the text, before the document-frequency table grows.
+      vlk::cap::Vocab vocab;
+      vlk::cap::tokenize_texts(e.views, vlk::cap::Split::kWhitespace, vocab, words);
+    }
     vlk::cap::coco_release_text(e);
     any_ref_words = words.off[e.ref_caps.size()] > 0;
     vlk::cap::bleu_images(words, e.cand.data(), e.ref_off.data(), e.ref_caps.data(), m, 4, ps, pb);
@@ -486,13 +618,6 @@ py::dict evaluate_files(const std::string& refs, const std::string& preds, bool 
   return out;
 }
 
-// A reader of the table that another thread may be filling (add_documents runs without the GIL).
-template <typename R>
-R locked(const vlk::cap::CiderDf& d, R (vlk::cap::CiderDf::*get)() const) {
-  std::shared_lock<std::shared_mutex> lock(d.mutex());
-  return (d.*get)();
-}
-
 // Python's str.split() on one string, for tests of the whitespace rule.
 py::list split_words(const py::str& s, bool space_only) {
   Held held;
@@ -512,14 +637,25 @@ VLK_BIND(captioning) {
   m.def("cap_score_images", &score_images);
   m.def("cap_split_words", &split_words);
   m.def("cap_evaluate_files", &evaluate_files);
-  py::class_<vlk::cap::CiderDf>(m, "CapCiderDf")
+  // CapCiderDf(n), CapCiderDf(n, refs, ref_off) (a corpus, one call) or CapCiderDf.from_items(n, ngrams, df, num_docs).
+  py::class_<DfScorer>(m, "CapCiderDf")
       .def(py::init<int>())
-      .def_property_readonly("n", &vlk::cap::CiderDf::n)
-      .def_property_readonly("num_docs", [](const vlk::cap::CiderDf& d) { return locked(d, &vlk::cap::CiderDf::num_docs); })
-      .def_property_readonly("max_df", [](const vlk::cap::CiderDf& d) { return locked(d, &vlk::cap::CiderDf::max_df); })
-      .def("__len__", [](const vlk::cap::CiderDf& d) { return locked(d, &vlk::cap::CiderDf::size); })
+      .def(py::init([](int n, const py::object& refs, const I64& ref_off) {
+        auto d = std::make_unique<DfScorer>(n);
+        df_add_documents(*d, refs, ref_off);
+        return d;
+      }))
+      .def_static("from_items",
+                  [](int n, const py::list& ngrams, const I64& counts, int64_t num_docs) {
+                    auto d = std::make_unique<DfScorer>(n);
+                    df_set_items(*d, ngrams, counts, num_docs);
+                    return d;
+                  })
+      .def_property_readonly("n", [](const DfScorer& d) { return d.df.n(); })
+      .def_property_readonly("num_docs", [](DfScorer& d) { return locked(d, &vlk::cap::CiderDf::num_docs); })
+      .def_property_readonly("max_df", [](DfScorer& d) { return locked(d, &vlk::cap::CiderDf::max_df); })
+      .def("__len__", [](DfScorer& d) { return locked(d, &vlk::cap::CiderDf::size); })
       .def("add_documents", &df_add_documents)
-      .def("set_items", &df_set_items)
-      .def("items", &df_items)
+      .def("export", &df_export)
       .def("score", &df_score);
 }

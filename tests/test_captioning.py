@@ -307,9 +307,34 @@ def test_cider_from_raw_captions_matches_pycocoevalcap_java(golden):
     assert got[0] == pytest.approx(want[0], abs=TOL)
 
 
-def test_cider_raw_fast_path_equals_general_path(golden):
-    # The one-call path for plain dicts and the general path (taken for dict subclasses) agree bit for bit,
-    # with str and {"caption": str} captions mixed and the candidates in another key order.
+@pytest.mark.skipif(shutil.which("java") is None, reason="needs Java for pycocoevalcap's PTBTokenizer")
+def test_cider_tokenize_and_stem_match_java_nltk_pycocoevalcap(golden):
+    # Cider(tokenize=True, stem=True): PTB tokenizer, stemmer and scorer in one C++ call (nltk called back with the
+    # distinct words) against pycocoevalcap's Java PTBTokenizer, nltk's PorterStemmer per token, pycocoevalcap's
+    # Cider.
+    from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
+
+    porter = pytest.importorskip("nltk.stem.porter").PorterStemmer()
+    refs = _json(golden / "karpathy_test_refs_raw.json")
+    d = _json(golden / "karpathy_test__ersan_vis.json")
+    ids = d["image_ids_in_scorer_order"][:300]
+    gts = {k: [{"caption": c} for c in refs[k]] for k in ids}
+    res = {k: [{"caption": d["candidates_raw"][k]}] for k in reversed(ids)}
+    tok = PTBTokenizer()
+    tok_gts, tok_res = tok.tokenize(gts), tok.tokenize(res)
+
+    def stem(caps):
+        return [" ".join(porter.stem(w) for w in c.split()) for c in caps]
+
+    want = pc_cider.Cider().compute_score({k: stem(tok_gts[k]) for k in ids}, {k: stem(tok_res[k]) for k in ids})
+    got = Cider(tokenize=True, stem=True).compute_score(gts, res)
+    np.testing.assert_array_equal(got[1], want[1])
+    assert got[0] == want[0]
+
+
+def test_cider_raw_plain_dicts_equal_dict_subclasses(golden):
+    # Plain dicts and dict subclasses (copied to plain dicts first) agree bit for bit, with str and
+    # {"caption": str} captions mixed and the candidates in another key order.
     refs = _json(golden / "karpathy_test_refs_raw.json")
     d = _json(golden / "karpathy_test__ersan_vis.json")
     ids = d["image_ids_in_scorer_order"][:1000]

@@ -231,3 +231,102 @@ def test_cider_raw_captions_small():
     got = Cider(tokenize=True).compute_score(gts, res)
     want = Cider().compute_score(tok_gts, tok_res)
     assert np.array_equal(got[1], want[1])
+
+
+class _Counting:
+    """vlkernels._C seen through a recorder: each entry into C++ (a module function, a class or static method, a
+    method or property of an object C++ made) is appended to `calls`. Module constants are plain values."""
+
+    def __init__(self, target, calls, name, module=False):
+        self._target, self._calls, self._name, self._module = target, calls, name, module
+
+    def __getattr__(self, attr):
+        value = getattr(self._target, attr)
+        if self._module and isinstance(value, (bool, int, float, str)):
+            return value
+        if isinstance(value, type):
+            return _Counting(value, self._calls, attr)  # its constructor and static methods count
+        self._calls.append(f"{self._name}.{attr}")
+        if not callable(value):
+            return value  # a property read runs C++ once
+        return lambda *a, **k: self._wrap(value(*a, **k), attr)
+
+    def __call__(self, *a, **k):
+        self._calls.append(f"{self._name}()")
+        return self._wrap(self._target(*a, **k), self._name)
+
+    def __len__(self):
+        self._calls.append(f"{self._name}.__len__")
+        return len(self._target)
+
+    def _wrap(self, out, name):
+        return _Counting(out, self._calls, name) if type(out).__module__ == "vlkernels._C" else out
+
+
+@pytest.fixture
+def crossings(monkeypatch):
+    from vlkernels import _ext
+
+    calls = []
+    counted = _Counting(_ext.load(), calls, "_C", module=True)
+    monkeypatch.setattr(_ext, "load", lambda: counted)
+    return calls
+
+
+def _public_calls(tmp_path):
+    pytest.importorskip("nltk")
+    raw_gts = {1: ["A dog runs.", {"caption": "Dogs running!"}], 2: ["a cat sits on mats"]}
+    raw_res = {2: [{"caption": "The cat, sitting."}], 1: ["a dog running"]}
+    ids = np.array([[3, 4, 0, 9], [5, 6, 7, 0]])
+    scorer = CiderD([["a dog runs", "a dog"], ["a cat sits"]])
+    df_file = tmp_path / "df.json"
+    scorer.save(df_file)
+    refs = tmp_path / "refs.json"
+    refs.write_text(json.dumps([{"image_id": k, "caption": c} for k, v in GTS.items() for c in v]))
+    preds = tmp_path / "preds.json"
+    preds.write_text(json.dumps([{"image_id": k, "caption": v[0]} for k, v in RES.items()]))
+    return {
+        "Cider": lambda: Cider().compute_score(GTS, RES),
+        "Cider_tokenize": lambda: Cider(tokenize=True).compute_score(raw_gts, raw_res),
+        "Cider_stem": lambda: Cider(stem=True).compute_score(GTS, RES),
+        "Cider_tokenize_stem": lambda: Cider(tokenize=True, stem=True).compute_score(raw_gts, raw_res),
+        "CiderOriginal_stem": lambda: CiderOriginal(stem=True).compute_score(GTS, RES),
+        "Bleu": lambda: Bleu().compute_score(GTS, RES, verbose=0),
+        "Bleu_tokenize": lambda: Bleu(tokenize=True).compute_score(raw_gts, raw_res, verbose=0),
+        "Rouge": lambda: Rouge().compute_score(GTS, RES),
+        "Rouge_tokenize": lambda: Rouge(tokenize=True).compute_score(raw_gts, raw_res),
+        "evaluate_captions_objects": lambda: evaluate_captions(
+            [{"image_id": 1, "caption": "a dog"}], [{"image_id": 1, "caption": "a dog"}]
+        ),
+        "evaluate_captions_files": lambda: evaluate_captions(refs, preds),
+        "CiderD_refs": lambda: CiderD([["a dog runs", "a dog"], ["a cat sits"]]),
+        "CiderD_ids": lambda: CiderD([ids, ids[::-1]]),
+        "CiderD_empty": lambda: CiderD(),
+        "CiderD.score": lambda: scorer.score(["a dog", "a cat"], [["a dog runs"], ["a cat"]]),
+        "CiderD.score_ids": lambda: scorer.score(ids, [ids[:1], ids[1:]]),
+        "CiderD.score_repeated": lambda: scorer.score(["a dog"] * 4, [["a dog runs"]], np.zeros(4, np.int64)),
+        "CiderD.from_document_frequency": lambda: CiderD.from_document_frequency({("a",): 1, "a dog": 2}, 2),
+        "CiderD.save": lambda: scorer.save(df_file),
+        "CiderD.load": lambda: CiderD.load(df_file),
+        "CiderD.document_frequency": lambda: scorer.document_frequency(),
+        "CiderD.num_docs": lambda: scorer.num_docs,
+        "CiderD.len": lambda: len(scorer),
+    }
+
+
+def test_one_cpp_call_per_public_operation(crossings, tmp_path):
+    # Issue 11 item 5: each public operation reads and checks its captions in one C++ call (no second entry to
+    # ask for sizes, logarithms or a fallback path), stem=True and tokenize=True included.
+    for name, call in _public_calls(tmp_path).items():
+        crossings.clear()
+        call()
+        assert len(crossings) == 1, f"{name} entered C++ {len(crossings)} times: {crossings}"
+
+
+def test_one_cpp_call_also_when_the_input_is_bad(crossings):
+    # A bad caption is found by the one reader (no Python pre-check, no retry on another path).
+    for scorer in (Cider(stem=True), Cider(tokenize=True), Bleu(), Rouge()):
+        crossings.clear()
+        with pytest.raises(ValueError, match=r"image 2 reference 0: (expected str|caption must be str), got int"):
+            _score(scorer, {1: ["a b"], 2: [5]}, {1: ["a"], 2: ["b"]})
+        assert len(crossings) == 1, crossings

@@ -98,13 +98,18 @@ def test_file_path_equals_the_object_path(shared_data, tmp_path, monkeypatch, to
     assert files == objects and files["images"] == 280
 
 
-def _write_big(path, n_img, refs=5, seed=0):
+def _write_big(path, n_img, refs=5, seed=0, random_words=False):
     import random
 
     rng = random.Random(seed)
     words = "a man riding wave on top of surfboard the dog cat sitting table with plate food two people".split()
 
     def cap():
+        if random_words:  # words of 3-9 random letters: nearly every word and n-gram distinct
+            return " ".join(
+                "".join(rng.choices("abcdefghijklmnopqrstuvwxyz", k=rng.randint(3, 9)))
+                for _ in range(rng.randint(7, 14))
+            )
         return " ".join(rng.choice(words) for _ in range(rng.randint(7, 14))).capitalize() + "."
 
     with open(path / "refs.json", "w") as f:
@@ -121,13 +126,9 @@ def _write_big(path, n_img, refs=5, seed=0):
 _HWM = "int(next(l for l in open('/proc/self/status') if l.startswith('VmHWM')).split()[1])"
 
 
-@pytest.mark.slow
-def test_cli_peak_memory_bounded_by_the_file_size(tmp_path):
-    # Peak RSS of `vlkernels captions` above the interpreter's own (the same imports, no file) stays <= 3x the
-    # files' size (it was ~16x when the files became Python objects).
-    refs, preds = _write_big(tmp_path, 100_000)
+def _peak_ratio(refs, preds):
+    """Peak RSS of `vlkernels captions` above the interpreter's own (same imports, no file) over the files' size."""
     size = refs.stat().st_size + preds.stat().st_size
-    assert size > 50e6
     # Peak RSS of the process before the command (imports and the extension loaded) and after it.
     code = (
         "from vlkernels.cli import main; import vlkernels._ext as e; e.load(); "
@@ -139,7 +140,28 @@ def test_cli_peak_memory_bounded_by_the_file_size(tmp_path):
     base, peak = map(int, r.stdout.strip().splitlines()[-1].split())
     ratio = (peak - base) * 1024 / size
     print(f"peak RSS above baseline: {ratio:.2f}x the files ({size / 1e6:.0f} MB; {peak}, {base} KiB)")
-    assert ratio <= 3.0, f"peak {peak} KiB, baseline {base} KiB, files {size / 1e6:.0f} MB: {ratio:.2f}x"
+    return ratio
+
+
+@pytest.mark.slow
+def test_cli_peak_memory_bounded_by_the_file_size(tmp_path):
+    # Peak RSS of `vlkernels captions` stays <= 3x the files' size on a typical vocabulary (it was ~16x when the
+    # files became Python objects).
+    refs, preds = _write_big(tmp_path, 100_000)
+    assert refs.stat().st_size + preds.stat().st_size > 50e6
+    assert _peak_ratio(refs, preds) <= 3.0
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 12 item 11 not done for distinct-heavy text: the vocabulary and CIDEr's document-frequency table "
+    "grow with the distinct words and n-grams (~22x a 14 MB pair of random words, ~15x at 38 MB, ~12x at 192 MB)",
+)
+def test_cli_peak_memory_random_words(tmp_path):
+    refs, preds = _write_big(tmp_path, 20_000, random_words=True)
+    assert refs.stat().st_size + preds.stat().st_size > 10e6
+    assert _peak_ratio(refs, preds) <= 3.0
 
 
 def test_file_reader_decodes_json_like_python(tmp_path):
@@ -199,23 +221,33 @@ def test_bindings_check_what_they_receive():
     from vlkernels import _ext
 
     C = _ext.load()
+    z = np.zeros(2)
     with pytest.raises(TypeError, match="gts and res must be dicts"):
-        C.cap_score_images([], {}, False, C.CAP_CIDER, 4, 6.0, True, 0.0, np.zeros(2))
+        C.cap_score_images([], {}, False, C.CAP_CIDER, 4, 6.0, True, 0.0, z, None)
     with pytest.raises(ValueError, match="n must be in"):
-        C.cap_score_images({}, {}, False, C.CAP_CIDER, 9, 6.0, True, 0.0, np.zeros(2))
+        C.cap_score_images({}, {}, False, C.CAP_CIDER, 9, 6.0, True, 0.0, z, None)
     with pytest.raises(ValueError, match="same image ids"):
-        C.cap_score_images({1: ["a"]}, {2: ["a"]}, False, C.CAP_CIDER, 4, 6.0, True, 0.0, np.zeros(2))
+        C.cap_score_images({1: ["a"]}, {2: ["a"]}, False, C.CAP_CIDER, 4, 6.0, True, 0.0, z, None)
+    # The stemmer callback: its result is checked, its exception goes through unchanged.
+    for stem, err, match in [
+        (lambda ws: ws[:-1], TypeError, "one str per word"),
+        (lambda ws: [1] * len(ws), TypeError, "returned int, expected str"),
+        (lambda ws: 1 / 0, ZeroDivisionError, "division"),
+    ]:
+        with pytest.raises(err, match=match):
+            C.cap_score_images({1: ["a b"]}, {1: ["a"]}, False, C.CAP_CIDER, 4, 6.0, True, 0.0, z, stem)
     df = C.CapCiderDf(4)
     i64 = np.int64
     with pytest.raises(ValueError, match="outside the data array"):
         df.add_documents((np.zeros(3, i64), np.array([2], i64), np.array([5], i64)), np.array([0, 1], i64))
     with pytest.raises(ValueError, match="group offsets"):
         df.add_documents(["a b"], np.array([0, 5], i64))
+    with pytest.raises(ValueError, match="no document frequencies"):
+        df.score(["a"], ["a b"], np.array([0, 1], i64), np.array([0], i64), 6.0)
     df.add_documents(["a b"], np.array([0, 1], i64))
-    log = np.log(np.maximum(1.0, np.arange(4.0)))
     with pytest.raises(ValueError, match="ref_index out of range"):
-        df.score(["a"], ["a b"], np.array([0, 1], i64), np.array([3], i64), 6.0, 0.0, log)
+        df.score(["a"], ["a b"], np.array([0, 1], i64), np.array([3], i64), 6.0)
     with pytest.raises(ValueError, match="one entry per candidate"):
-        df.score(["a", "b"], ["a b"], np.array([0, 1], i64), np.array([0], i64), 6.0, 0.0, log)
+        df.score(["a", "b"], ["a b"], np.array([0, 1], i64), np.array([0], i64), 6.0)
     with pytest.raises(ValueError, match=r"outside \[0, num_docs = 2\]"):
-        C.CapCiderDf(4).set_items(["a"], np.array([3], i64), 2)
+        C.CapCiderDf.from_items(4, ["a"], np.array([3], i64), 2)

@@ -20,12 +20,14 @@ void bleu_images(const Tokens& tok, const int64_t* cand, const int64_t* ref_off,
     ImageNgrams im;
     std::vector<int64_t> caps;
     std::vector<uint32_t> maxcount;
+    InterruptPoll poll;
     for (int64_t i = b; i < e; ++i) {
       caps.assign(1, cand[i]);
       caps.insert(caps.end(), ref_caps + ref_off[i], ref_caps + ref_off[i + 1]);
       const int ncap = static_cast<int>(caps.size());
       arena.reset();
       builder.build(tok, caps.data(), ncap, n, 1, ncap, im, arena);
+      poll.spend(static_cast<int64_t>(im.entries.size()) + ncap);
       maxcount.assign(im.num_ngrams, 0);
       for (int c = 1; c < ncap; ++c)
         for (int k = 0; k < n; ++k)

@@ -26,27 +26,26 @@ int64_t bigram_length(const ImageNgrams& im, int cap, int n) {
   return len;
 }
 
-// TF-IDF vectors of the references ref_begin .. ref_begin+nref-1 as dense rows over the image's local n-grams.
+// The references' TF-IDF norms and lengths; their vectors are scattered one at a time into a dense row over the
+// image's local n-grams (O(U) memory whatever the number of references, O(entries) time per reference).
 struct RefVecs {
-  std::vector<double> dense;  // [nref, U]
   std::vector<double> norms;  // [nref, kMaxN]
   std::vector<int64_t> len;   // [nref]
+  std::vector<double> row;    // [U] the current reference's vector, zero elsewhere
+  std::vector<int64_t> cand_len;  // [ncand] scratch of score_candidates
 };
 
 void build_ref_vecs(const ImageNgrams& im, int ref_begin, int nref, int n, const std::vector<double>& idf,
                     RefVecs& rv) {
-  const size_t U = im.num_ngrams;
-  rv.dense.assign(static_cast<size_t>(nref) * U, 0.0);
   rv.norms.assign(static_cast<size_t>(nref) * kMaxN, 0.0);
   rv.len.assign(nref, 0);
+  rv.row.assign(im.num_ngrams, 0.0);
   for (int r = 0; r < nref; ++r) {
     const int cap = ref_begin + r;
-    double* row = rv.dense.data() + static_cast<size_t>(r) * U;
     for (int k = 0; k < n; ++k) {
       double acc = 0.0;
       for (const auto* e = im.begin(cap, k); e != im.end(cap, k); ++e) {
         const double v = static_cast<double>(e->tf) * idf[e->local];
-        row[e->local] = v;
         acc += v * v;
       }
       rv.norms[static_cast<size_t>(r) * kMaxN + k] = std::sqrt(acc);
@@ -55,53 +54,73 @@ void build_ref_vecs(const ImageNgrams& im, int ref_begin, int nref, int n, const
   }
 }
 
-// Mirrors CiderScorer.compute_cider for one candidate: sim() per reference summed per n, mean over n,
-// divided by the number of references, times 10.
-double score_candidate(const ImageNgrams& im, int cap, int nref, const std::vector<double>& idf, const RefVecs& rv,
-                       const CiderOpts& o) {
+// CiderScorer.compute_cider for candidates cands[0..ncand) against the references ref_begin .. ref_begin+nref-1:
+// sim() per reference summed per n (references in order, as pycocoevalcap), mean over n, divided by the number of
+// references, times 10. out[j] = score of cands[j].
+void score_candidates(const ImageNgrams& im, const int* cands, int ncand, int ref_begin, int nref,
+                      const std::vector<double>& idf, RefVecs& rv, const CiderOpts& o, InterruptPoll& poll,
+                      std::vector<double>& acc, double* out) {
   const int n = o.n;
-  const size_t U = im.num_ngrams;
-  double norm_h[kMaxN];
-  for (int k = 0; k < n; ++k) {
-    double acc = 0.0;
-    for (const auto* e = im.begin(cap, k); e != im.end(cap, k); ++e) {
-      const double v = static_cast<double>(e->tf) * idf[e->local];
-      acc += v * v;
-    }
-    norm_h[k] = std::sqrt(acc);
-  }
-  const int64_t len_h = bigram_length(im, cap, n);
-  double score[kMaxN] = {0.0, 0.0, 0.0, 0.0};
-  const double two_sigma2 = 2.0 * (o.sigma * o.sigma);
-  for (int r = 0; r < nref; ++r) {
-    const double* row = rv.dense.data() + static_cast<size_t>(r) * U;
-    const double delta = static_cast<double>(len_h - rv.len[r]);
-    const double penalty = o.cider_d ? std::pow(kE, -(delta * delta) / two_sigma2) : 1.0;
+  // Per candidate: norms [kMaxN] and the per-n score sums [kMaxN].
+  acc.assign(static_cast<size_t>(ncand) * 2 * kMaxN, 0.0);
+  rv.cand_len.resize(ncand);
+  int64_t cand_entries = 0;
+  for (int j = 0; j < ncand; ++j) {
+    double* a = acc.data() + static_cast<size_t>(j) * 2 * kMaxN;
     for (int k = 0; k < n; ++k) {
-      double val = 0.0;
-      for (const auto* e = im.begin(cap, k); e != im.end(cap, k); ++e) {
-        const double vh = static_cast<double>(e->tf) * idf[e->local];
-        const double vr = row[e->local];
-        if (o.cider_d) {
-          // Python's min(a, b) returns a unless b < a.
-          val += (vr < vh ? vr : vh) * vr;
-        } else {
-          val += vh * vr;
-        }
+      double s = 0.0;
+      for (const auto* e = im.begin(cands[j], k); e != im.end(cands[j], k); ++e) {
+        const double v = static_cast<double>(e->tf) * idf[e->local];
+        s += v * v;
       }
-      const double norm_r = rv.norms[static_cast<size_t>(r) * kMaxN + k];
-      if (norm_h[k] != 0 && norm_r != 0) val /= (norm_h[k] * norm_r);
-      if (o.cider_d) val *= penalty;
-      score[k] += val;
+      a[k] = std::sqrt(s);
+      cand_entries += im.end(cands[j], k) - im.begin(cands[j], k);
     }
+    rv.cand_len[j] = bigram_length(im, cands[j], n);
   }
-  // np.mean over the n values sums left to right, then divides.
-  double mean = score[0];
-  for (int k = 1; k < n; ++k) mean += score[k];
-  mean /= static_cast<double>(n);
-  mean /= static_cast<double>(nref);
-  mean *= 10.0;
-  return mean;
+  const double two_sigma2 = 2.0 * (o.sigma * o.sigma);
+  double* row = rv.row.data();
+  for (int r = 0; r < nref; ++r) {
+    const int rc = ref_begin + r;
+    for (int k = 0; k < n; ++k)
+      for (const auto* e = im.begin(rc, k); e != im.end(rc, k); ++e)
+        row[e->local] = static_cast<double>(e->tf) * idf[e->local];
+    for (int j = 0; j < ncand; ++j) {
+      double* a = acc.data() + static_cast<size_t>(j) * 2 * kMaxN;
+      const double delta = static_cast<double>(rv.cand_len[j] - rv.len[r]);
+      const double penalty = o.cider_d ? std::pow(kE, -(delta * delta) / two_sigma2) : 1.0;
+      for (int k = 0; k < n; ++k) {
+        double val = 0.0;
+        for (const auto* e = im.begin(cands[j], k); e != im.end(cands[j], k); ++e) {
+          const double vh = static_cast<double>(e->tf) * idf[e->local];
+          const double vr = row[e->local];
+          if (o.cider_d) {
+            // Python's min(a, b) returns a unless b < a.
+            val += (vr < vh ? vr : vh) * vr;
+          } else {
+            val += vh * vr;
+          }
+        }
+        const double norm_r = rv.norms[static_cast<size_t>(r) * kMaxN + k];
+        if (a[k] != 0 && norm_r != 0) val /= (a[k] * norm_r);
+        if (o.cider_d) val *= penalty;
+        a[kMaxN + k] += val;
+      }
+    }
+    for (int k = 0; k < n; ++k)
+      for (const auto* e = im.begin(rc, k); e != im.end(rc, k); ++e) row[e->local] = 0.0;
+    poll.spend(cand_entries + (im.end(rc, n - 1) - im.begin(rc, 0)) + 8);
+  }
+  for (int j = 0; j < ncand; ++j) {
+    const double* a = acc.data() + static_cast<size_t>(j) * 2 * kMaxN;
+    // np.mean over the n values sums left to right, then divides.
+    double mean = a[kMaxN];
+    for (int k = 1; k < n; ++k) mean += a[kMaxN + k];
+    mean /= static_cast<double>(n);
+    mean /= static_cast<double>(nref);
+    mean *= 10.0;
+    out[j] = mean;
+  }
 }
 
 // A distinct n-gram of one image bound for its df shard, and where its document frequency goes (index into the
@@ -257,6 +276,8 @@ void count_documents(Parts& parts, DfTable& df, bool keep_keys) {
     std::vector<uint32_t> index;  // dense df index of each insert record of the shard, in record order
     for (int64_t si = b; si < e; ++si) {
       const int s = static_cast<int>(si);
+      // A kept table is never left half counted: it is not interrupted (a shard is milliseconds of work).
+      if (!keep_keys) vlk::check_interrupt();
       size_t pairs = 0;
       for (const auto& p : parts) pairs += p->insert.size(s);
       std::vector<uint32_t>& counts = df.counts(s);
@@ -338,8 +359,10 @@ void cider_corpus(const Tokens& tok, const int64_t* cand, const int64_t* ref_off
   count_documents(parts, df, false);
   if (static_cast<int64_t>(df.max_df()) >= opts.logdf_size) throw std::out_of_range("log table too small");
   vlk::parallel_for(n_images, 64, [&](int64_t b, int64_t e) {
-    std::vector<double> idf;
+    std::vector<double> idf, acc;
     RefVecs rv;
+    InterruptPoll poll;
+    const int cand0 = 0;
     for (int64_t i = b; i < e; ++i) {
       ImageNgrams& im = ims[i];
       const uint32_t U = im.num_ngrams;
@@ -348,7 +371,7 @@ void cider_corpus(const Tokens& tok, const int64_t* cand, const int64_t* ref_off
       const int nref = im.ncap - 1;
       if (nref < 1) throw std::invalid_argument("an image has no references");
       build_ref_vecs(im, 1, nref, opts.n, idf, rv);
-      out[i] = score_candidate(im, 0, nref, idf, rv, opts);
+      score_candidates(im, &cand0, 1, 1, nref, idf, rv, opts, poll, acc, out + i);
     }
   });
   PartCache::get().give(parts);
@@ -412,8 +435,10 @@ void CiderDf::score(const Tokens& tok, const int64_t* cand, int64_t n_cand, cons
     Arena arena;
     ImageNgrams im;
     std::vector<int64_t> caps;
-    std::vector<double> idf;
+    std::vector<int> cands;
+    std::vector<double> idf, acc, scores;
     RefVecs rv;
+    InterruptPoll poll;
     for (int64_t g = gb; g < ge; ++g) {
       if (start[g] == start[g + 1]) continue;
       caps.assign(ref_caps + ref_off[g], ref_caps + ref_off[g + 1]);
@@ -425,8 +450,12 @@ void CiderDf::score(const Tokens& tok, const int64_t* cand, int64_t n_cand, cons
       for (uint32_t u = 0; u < builder.size(); ++u)
         idf[u] = opts.ref_len - logdf_of(opts, df_.get(builder.keys()[u], builder.hashes()[u]));
       build_ref_vecs(im, 0, nref, n_, idf, rv);
-      for (int64_t j = start[g]; j < start[g + 1]; ++j)
-        out[order[j]] = score_candidate(im, nref + static_cast<int>(j - start[g]), nref, idf, rv, opts);
+      const int ncand = static_cast<int>(start[g + 1] - start[g]);
+      cands.resize(ncand);
+      for (int j = 0; j < ncand; ++j) cands[j] = nref + j;
+      scores.resize(ncand);
+      score_candidates(im, cands.data(), ncand, 0, nref, idf, rv, opts, poll, acc, scores.data());
+      for (int j = 0; j < ncand; ++j) out[order[start[g] + j]] = scores[j];
     }
   });
 }

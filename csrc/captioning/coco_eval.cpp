@@ -8,6 +8,7 @@
 
 #include "captioning/cider.h"
 #include "captioning/ptb_tokenizer.h"
+#include "core/parallel.h"
 
 namespace vlk::cap {
 
@@ -51,6 +52,7 @@ void ptb_in_blocks(const CaptionRecords& src, const std::vector<int64_t>& order,
   std::vector<PtbText> texts;
   PtbResult res;
   for (int64_t a = 0; a < n; a += block) {
+    vlk::check_interrupt();
     const int64_t b = std::min(n, a + block);
     int64_t c = b, extra = 0;
     while (c < n && extra < static_cast<int64_t>(4 * kContextBytes)) {

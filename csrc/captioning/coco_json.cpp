@@ -1,4 +1,5 @@
 #include "captioning/coco_json.h"
+#include "captioning/ngrams.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -279,6 +280,7 @@ class Parser {
   }
 
   void add_caption(const std::string& key, const std::string& caption) {
+    poll_.spend(static_cast<int64_t>(caption.size()) + 32);
     if (keep_ != nullptr && !keep_(key, ctx_)) return;
     auto it = index_.find(key);
     if (it == index_.end()) {
@@ -415,6 +417,7 @@ class Parser {
                 if (p_ < end_ && *p_ == '"' && all_str) {
                   caption.clear();
                   string(&caption);
+                  poll_.spend(static_cast<int64_t>(caption.size()) + 8);
                   if (!annotations) {
                     const std::string key = "s" + field;
                     if (keep_ == nullptr || keep_(key, ctx_)) {
@@ -481,6 +484,7 @@ class Parser {
   CaptionRecords& out_;
   std::string name_;
   std::unordered_map<std::string, int64_t> index_;
+  InterruptPoll poll_;
 };
 
 struct Mapped {

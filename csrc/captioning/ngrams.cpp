@@ -29,6 +29,7 @@ void split_all(const std::vector<TextView>& texts, Split mode, Tokens& out, std:
   std::vector<Chunk> chunks;
   std::mutex mu;
   vlk::parallel_for(m, 2048, [&](int64_t b, int64_t e) {
+    InterruptPoll poll;
     Chunk c{b, {}};
     int64_t bytes = 0;
     for (int64_t i = b; i < e; ++i) bytes += texts[i].n;
@@ -37,6 +38,7 @@ void split_all(const std::vector<TextView>& texts, Split mode, Tokens& out, std:
       const size_t before = c.words.size();
       split_words(texts[i], mode, [&](const char* p, int64_t n) { c.words.push_back(WordRef{p, n, hash_bytes(p, n)}); });
       out.off[i + 1] = static_cast<int64_t>(c.words.size() - before);
+      poll.spend(texts[i].n + 16);
     }
     std::lock_guard<std::mutex> lock(mu);
     chunks.push_back(std::move(c));
@@ -72,6 +74,7 @@ void tokenize_texts(const std::vector<TextView>& texts, Split mode, Vocab& vocab
   std::vector<std::unique_ptr<Chunk>> chunks;
   std::mutex mu;
   vlk::parallel_for(m, 4096, [&](int64_t b, int64_t e) {
+    InterruptPoll poll;
     auto c = std::make_unique<Chunk>();
     c->begin = b;
     c->end = e;
@@ -83,15 +86,18 @@ void tokenize_texts(const std::vector<TextView>& texts, Split mode, Vocab& vocab
       split_words(texts[i], mode,
                   [&](const char* p, int64_t n) { c->ids.push_back(c->local.intern(p, n, hash_bytes(p, n))); });
       out.off[i + 1] = static_cast<int64_t>(c->ids.size() - before);
+      poll.spend(texts[i].n + 16);
     }
     std::lock_guard<std::mutex> lock(mu);
     chunks.push_back(std::move(c));
   });
   std::sort(chunks.begin(), chunks.end(), [](const auto& x, const auto& y) { return x->begin < y->begin; });
   for (int64_t i = 0; i < m; ++i) out.off[i + 1] += out.off[i];
+  InterruptPoll poll;
   for (auto& c : chunks) {
     c->to_global.resize(c->local.size());
     for (uint32_t id = 0; id < c->local.size(); ++id) {
+      poll.spend(16);
       const std::string_view w = c->local.word(id);
       c->to_global[id] = vocab.intern(w.data(), static_cast<int64_t>(w.size()), hash_bytes(w.data(), w.size()));
     }
@@ -115,7 +121,9 @@ void tokenize_texts_frozen(const std::vector<TextView>& texts, Split mode, const
     for (int64_t i = b; i < e; ++i) out.ids[i] = vocab.find(words[i].p, words[i].n, words[i].h);
   });
   const uint32_t base = vocab.size();
+  InterruptPoll poll;
   for (int64_t i = 0; i < m; ++i) {
+    poll.spend(1);
     if (out.ids[i] != UINT32_MAX) continue;
     const uint32_t id = extra.intern(words[i].p, words[i].n, words[i].h);
     if (static_cast<uint64_t>(base) + id >= kMaxWords) throw std::length_error("vocabulary exceeds 16,777,214 words");
@@ -123,6 +131,8 @@ void tokenize_texts_frozen(const std::vector<TextView>& texts, Split mode, const
   }
 }
 
+
+constexpr int64_t kPollStep = int64_t{1} << 16;
 
 void NgramBuilder::build(const Tokens& tok, const int64_t* caps, int ncap, int n, int ref_begin, int ref_end,
                          ImageNgrams& out, Arena& arena) {
@@ -135,15 +145,20 @@ void NgramBuilder::build(const Tokens& tok, const int64_t* caps, int ncap, int n
   // Arrays sized for the worst case (every occurrence distinct) and filled by index: no push_back in the loop.
   const size_t cap = static_cast<size_t>(total);
   if (keys_.size() < cap) {
+    // Fresh pages for a huge image take a while to fault in: poll between the arrays (the builder is dropped
+    // when the call stops).
     keys_.resize(cap);
+    vlk::check_interrupt();
     hashes_.resize(cap);
     in_ref_.resize(cap);
+    vlk::check_interrupt();
     stamp_.resize(cap);
     pos_.resize(cap);
+    vlk::check_interrupt();
     entries_.resize(cap);
   }
   group_.resize(static_cast<size_t>(ncap) * (kMaxN + 1));
-  local_.clear_sparse(2 * cap + 16);
+  local_.clear_sparse(2 * cap + 16, true);
   uint32_t U = 0, E = 0;
   Key* keys = keys_.data();
   uint64_t* hashes = hashes_.data();
@@ -159,26 +174,33 @@ void NgramBuilder::build(const Tokens& tok, const int64_t* caps, int ncap, int n
     grp[0] = E;
     for (int k = 1; k <= kMaxN; ++k) {
       if (k <= n) {
-        for (int64_t i = 0; i + k <= L; ++i) {
-          const Key key = make_key(w + i, k);
-          const uint64_t h = key_hash(key);
-          bool inserted;
-          uint32_t* v = local_.upsert_tracked(key, h, U, &inserted);
-          if (inserted) {
-            keys[U] = key;
-            hashes[U] = h;
-            in_ref[U] = 0;
-            stamp[U] = UINT32_MAX;
-            ++U;
-          }
-          const uint32_t u = *v;
-          in_ref[u] |= is_ref;
-          if (stamp[u] != static_cast<uint32_t>(c)) {
-            stamp[u] = static_cast<uint32_t>(c);
-            pos[u] = E;
-            entries[E++] = ImageNgrams::Entry{u, 1};
-          } else {
-            ++entries[pos[u]].tf;
+        poll_.spend(L);
+        // Positions in steps of 64k with an interrupt check between (a caption of millions of words), the inner
+        // loop left tight.
+        for (int64_t i0 = 0; i0 + k <= L; i0 += kPollStep) {
+          if (i0 > 0) vlk::check_interrupt();
+          const int64_t i1 = std::min(L - k + 1, i0 + kPollStep);
+          for (int64_t i = i0; i < i1; ++i) {
+            const Key key = make_key(w + i, k);
+            const uint64_t h = key_hash(key);
+            bool inserted;
+            uint32_t* v = local_.upsert_tracked(key, h, U, &inserted);
+            if (inserted) {
+              keys[U] = key;
+              hashes[U] = h;
+              in_ref[U] = 0;
+              stamp[U] = UINT32_MAX;
+              ++U;
+            }
+            const uint32_t u = *v;
+            in_ref[u] |= is_ref;
+            if (stamp[u] != static_cast<uint32_t>(c)) {
+              stamp[u] = static_cast<uint32_t>(c);
+              pos[u] = E;
+              entries[E++] = ImageNgrams::Entry{u, 1};
+            } else {
+              ++entries[pos[u]].tf;
+            }
           }
         }
       }
@@ -215,7 +237,9 @@ void ids_to_words(const int64_t* data, const int64_t* starts, const int64_t* len
   constexpr int64_t kFlat = 1 << 20;
   std::vector<uint32_t> flat;
   std::unordered_map<int64_t, uint32_t> spill;  // ids outside [0, kFlat): hashed, so any id mix stays linear
+  InterruptPoll poll;
   for (int64_t c = 0; c < count; ++c) {
+    poll.spend(lens[c] + 1);
     const int64_t* t = data + starts[c];
     uint32_t* o = out.ids.data() + out.off[c];
     for (int64_t j = 0; j < lens[c]; ++j) {

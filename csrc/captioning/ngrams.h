@@ -3,6 +3,7 @@
 // document-frequency table. Everything is exact (keys hold the word ids, never only a hash).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -11,7 +12,26 @@
 #include <string_view>
 #include <vector>
 
+#include "core/parallel.h"
+
 namespace vlk::cap {
+
+// Polls for Ctrl-C (vlk::check_interrupt) once per ~64k units of work spent (an n-gram, a byte, a DP cell): a long
+// loop stops within milliseconds, at the cost of a decrement per unit.
+class InterruptPoll {
+ public:
+  void spend(int64_t work) {
+    left_ -= work;
+    if (left_ < 0) {
+      left_ = kWork;
+      vlk::check_interrupt();
+    }
+  }
+
+ private:
+  static constexpr int64_t kWork = int64_t{1} << 16;
+  int64_t left_ = kWork;
+};
 
 constexpr int kMaxN = 4;
 // Word ids are stored +1 in 24-bit fields of a key; 0 means "no word at this position".
@@ -207,10 +227,22 @@ class KeyTable {
     uint32_t val;
   };
   explicit KeyTable(size_t cap = 16) { reset(cap); }
-  void reset(size_t cap) {
+  // `poll`: a large table is zeroed in steps with an interrupt check between them (hundreds of MB of fresh pages
+  // for one huge image); only for tables that are dropped when the call stops.
+  void reset(size_t cap, bool poll = false) {
     size_t c = 16;
     while (c < cap) c <<= 1;
-    slots_.assign(c, Slot{0, 0, 0});
+    constexpr size_t kStep = size_t{1} << 20;
+    if (!poll || c <= kStep) {
+      slots_.assign(c, Slot{0, 0, 0});
+    } else {
+      slots_.clear();
+      slots_.reserve(c);
+      for (size_t i = 0; i < c; i += kStep) {
+        vlk::check_interrupt();
+        slots_.insert(slots_.end(), std::min(kStep, c - i), Slot{0, 0, 0});
+      }
+    }
     mask_ = c - 1;
     count_ = 0;
     used_.clear();
@@ -218,9 +250,9 @@ class KeyTable {
   size_t size() const { return count_; }
   size_t capacity() const { return slots_.size(); }
   // Empties the table in O(size) by clearing only occupied slots (a local dictionary is reused per image).
-  void clear_sparse(size_t min_cap) {
+  void clear_sparse(size_t min_cap, bool poll = false) {
     if (slots_.size() < min_cap || slots_.size() > 8 * min_cap + 1024) {
-      reset(min_cap);
+      reset(min_cap, poll);
       return;
     }
     for (uint32_t i : used_) slots_[i] = Slot{0, 0, 0};
@@ -431,6 +463,7 @@ class NgramBuilder {
 
  private:
   KeyTable local_;
+  InterruptPoll poll_;
   uint32_t count_ = 0;
   std::vector<uint32_t> stamp_, pos_;
   std::vector<Key> keys_;

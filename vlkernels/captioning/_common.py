@@ -65,16 +65,25 @@ def check_dicts(gts: Any, res: Any) -> tuple[dict, dict]:
 
 
 def score_images(
-    gts: dict, res: dict, metrics: int, *, tokenize: bool, n: int = 4, sigma: float = 6.0, cider_d: bool = True
+    gts: dict,
+    res: dict,
+    metrics: int,
+    *,
+    tokenize: bool,
+    n: int = 4,
+    sigma: float = 6.0,
+    cider_d: bool = True,
+    stem: Callable[[list[str]], list[str]] | None = None,
 ) -> dict[str, Any]:
     """The pycocoevalcap layout (dicts from :func:`check_dicts`) read, checked, tokenized (``tokenize``: raw str or
-    ``{"caption": str}`` captions through the PTB tokenizer) and scored in one C++ call. ``metrics`` is a mask of
+    ``{"caption": str}`` captions through the PTB tokenizer), stemmed (``stem``: called back once with the distinct
+    words, CIDEr and BLEU only) and scored in one C++ call. ``metrics`` is a mask of
     ``CAP_CIDER | CAP_BLEU | CAP_ROUGE``; returns the C++ layer's dict of per-image arrays (``"cider"``,
     ``"any_ref_words"``, ``"bleu_stats"``, ``"bleu"``, ``"rouge"``)."""
     m = len(gts)
     with caption_errors(image_item(lambda: list(gts))):
         return load().cap_score_images(
-            gts, res, tokenize, metrics, n, sigma, cider_d, ref_len_of(max(m, 1)), log_table(m)
+            gts, res, tokenize, metrics, n, sigma, cider_d, ref_len_of(max(m, 1)), log_table(m), stem
         )
 
 

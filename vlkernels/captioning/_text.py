@@ -1,9 +1,9 @@
 """Caption text helpers: PTB tokenization of raw caption dicts (the C++ tokenizer) and the optional Porter
-stemming."""
+stemmer the scorers call back."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from vlkernels import _ext
@@ -51,25 +51,12 @@ def tokenize_dicts(gts: Mapping[Any, Any], res: Mapping[Any, Any]) -> tuple[dict
     return _tokenize_dict(gts, "gts"), _tokenize_dict(res, "res")
 
 
-def stem_dicts(*dicts: Mapping[Any, list[str]]) -> list[dict]:
-    """Porter-stems every whitespace token with nltk's PorterStemmer (default NLTK_EXTENSIONS mode), cached."""
+def porter_stemmer() -> Callable[[list[str]], list[str]]:
+    """nltk's ``PorterStemmer().stem`` (default NLTK_EXTENSIONS mode) over a list of words, as the scorer's C++ layer
+    calls it: once per call, with the distinct words of the tokenized captions."""
     try:
         from nltk.stem.porter import PorterStemmer
     except ImportError as e:
         raise ImportError("stem=True needs nltk (pip install nltk)") from e
-    stemmer = PorterStemmer()
-    cache: dict[str, str] = {}
-
-    def stem_caption(c: Any) -> Any:
-        if not isinstance(c, str):
-            return c  # left for the scorer's validation to name
-        words = c.split()
-        out = []
-        for w in words:
-            s = cache.get(w)
-            if s is None:
-                s = cache[w] = stemmer.stem(w)
-            out.append(s)
-        return " ".join(out)
-
-    return [{k: [stem_caption(c) for c in v] if isinstance(v, list) else v for k, v in d.items()} for d in dicts]
+    stem = PorterStemmer().stem
+    return lambda words: [stem(w) for w in words]

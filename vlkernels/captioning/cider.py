@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from vlkernels.captioning._common import caption_errors, check_dicts, load, log_table, ref_len_of, score_images
-from vlkernels.captioning._text import stem_dicts, tokenize_dicts
+from vlkernels.captioning._common import caption_errors, check_dicts, load, score_images
+from vlkernels.captioning._text import porter_stemmer
 
 _DF_FORMAT = "vlkernels.cider_document_frequency"
 _NO_REFERENCE_WORDS = "every reference caption is empty: no document frequency (pycocoevalcap fails too)"
@@ -73,17 +73,18 @@ class Cider:
                 reference, a caption that is not a str or not encodable as UTF-8, all references empty
                 (the message names the image; pycocoevalcap raises AssertionError on the same inputs).
         """
-        gts, res = prepare_dicts(gts, res, self._tokenize, self._stem)
+        gts, res = check_dicts(gts, res)
         if not gts:
             raise ValueError("gts and res are empty: no image to score")
         out = score_images(
             gts,
             res,
             load().CAP_CIDER,
-            tokenize=self._tokenize and not self._stem,
+            tokenize=self._tokenize,
             n=self._n,
             sigma=self._sigma,
             cider_d=self._cider_d,
+            stem=porter_stemmer() if self._stem else None,
         )
         if not out["any_ref_words"]:
             raise ValueError(_NO_REFERENCE_WORDS)
@@ -109,17 +110,6 @@ class CiderOriginal(Cider):
     """
 
     _cider_d = False
-
-
-def prepare_dicts(gts: Any, res: Any, tokenize: bool, stem: bool) -> tuple[dict, dict]:
-    """Checked plain dicts for the C++ layer. Stemming (nltk, Python) needs the words first: then the PTB tokenizer
-    runs here and the stemmed dicts reach the scorer pre-tokenized; otherwise the scorer call tokenizes."""
-    gts, res = check_dicts(gts, res)
-    if stem:
-        if tokenize:
-            gts, res = tokenize_dicts(gts, res)
-        gts, res = stem_dicts(gts, res)
-    return gts, res
 
 
 def _check_sigma(sigma: float) -> None:
@@ -215,16 +205,16 @@ class CiderD:
         self.sigma = float(sigma)
         _check_sigma(self.sigma)
         self.eos = eos
-        self._df = load().CapCiderDf(n)
-        if refs is not None:
-            groups = list(refs.values()) if isinstance(refs, Mapping) else list(refs)
-            if not groups:
-                raise ValueError("refs is empty: the corpus needs at least one image")
-            names = list(refs.keys()) if isinstance(refs, Mapping) else list(range(len(groups)))
-            src, off = self._groups(groups, names, "refs")
-            with caption_errors(_flat_item(off, names, "refs")):
-                self._df.add_documents(src, off)
-        self._logdf: np.ndarray | None = None
+        if refs is None:
+            self._df = load().CapCiderDf(n)
+            return
+        groups = list(refs.values()) if isinstance(refs, Mapping) else list(refs)
+        if not groups:
+            raise ValueError("refs is empty: the corpus needs at least one image")
+        names = list(refs.keys()) if isinstance(refs, Mapping) else list(range(len(groups)))
+        src, off = self._groups(groups, names, "refs")
+        with caption_errors(_flat_item(off, names, "refs")):
+            self._df = load().CapCiderDf(n, src, off)
 
     @property
     def n(self) -> int:
@@ -250,7 +240,8 @@ class CiderD:
     ) -> CiderD:
         """Builds the scorer from ``{ngram: df}`` (keys: tuples of words as in ruotianluo's pickled
         ``document_frequency``, or space-joined strings) and the number of documents (its ``ref_len``)."""
-        self = cls(None, n=n, sigma=sigma, eos=eos)
+        if not isinstance(n, int) or not 1 <= n <= 4:
+            raise ValueError(f"n must be an int in [1, 4], got {n!r}")
         if isinstance(num_docs, bool) or not isinstance(num_docs, (int, np.integer)) or not 1 <= num_docs < 2**32:
             raise ValueError(f"num_docs must be an int in [1, 2**32), got {num_docs!r}")
         ngrams, counts = [], []
@@ -272,25 +263,29 @@ class CiderD:
         for k in ngrams:
             if not 1 <= len(k.split()) <= n:
                 raise ValueError(f"document_frequency key {k!r}: an n-gram must hold 1 to {n} words")
+        self = cls.__new__(cls)
+        self.sigma = float(sigma)
+        _check_sigma(self.sigma)
+        self.eos = eos
         with caption_errors(lambda i, pos: f"document_frequency key {ngrams[i]!r}"):
-            self._df.set_items(ngrams, np.asarray(counts, dtype=np.int64), int(num_docs))
+            self._df = load().CapCiderDf.from_items(n, ngrams, np.asarray(counts, dtype=np.int64), int(num_docs))
         return self
 
     def document_frequency(self) -> dict[str, int]:
         """``{"w1 w2 ...": df}`` for every n-gram of the corpus."""
-        ngrams, counts = self._df.items()
-        return dict(zip(ngrams, counts.tolist()))
+        table = self._df.export()
+        return dict(zip(table["ngrams"], table["df"].tolist()))
 
     def save(self, path: str | os.PathLike) -> None:
         """Writes the document frequencies as JSON (no pickle): format, version, n, num_docs, ngrams, df."""
-        ngrams, counts = self._df.items()
+        table = self._df.export()
         doc = {
             "format": _DF_FORMAT,
             "version": 1,
-            "n": self.n,
-            "num_docs": self.num_docs,
-            "ngrams": ngrams,
-            "df": counts.tolist(),
+            "n": table["n"],
+            "num_docs": table["num_docs"],
+            "ngrams": table["ngrams"],
+            "df": table["df"].tolist(),
         }
         with open(path, "w", encoding="utf-8") as f:
             json.dump(doc, f, ensure_ascii=False)
@@ -342,12 +337,8 @@ class CiderD:
                 raise ValueError(f"ref_index has {index.shape[0]} entries for {b} candidates")
             if b and (index.min() < 0 or index.max() >= len(groups)):
                 raise ValueError(f"ref_index values must be in [0, {len(groups)}), got [{index.min()}, {index.max()}]")
-        if self.num_docs < 1:
-            raise ValueError("no document frequencies: build CiderD from refs, a dict, or load()")
-        if self._logdf is None or self._logdf.shape[0] <= self._df.max_df:
-            self._logdf = log_table(int(self._df.max_df))
         with caption_errors(_flat_item(off, list(range(len(groups))), "refs")):
-            return self._df.score(hyp_src, src, off, index, self.sigma, ref_len_of(self.num_docs), self._logdf)
+            return self._df.score(hyp_src, src, off, index, self.sigma)
 
     def _groups(self, groups: list, names: list, where: str) -> tuple[Any, np.ndarray]:
         """Flattens reference groups into one caption source and group offsets. The first caption decides the kind

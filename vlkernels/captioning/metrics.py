@@ -8,8 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from vlkernels.captioning._common import load, score_images
-from vlkernels.captioning.cider import prepare_dicts
+from vlkernels.captioning._common import check_dicts, load, score_images
 
 
 class Bleu:
@@ -58,7 +57,7 @@ class Bleu:
         Raises:
             ValueError: as :meth:`vlkernels.captioning.Cider.compute_score`.
         """
-        gts, res = prepare_dicts(gts, res, False, False)
+        gts, res = check_dicts(gts, res)
         out = score_images(gts, res, load().CAP_BLEU, tokenize=self._tokenize, n=self._n)
         return bleu_totals(out["bleu_stats"], out["bleu"], self._n, verbose)
 
@@ -113,7 +112,7 @@ class Rouge:
 
     def compute_score(self, gts: Mapping[Any, list], res: Mapping[Any, list]) -> tuple[np.float64, np.ndarray]:
         """Mean ROUGE-L and the per-image array (``gts`` key order). Raises ValueError as ``Cider``."""
-        gts, res = prepare_dicts(gts, res, False, False)
+        gts, res = check_dicts(gts, res)
         scores = score_images(gts, res, load().CAP_ROUGE, tokenize=self._tokenize)["rouge"]
         return np.mean(scores), scores
 
