@@ -8,11 +8,12 @@ pycocoevalcap's Java PTBTokenizer + Python scorer.
 
 import gzip
 import json
-import os
 from functools import cache
 from pathlib import Path
 
 import numpy as np
+
+from vlkernels.testing import shared_data_dir
 
 from .harness import Bench, Skip, register
 
@@ -21,17 +22,13 @@ TOL = 1e-12
 
 @cache
 def _golden(name: str):
-    env = os.environ.get("VLKERNELS_SHARED_DATA")
-    roots = [Path(env)] if env else []
-    here = Path(__file__).resolve().parent.parent
-    roots += [here.parent / "shared" / "data", here / "shared" / "data"]
-    for r in roots:
-        p = r / "captions" / "golden" / name
-        if p.exists():
-            opener = gzip.open if name.endswith(".gz") else open
-            with opener(p, "rt", encoding="utf-8") as f:
-                return json.load(f)
-    return None
+    root = shared_data_dir()
+    p = None if root is None else root / "captions" / "golden" / name
+    if p is None or not p.exists():
+        return None
+    opener = gzip.open if name.endswith(".gz") else open
+    with opener(p, "rt", encoding="utf-8") as f:
+        return json.load(f)
 
 
 def _karpathy(images: int, raw: bool):

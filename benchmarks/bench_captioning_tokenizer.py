@@ -4,36 +4,31 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import random
 import shutil
 from pathlib import Path
 
 from vlkernels.captioning._text import tokenize_dicts
 from vlkernels.captioning.tokenizer import PTBTokenizer, ptb_tokenize
+from vlkernels.testing import shared_data_dir
 
 from .harness import Bench, register
 
-_GOLDEN = "captions/golden/coco_val2014_captions_reconstructed.json.gz"
+_GOLDEN = "coco_val2014_captions_reconstructed.json.gz"
 
 
 def _shared(name: str) -> Path | None:
-    roots = [os.environ.get("VLKERNELS_SHARED_DATA", ""), str(Path(__file__).resolve().parents[2] / "shared" / "data")]
-    for root in roots:
-        path = Path(root) / "captions" / "golden" / name
-        if root and path.is_file():
-            return path
-    return None
+    root = shared_data_dir()
+    path = None if root is None else root / "captions" / "golden" / name
+    return path if path is not None and path.is_file() else None
 
 
 def _captions(n: int) -> list[str]:
     """The first n COCO val2014 captions from the shared data (all 202,654 for n=-1), else synthetic ones."""
-    roots = [os.environ.get("VLKERNELS_SHARED_DATA", ""), str(Path(__file__).resolve().parents[2] / "shared" / "data")]
-    for root in roots:
-        path = Path(root) / _GOLDEN
-        if root and path.is_file():
-            caps = [c for v in json.load(gzip.open(path)).values() for c in v]
-            return caps if n < 0 else caps[:n]
+    path = _shared(_GOLDEN)
+    if path is not None:
+        caps = [c for v in json.load(gzip.open(path)).values() for c in v]
+        return caps if n < 0 else caps[:n]
     rng = random.Random(0)
     words = (
         "a man woman dog on the of with in is red two people street sign Mr. U.S. isn't it's (left) \"stop\"".split()
