@@ -1,20 +1,15 @@
 """Caption metrics under hostile input: captions replaced by another thread mid-call, images without a word,
 out-of-range document frequencies and token ids, degenerate sigma, mixed caption kinds, many large token ids."""
 
-import os
-import signal
-import subprocess
-import sys
-import textwrap
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from vlkernels.captioning import Bleu, Cider, CiderD, CiderOriginal, Rouge
 from vlkernels.captioning.reference import ciderd_ref, document_frequency_ref
+from vlkernels.testing import interrupt_latency
 
 pc_cider = pytest.importorskip("pycocoevalcap.cider.cider")
 WORDS = ["a", "dog", "runs", "on", "the", "grass", "cat", "sits", "red", "ball"]
@@ -238,26 +233,7 @@ def test_ctrl_c_stops_a_long_block_subprocess(case):
     # dense reference rows were references x distinct n-grams).
     call, cand_words, refs, images, threads = _LONG[case]
     code = _SCRIPT.format(call=call, cand_words=cand_words, refs=refs, images=images, threads=threads)
-    proc = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        cwd=Path(__file__).resolve().parent.parent,
-        env=dict(os.environ),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
-        time.sleep(1.0)  # inside the long call
-        sent = time.monotonic()
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    lines = dict(line.split(maxsplit=1) for line in out.splitlines() if line.strip())
-    assert "interrupted" in lines, f"not interrupted:\n{out}\n{err[-3000:]}"
-    latency = float(lines["interrupted"]) - sent
+    latency, lines = interrupt_latency(code, wait=1.0)
     print(f"{case}: KeyboardInterrupt {latency * 1000:.0f} ms after SIGINT")
     assert latency < 0.5, f"KeyboardInterrupt {latency:.3f} s after SIGINT"
     assert lines.get("after") == "True"

@@ -3,15 +3,11 @@
 delivered to any of them, and only the main thread runs Python's handlers, so the calling thread must wake by itself
 and stop the workers."""
 
-import os
-import signal
-import subprocess
-import sys
-import textwrap
-import time
 from pathlib import Path
 
 import pytest
+
+from vlkernels.testing import interrupt_latency
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -47,26 +43,7 @@ except KeyboardInterrupt:
 
 @pytest.mark.parametrize("case", list(CALLS))
 def test_sigint_stops_a_long_retrieval_call(case):
-    proc = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(_SCRIPT.format(call=CALLS[case]))],
-        cwd=REPO,
-        env=dict(os.environ),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
-        time.sleep(1.0)  # well inside the call, workers busy
-        sent = time.monotonic()
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    lines = dict(line.split(maxsplit=1) for line in out.splitlines() if line.strip())
-    assert "interrupted" in lines, f"not interrupted:\n{out}\n{err[-3000:]}"
-    latency = float(lines["interrupted"]) - sent
+    latency, lines = interrupt_latency(_SCRIPT.format(call=CALLS[case]), wait=1.0)
     assert latency < 0.5, f"KeyboardInterrupt {latency:.3f} s after SIGINT"
     print(f"{case}: KeyboardInterrupt {latency * 1000:.0f} ms after SIGINT")
     assert lines.get("after") == "True"

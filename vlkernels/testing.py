@@ -269,3 +269,39 @@ class interpreter_blas_dot:
 
             interpreter.InterpreterBuilder.create_dot = self._orig
         return False
+
+
+def interrupt_latency(script: str, wait: float = 1.0, timeout: float = 120.0) -> tuple[float, dict[str, str]]:
+    """Run `script` in a new interpreter, send it SIGINT `wait` seconds after it prints ``ready``, and return the
+    seconds until it printed ``interrupted <time.monotonic()>``, with every ``key value`` line it printed.
+
+    The script installs Python's own SIGINT handler (pytest-xdist workers pass SIGINT on as ignored), prints
+    ``ready`` just before its long call, ``interrupted`` with the time in its KeyboardInterrupt handler, and may
+    print ``after <check>`` from a call made after the interruption. Fails when the call was not interrupted."""
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        cwd=Path(__file__).resolve().parent.parent,
+        env=dict(os.environ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        first = proc.stdout.readline().strip()
+        assert first == "ready", f"{first}\n{proc.stderr.read()[-3000:]}"
+        time.sleep(wait)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    lines = dict(line.split(maxsplit=1) for line in out.splitlines() if len(line.split(maxsplit=1)) == 2)
+    assert "interrupted" in lines, f"not interrupted:\n{out}\n{err[-3000:]}"
+    return float(lines["interrupted"]) - sent, lines
