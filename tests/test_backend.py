@@ -11,15 +11,13 @@ import torch
 import vlkernels
 from vlkernels import _triton
 from vlkernels._triton import BackendError, run_triton, unsupported_reason, use_triton
+from vlkernels.testing import clean_backend
 
 
 @pytest.fixture(autouse=True)
-def _clean(monkeypatch):
-    monkeypatch.delenv("VLKERNELS_BACKEND", raising=False)
-    monkeypatch.setattr(_triton, "_override", None)
-    _triton.reset_state()
-    yield
-    _triton.reset_state()
+def _clean():
+    with clean_backend():
+        yield
 
 
 def _fake(device: str, dtype=torch.float32):

@@ -15,16 +15,13 @@ from vlkernels import _triton
 from vlkernels._triton import BackendError
 from vlkernels.retrieval import Positives, evaluate, functional, rank_metrics, topk
 from vlkernels.retrieval.reference import evaluate_ref, ranks_ref, topk_ref
-from vlkernels.testing import assert_topk_equal
+from vlkernels.testing import assert_topk_equal, clean_backend
 
 
 @pytest.fixture(autouse=True)
-def _clean(monkeypatch):
-    monkeypatch.delenv("VLKERNELS_BACKEND", raising=False)
-    monkeypatch.setattr(_triton, "_override", None)
-    _triton.reset_state()
-    yield
-    _triton.reset_state()
+def _clean():
+    with clean_backend():
+        yield
 
 
 def _data(n_img=23, per=3, d=12, seed=0, integer=False):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -305,3 +307,22 @@ def interrupt_latency(script: str, wait: float = 1.0, timeout: float = 120.0) ->
     lines = dict(line.split(maxsplit=1) for line in out.splitlines() if len(line.split(maxsplit=1)) == 2)
     assert "interrupted" in lines, f"not interrupted:\n{out}\n{err[-3000:]}"
     return float(lines["interrupted"]) - sent, lines
+
+
+@contextlib.contextmanager
+def clean_backend() -> Iterator[None]:
+    """The backend switch as in a fresh process for the duration (no ``VLKERNELS_BACKEND``, no ``set_backend``
+    override, no remembered Triton failures or warnings); the previous state is restored afterwards."""
+    from vlkernels import _triton
+
+    env = os.environ.pop("VLKERNELS_BACKEND", None)
+    saved = _triton._override
+    _triton._override = None
+    _triton.reset_state()
+    try:
+        yield
+    finally:
+        _triton.reset_state()
+        _triton._override = saved
+        if env is not None:
+            os.environ["VLKERNELS_BACKEND"] = env
