@@ -1,266 +1,191 @@
-#include <pybind11/numpy.h>
-#include <pybind11/stl.h>
-
-#include <array>
+// Bindings of the pairwise IoU kernels (boxes, temporal segments, packed dense masks, COCO xywh boxes). Every
+// argument is a tensor (vlk::TensorArg) checked here for everything the kernel indexes, and the device (CPU / CUDA)
+// and float dtype are dispatched here, so torch.ops.vlkernels.* called directly with a wrong tensor raises a
+// ValueError. `stream` is the CUDA stream handle (ignored on CPU).
+#include <optional>
 
 #include "boxes/box_iou.h"
+#include "boxes/launch_args.h"
 #include "boxes/mask_iou.h"
 #include "boxes/rle.h"
-#include "boxes/rle_counts.h"
 #include "registry.h"
 
 namespace py = pybind11;
-using vlk::bind::ptr;
+using vlk::TensorArg;
 
 namespace {
 
-template <typename T>
-void box_iou(std::uintptr_t b1, std::uintptr_t b2, std::uintptr_t out, int64_t batch, int64_t n, int64_t m, int fmt,
-             int kind, bool aligned, double eps, std::uintptr_t valid1, std::uintptr_t valid2) {
+// x1 [B, N, d] and x2 [B, M, d] (aligned: M == N) of one float dtype and device, contiguous; out [B, N, M] (aligned:
+// [B, N]) of their dtype.
+struct PairArgs {
+  TensorArg x1, x2, out;
+  bool cuda;
+};
+
+PairArgs pair_args(py::handle x1_obj, py::handle x2_obj, py::handle out_obj, const char* n1, const char* n2,
+                   int64_t d, bool aligned) {
+  auto x1 = TensorArg::from(x1_obj, n1);
+  x1.ndim(3).size(2, d, "coordinates").dtype_in({vlk::kF32, vlk::kF64}).contiguous();
+  auto x2 = TensorArg::from(x2_obj, n2);
+  x2.ndim(3).size(2, d, "coordinates").dtype_is(x1.dtype()).same_device(x1).size(0, x1.size(0), "batch");
+  x2.contiguous();
+  if (aligned) x2.size(1, x1.size(1), "aligned: one per item of the first set");
+  auto out = TensorArg::from(out_obj, "out");
+  out.ndim(aligned ? 2 : 3).dtype_is(x1.dtype()).same_device(x1).size(0, x1.size(0)).size(1, x1.size(1));
+  if (!aligned) out.size(2, x2.size(1));
+  out.contiguous().writable();
+  const bool cuda = vlk::boxes::on_cuda(x1);
+  return {std::move(x1), std::move(x2), std::move(out), cuda};
+}
+
+void check_enum(int value, int count, const char* what) {
+  if (value < 0 || value >= count) {
+    throw py::value_error(std::string(what) + " must lie in [0, " + std::to_string(count - 1) + "], got " +
+                          std::to_string(value));
+  }
+}
+
+// Optional per-batch valid counts: None, or int64 [B] on the boxes' device (the kernels clamp the values).
+std::optional<TensorArg> valid_arg(py::handle obj, const char* name, const TensorArg& boxes) {
+  if (obj.is_none()) return std::nullopt;
+  return vlk::boxes::int64_vector(obj, name, boxes, boxes.size(0), "one per batch row");
+}
+
+void box_iou(py::handle b1, py::handle b2, py::handle out, int fmt, int kind, bool aligned, double eps,
+             py::handle valid1, py::handle valid2, [[maybe_unused]] std::uintptr_t stream) {
+  check_enum(fmt, 3, "fmt");
+  check_enum(kind, 4, "kind");
+  PairArgs a = pair_args(b1, b2, out, "boxes1", "boxes2", 4, aligned);
+  const auto v1 = valid_arg(valid1, "valid1", a.x1), v2 = valid_arg(valid2, "valid2", a.x1);
+  const int64_t batch = a.x1.size(0), n = a.x1.size(1), m = a.x2.size(1);
+  if (a.out.numel() == 0) return;
+  const int64_t* p1 = v1 ? v1->data<const int64_t>() : nullptr;
+  const int64_t* p2 = v2 ? v2->data<const int64_t>() : nullptr;
   py::gil_scoped_release release;
-  vlk::launch_box_iou<T>(ptr<const T>(b1), ptr<const T>(b2), ptr<T>(out), batch, n, m, fmt, kind, aligned,
-                         static_cast<T>(eps), ptr<const int64_t>(valid1), ptr<const int64_t>(valid2));
-}
-
-template <typename T>
-void segment_iou(std::uintptr_t s1, std::uintptr_t s2, std::uintptr_t out, int64_t batch, int64_t n, int64_t m,
-                 int mode, bool aligned) {
-  py::gil_scoped_release release;
-  vlk::launch_segment_iou<T>(ptr<const T>(s1), ptr<const T>(s2), ptr<T>(out), batch, n, m, mode, aligned);
-}
-
-// The CSR of an RLE set reaching a CPU entry point: a bad one comes back as a message (Python raises ValueError;
-// no C++ exception crosses these bindings, as elsewhere in this file), never an out-of-bounds read.
-std::string check_csr(std::uintptr_t offsets, int64_t n, int64_t total) {
-  return vlk::rle_check_csr(ptr<const int64_t>(offsets), n, total);
-}
-
-py::array_t<int64_t> to_array(std::vector<int64_t>&& v) {
-  auto* heap = new std::vector<int64_t>(std::move(v));
-  py::capsule owner(heap, [](void* p) { delete static_cast<std::vector<int64_t>*>(p); });
-  return py::array_t<int64_t>({static_cast<py::ssize_t>(heap->size())}, {sizeof(int64_t)}, heap->data(), owner);
-}
-
-py::list to_bytes_list(const std::vector<std::string>& strings) {
-  py::list out(strings.size());
-  for (size_t k = 0; k < strings.size(); ++k) out[k] = py::bytes(strings[k]);
-  return out;
-}
-
-py::tuple rle_parse(const std::vector<std::string>& strings, std::uintptr_t hw) {
-  std::vector<int64_t> counts, offsets;
-  std::string error;
-  {
-    py::gil_scoped_release release;
-    error = vlk::rle_parse_strings(strings, ptr<const int64_t>(hw), counts, offsets);
-  }
-  // The error travels as a value and Python raises it: C++ exceptions are avoided on this path.
-  return py::make_tuple(to_array(std::move(counts)), to_array(std::move(offsets)), error);
-}
-
-py::list rle_to_strings(std::uintptr_t counts, std::uintptr_t offsets, int64_t n) {
-  std::vector<std::string> s;
-  {
-    py::gil_scoped_release release;
-    s = vlk::rle_to_strings(ptr<const int64_t>(counts), ptr<const int64_t>(offsets), n);
-  }
-  return to_bytes_list(s);
-}
-
-// (h, w, sn, sy, sx) from Python: the mask geometry in bytes.
-using Geometry = std::array<int64_t, 5>;
-vlk::MaskStrides strides_of(const Geometry& g) { return vlk::MaskStrides{g[0], g[1], g[2], g[3], g[4]}; }
-
-py::list rle_encode(std::uintptr_t masks, int64_t n, const Geometry& geo) {
-  std::vector<std::string> s;
-  {
-    py::gil_scoped_release release;
-    s = vlk::rle_encode_strings(ptr<const uint8_t>(masks), n, strides_of(geo));
-  }
-  return to_bytes_list(s);
-}
-
+  vlk::dispatch_float(a.x1, [&](auto tag) {
+    using T = decltype(tag);
+    const T* x1 = a.x1.data<const T>();
+    const T* x2 = a.x2.data<const T>();
+    if (!a.cuda) {
+      vlk::launch_box_iou<T>(x1, x2, a.out.data<T>(), batch, n, m, fmt, kind, aligned, static_cast<T>(eps), p1, p2);
+    }
 #ifdef VLK_WITH_CUDA
-void* stream_of(std::uintptr_t s) { return reinterpret_cast<void*>(s); }
-
-template <typename T>
-void box_iou_cuda(std::uintptr_t b1, std::uintptr_t b2, std::uintptr_t out, int64_t batch, int64_t n, int64_t m,
-                  int fmt, int kind, bool aligned, double eps, std::uintptr_t valid1, std::uintptr_t valid2,
-                  std::uintptr_t stream) {
-  py::gil_scoped_release release;
-  vlk::launch_box_iou_cuda<T>(ptr<const T>(b1), ptr<const T>(b2), ptr<T>(out), batch, n, m, fmt, kind, aligned,
-                              static_cast<T>(eps), ptr<const int64_t>(valid1), ptr<const int64_t>(valid2),
-                              reinterpret_cast<void*>(stream));
-}
-template <typename T>
-void segment_iou_cuda(std::uintptr_t s1, std::uintptr_t s2, std::uintptr_t out, int64_t batch, int64_t n, int64_t m,
-                      int mode, bool aligned, std::uintptr_t stream) {
-  py::gil_scoped_release release;
-  vlk::launch_segment_iou_cuda<T>(ptr<const T>(s1), ptr<const T>(s2), ptr<T>(out), batch, n, m, mode, aligned,
-                                  reinterpret_cast<void*>(stream));
-}
+    else {
+      vlk::launch_box_iou_cuda<T>(x1, x2, a.out.data<T>(), batch, n, m, fmt, kind, aligned, static_cast<T>(eps), p1,
+                                  p2, reinterpret_cast<void*>(stream));
+    }
 #endif
+  });
+}
+
+void segment_iou(py::handle s1, py::handle s2, py::handle out, int mode, bool aligned, [[maybe_unused]] std::uintptr_t stream) {
+  check_enum(mode, 2, "mode");
+  PairArgs a = pair_args(s1, s2, out, "seg1", "seg2", 2, aligned);
+  const int64_t batch = a.x1.size(0), n = a.x1.size(1), m = a.x2.size(1);
+  if (a.out.numel() == 0) return;
+  py::gil_scoped_release release;
+  vlk::dispatch_float(a.x1, [&](auto tag) {
+    using T = decltype(tag);
+    if (!a.cuda) {
+      vlk::launch_segment_iou<T>(a.x1.data<const T>(), a.x2.data<const T>(), a.out.data<T>(), batch, n, m, mode,
+                                 aligned);
+    }
+#ifdef VLK_WITH_CUDA
+    else {
+      vlk::launch_segment_iou_cuda<T>(a.x1.data<const T>(), a.x2.data<const T>(), a.out.data<T>(), batch, n, m, mode,
+                                      aligned, reinterpret_cast<void*>(stream));
+    }
+#endif
+  });
+}
+
+// masks [K, P] uint8 -> words [K, ceil(P / 64)] int64 (the bits; read as uint64 by the kernels), area [K] int64.
+void mask_pack(py::handle masks_obj, py::handle words_obj, py::handle area_obj, [[maybe_unused]] std::uintptr_t stream) {
+  auto masks = TensorArg::from(masks_obj, "masks");
+  masks.ndim(2).dtype_is(vlk::kU8).contiguous();
+  const int64_t k = masks.size(0), pixels = masks.size(1);
+  auto words = TensorArg::from(words_obj, "words");
+  words.ndim(2).dtype_is(vlk::kI64).same_device(masks).size(0, k).size(1, vlk::mask_words(pixels), "64-bit words");
+  words.contiguous().writable();
+  auto area = vlk::boxes::int64_vector(area_obj, "area", masks, k, "one per mask");
+  area.writable();
+  const bool cuda = vlk::boxes::on_cuda(masks);
+  if (k == 0) return;
+  auto* w = reinterpret_cast<uint64_t*>(words.data<int64_t>());
+  py::gil_scoped_release release;
+  if (!cuda) vlk::launch_mask_pack(masks.data<const uint8_t>(), k, pixels, w, area.data<int64_t>());
+#ifdef VLK_WITH_CUDA
+  else vlk::launch_mask_pack_cuda(masks.data<const uint8_t>(), k, pixels, w, area.data<int64_t>(),
+                                  reinterpret_cast<void*>(stream));
+#endif
+}
+
+// Packed words a [B, N, nw], b [B, M, nw] int64 with areas [B, N] / [B, M] -> out float64 and inter int64,
+// [B, N, M] (aligned: [B, N]).
+void mask_iou(py::handle a_obj, py::handle area_a_obj, py::handle b_obj, py::handle area_b_obj, bool aligned,
+              py::handle out_obj, py::handle inter_obj, [[maybe_unused]] std::uintptr_t stream) {
+  auto a = TensorArg::from(a_obj, "words1");
+  a.ndim(3).dtype_is(vlk::kI64).contiguous();
+  const int64_t batch = a.size(0), n = a.size(1), nw = a.size(2);
+  auto b = TensorArg::from(b_obj, "words2");
+  b.ndim(3).dtype_is(vlk::kI64).same_device(a).size(0, batch, "batch").size(2, nw, "words per mask").contiguous();
+  const int64_t m = b.size(1);
+  if (aligned) b.size(1, n, "aligned: one per mask of words1");
+  auto area_a = TensorArg::from(area_a_obj, "area1");
+  area_a.ndim(2).dtype_is(vlk::kI64).same_device(a).size(0, batch).size(1, n).contiguous();
+  auto area_b = TensorArg::from(area_b_obj, "area2");
+  area_b.ndim(2).dtype_is(vlk::kI64).same_device(a).size(0, batch).size(1, m).contiguous();
+  auto out = TensorArg::from(out_obj, "out");
+  auto inter = TensorArg::from(inter_obj, "inter");
+  out.dtype_is(vlk::kF64);
+  inter.dtype_is(vlk::kI64);
+  for (TensorArg* t : {&out, &inter}) {
+    t->ndim(aligned ? 2 : 3).same_device(a).size(0, batch).size(1, n);
+    if (!aligned) t->size(2, m);
+    t->contiguous().writable();
+  }
+  const bool cuda = vlk::boxes::on_cuda(a);
+  if (out.numel() == 0) return;
+  const auto* wa = reinterpret_cast<const uint64_t*>(a.data<const int64_t>());
+  const auto* wb = reinterpret_cast<const uint64_t*>(b.data<const int64_t>());
+  py::gil_scoped_release release;
+  if (!cuda) {
+    vlk::launch_mask_iou(wa, area_a.data<const int64_t>(), wb, area_b.data<const int64_t>(), batch, n, m, nw, aligned,
+                         out.data<double>(), inter.data<int64_t>());
+  }
+#ifdef VLK_WITH_CUDA
+  else {
+    vlk::launch_mask_iou_cuda(wa, area_a.data<const int64_t>(), wb, area_b.data<const int64_t>(), batch, n, m, nw,
+                              aligned, out.data<double>(), inter.data<int64_t>(), reinterpret_cast<void*>(stream));
+  }
+#endif
+}
+
+// pycocotools bbIou: xywh float64 dt [D, 4], gt [G, 4], iscrowd uint8 [G] -> out float64 [D, G] (CPU).
+void coco_box_iou(py::handle dt_obj, py::handle gt_obj, py::handle crowd_obj, py::handle out_obj) {
+  auto dt = TensorArg::from(dt_obj, "dt");
+  dt.ndim(2).size(1, 4, "xywh").dtype_is(vlk::kF64).device(vlk::kCPU).contiguous();
+  auto gt = TensorArg::from(gt_obj, "gt");
+  gt.ndim(2).size(1, 4, "xywh").dtype_is(vlk::kF64).device(vlk::kCPU).contiguous();
+  auto crowd = TensorArg::from(crowd_obj, "iscrowd");
+  crowd.ndim(1).dtype_is(vlk::kU8).device(vlk::kCPU).size(0, gt.size(0), "one per ground truth").contiguous();
+  auto out = TensorArg::from(out_obj, "out");
+  out.ndim(2).dtype_is(vlk::kF64).device(vlk::kCPU).size(0, dt.size(0)).size(1, gt.size(0)).contiguous().writable();
+  py::gil_scoped_release release;
+  vlk::launch_coco_box_iou(dt.data<const double>(), dt.size(0), gt.data<const double>(), gt.size(0),
+                           crowd.data<const uint8_t>(), out.data<double>());
+}
 
 }  // namespace
 
 VLK_BIND(boxes) {
-  m.def("box_iou_f32", &box_iou<float>);
-  m.def("box_iou_f64", &box_iou<double>);
-  m.def("segment_iou_f32", &segment_iou<float>);
-  m.def("segment_iou_f64", &segment_iou<double>);
-  m.def("rle_parse", &rle_parse);
-  m.def("rle_to_strings", &rle_to_strings);
-  m.def("rle_encode", &rle_encode);
-  m.attr("rle_chunk") = vlk::rle::kChunk;
-  m.def("rle_encode_runs", [](std::uintptr_t masks, int64_t n, const Geometry& geo) {
-    std::vector<int64_t> counts, offsets;
-    {
-      py::gil_scoped_release release;
-      vlk::rle_encode_runs(ptr<const uint8_t>(masks), n, strides_of(geo), counts, offsets);
-    }
-    return py::make_tuple(to_array(std::move(counts)), to_array(std::move(offsets)));
-  });
-  m.def("rle_count_chunks", [](std::uintptr_t masks, int64_t n, const Geometry& geo, std::uintptr_t chunk_cnt) {
-    py::gil_scoped_release release;
-    vlk::launch_rle_count_chunks(ptr<const uint8_t>(masks), n, strides_of(geo), ptr<int64_t>(chunk_cnt));
-  });
-  m.def("rle_write_ends", [](std::uintptr_t masks, int64_t n, const Geometry& geo, std::uintptr_t chunk_base,
-                             std::uintptr_t offsets, std::uintptr_t ends) {
-    py::gil_scoped_release release;
-    vlk::launch_rle_write_ends(ptr<const uint8_t>(masks), n, strides_of(geo), ptr<const int64_t>(chunk_base),
-                               ptr<const int64_t>(offsets), ptr<int64_t>(ends));
-  });
-  m.def("rle_runs_from_ends", [](std::uintptr_t ends, std::uintptr_t offsets, int64_t n, int64_t hw,
-                                 std::uintptr_t counts) {
-    py::gil_scoped_release release;
-    vlk::launch_rle_runs_from_ends(ptr<const int64_t>(ends), ptr<const int64_t>(offsets), n, hw, ptr<int64_t>(counts));
-  });
-  m.def("rle_decode_csum", [](std::uintptr_t csum, std::uintptr_t offsets, int64_t n, int64_t hw, std::uintptr_t out,
-                              int64_t total) {
-    std::string error = check_csr(offsets, n, total);
-    if (!error.empty()) return error;
-    py::gil_scoped_release release;
-    vlk::launch_rle_decode_csum(ptr<const int64_t>(csum), ptr<const int64_t>(offsets), n, hw, ptr<uint8_t>(out));
-    return error;
-  });
-  m.def("rle_iou_csum", [](std::uintptr_t dc, std::uintptr_t doff, std::uintptr_t darea, std::uintptr_t dbox,
-                           int64_t nd, std::uintptr_t gc, std::uintptr_t goff, std::uintptr_t garea,
-                           std::uintptr_t gbox, int64_t ng, std::uintptr_t iscrowd, std::uintptr_t out,
-                           int64_t parts, int64_t dt_total, int64_t gt_total) {
-    std::string error = check_csr(doff, nd, dt_total);
-    if (error.empty()) error = check_csr(goff, ng, gt_total);
-    if (!error.empty()) return error;
-    py::gil_scoped_release release;
-    vlk::launch_rle_iou_csum(ptr<const int64_t>(dc), ptr<const int64_t>(doff), ptr<const int64_t>(darea),
-                             ptr<const double>(dbox), nd, ptr<const int64_t>(gc), ptr<const int64_t>(goff),
-                             ptr<const int64_t>(garea), ptr<const double>(gbox), ng, ptr<const uint8_t>(iscrowd),
-                             ptr<double>(out), parts);
-    return error;
-  });
-  m.def("rle_area", [](std::uintptr_t counts, std::uintptr_t offsets, int64_t n, std::uintptr_t out, int64_t parts,
-                       int64_t total) {
-    std::string error = check_csr(offsets, n, total);
-    if (!error.empty()) return error;
-    py::gil_scoped_release release;
-    vlk::launch_rle_area(ptr<const int64_t>(counts), ptr<const int64_t>(offsets), n, ptr<int64_t>(out), parts);
-    return error;
-  });
-  m.def("rle_to_bbox", [](std::uintptr_t counts, std::uintptr_t offsets, int64_t n, std::uintptr_t h, std::uintptr_t w,
-                          std::uintptr_t out, int64_t total) {
-    std::string error = check_csr(offsets, n, total);
-    if (!error.empty()) return error;
-    py::gil_scoped_release release;
-    vlk::launch_rle_to_bbox(ptr<const int64_t>(counts), ptr<const int64_t>(offsets), n, ptr<const int64_t>(h),
-                            ptr<const int64_t>(w), ptr<double>(out));
-    return error;
-  });
-  m.def("rle_iou", [](std::uintptr_t dc, std::uintptr_t doff, int64_t nd, std::uintptr_t gc, std::uintptr_t goff,
-                      int64_t ng, int64_t h, int64_t w, std::uintptr_t iscrowd, std::uintptr_t out) {
-    py::gil_scoped_release release;
-    vlk::launch_rle_iou(ptr<const int64_t>(dc), ptr<const int64_t>(doff), nd, ptr<const int64_t>(gc),
-                        ptr<const int64_t>(goff), ng, h, w, ptr<const uint8_t>(iscrowd), ptr<double>(out));
-  });
-  m.def("coco_box_iou", [](std::uintptr_t dt, int64_t nd, std::uintptr_t gt, int64_t ng, std::uintptr_t iscrowd,
-                           std::uintptr_t out) {
-    py::gil_scoped_release release;
-    vlk::launch_coco_box_iou(ptr<const double>(dt), nd, ptr<const double>(gt), ng, ptr<const uint8_t>(iscrowd),
-                             ptr<double>(out));
-  });
-  m.def("mask_pack", [](std::uintptr_t masks, int64_t k, int64_t pixels, std::uintptr_t words, std::uintptr_t area) {
-    py::gil_scoped_release release;
-    vlk::launch_mask_pack(ptr<const uint8_t>(masks), k, pixels, ptr<uint64_t>(words), ptr<int64_t>(area));
-  });
-  m.def("mask_iou", [](std::uintptr_t a, std::uintptr_t area_a, std::uintptr_t b, std::uintptr_t area_b,
-                       int64_t batch, int64_t n, int64_t mm, int64_t nw, bool aligned, std::uintptr_t out,
-                       std::uintptr_t inter) {
-    py::gil_scoped_release release;
-    vlk::launch_mask_iou(ptr<const uint64_t>(a), ptr<const int64_t>(area_a), ptr<const uint64_t>(b),
-                         ptr<const int64_t>(area_b), batch, n, mm, nw, aligned, ptr<double>(out), ptr<int64_t>(inter));
-  });
-#ifdef VLK_WITH_CUDA
-  m.def("box_iou_cuda_f32", &box_iou_cuda<float>);
-  m.def("box_iou_cuda_f64", &box_iou_cuda<double>);
-  m.def("segment_iou_cuda_f32", &segment_iou_cuda<float>);
-  m.def("segment_iou_cuda_f64", &segment_iou_cuda<double>);
-  m.def("mask_pack_cuda", [](std::uintptr_t masks, int64_t k, int64_t pixels, std::uintptr_t words,
-                             std::uintptr_t area, std::uintptr_t stream) {
-    py::gil_scoped_release release;
-    vlk::launch_mask_pack_cuda(ptr<const uint8_t>(masks), k, pixels, ptr<uint64_t>(words), ptr<int64_t>(area),
-                               reinterpret_cast<void*>(stream));
-  });
-  m.def("mask_iou_cuda", [](std::uintptr_t a, std::uintptr_t area_a, std::uintptr_t b, std::uintptr_t area_b,
-                            int64_t batch, int64_t n, int64_t mm, int64_t nw, bool aligned, std::uintptr_t out,
-                            std::uintptr_t inter, std::uintptr_t stream) {
-    py::gil_scoped_release release;
-    vlk::launch_mask_iou_cuda(ptr<const uint64_t>(a), ptr<const int64_t>(area_a), ptr<const uint64_t>(b),
-                              ptr<const int64_t>(area_b), batch, n, mm, nw, aligned, ptr<double>(out),
-                              ptr<int64_t>(inter), reinterpret_cast<void*>(stream));
-  });
-  m.def("rle_count_chunks_cuda", [](std::uintptr_t masks, int64_t n, const Geometry& geo, std::uintptr_t chunk_cnt,
-                                    std::uintptr_t stream) {
-    py::gil_scoped_release release;
-    vlk::launch_rle_count_chunks_cuda(ptr<const uint8_t>(masks), n, strides_of(geo), ptr<int64_t>(chunk_cnt),
-                                      stream_of(stream));
-  });
-  m.def("rle_write_ends_cuda", [](std::uintptr_t masks, int64_t n, const Geometry& geo, std::uintptr_t chunk_base,
-                                  std::uintptr_t offsets, std::uintptr_t ends, std::uintptr_t stream) {
-    py::gil_scoped_release release;
-    vlk::launch_rle_write_ends_cuda(ptr<const uint8_t>(masks), n, strides_of(geo), ptr<const int64_t>(chunk_base),
-                                    ptr<const int64_t>(offsets), ptr<int64_t>(ends), stream_of(stream));
-  });
-  m.def("rle_runs_from_ends_cuda", [](std::uintptr_t ends, std::uintptr_t offsets, int64_t n, int64_t hw,
-                                      std::uintptr_t counts, std::uintptr_t stream) {
-    py::gil_scoped_release release;
-    vlk::launch_rle_runs_from_ends_cuda(ptr<const int64_t>(ends), ptr<const int64_t>(offsets), n, hw,
-                                        ptr<int64_t>(counts), stream_of(stream));
-  });
-  m.def("rle_decode_csum_cuda", [](std::uintptr_t csum, std::uintptr_t offsets, int64_t n, int64_t hw,
-                                   std::uintptr_t out, std::uintptr_t stream) {
-    py::gil_scoped_release release;
-    vlk::launch_rle_decode_csum_cuda(ptr<const int64_t>(csum), ptr<const int64_t>(offsets), n, hw, ptr<uint8_t>(out),
-                                     stream_of(stream));
-  });
-  m.def("rle_area_cuda", [](std::uintptr_t counts, std::uintptr_t offsets, int64_t n, std::uintptr_t out,
-                            std::uintptr_t stream) {
-    py::gil_scoped_release release;
-    vlk::launch_rle_area_cuda(ptr<const int64_t>(counts), ptr<const int64_t>(offsets), n, ptr<int64_t>(out),
-                              stream_of(stream));
-  });
-  m.def("rle_to_bbox_cuda", [](std::uintptr_t counts, std::uintptr_t offsets, int64_t n, std::uintptr_t h,
-                               std::uintptr_t w, std::uintptr_t out, std::uintptr_t stream) {
-    py::gil_scoped_release release;
-    vlk::launch_rle_to_bbox_cuda(ptr<const int64_t>(counts), ptr<const int64_t>(offsets), n, ptr<const int64_t>(h),
-                                 ptr<const int64_t>(w), ptr<double>(out), stream_of(stream));
-  });
-  m.def("rle_iou_csum_cuda", [](std::uintptr_t dc, std::uintptr_t doff, std::uintptr_t darea, std::uintptr_t dbox,
-                                int64_t nd, std::uintptr_t gc, std::uintptr_t goff, std::uintptr_t garea,
-                                std::uintptr_t gbox, int64_t ng, std::uintptr_t iscrowd, std::uintptr_t out,
-                                std::uintptr_t stream) {
-    py::gil_scoped_release release;
-    vlk::launch_rle_iou_csum_cuda(ptr<const int64_t>(dc), ptr<const int64_t>(doff), ptr<const int64_t>(darea),
-                                  ptr<const double>(dbox), nd, ptr<const int64_t>(gc), ptr<const int64_t>(goff),
-                                  ptr<const int64_t>(garea), ptr<const double>(gbox), ng, ptr<const uint8_t>(iscrowd),
-                                  ptr<double>(out), stream_of(stream));
-  });
-#endif
+  m.def("box_iou", &box_iou, py::arg("boxes1"), py::arg("boxes2"), py::arg("out"), py::arg("fmt"), py::arg("kind"),
+        py::arg("aligned"), py::arg("eps"), py::arg("valid1") = py::none(), py::arg("valid2") = py::none(),
+        py::arg("stream") = 0);
+  m.def("segment_iou", &segment_iou, py::arg("seg1"), py::arg("seg2"), py::arg("out"), py::arg("mode"),
+        py::arg("aligned"), py::arg("stream") = 0);
+  m.def("mask_pack", &mask_pack, py::arg("masks"), py::arg("words"), py::arg("area"), py::arg("stream") = 0);
+  m.def("mask_iou", &mask_iou, py::arg("words1"), py::arg("area1"), py::arg("words2"), py::arg("area2"),
+        py::arg("aligned"), py::arg("out"), py::arg("inter"), py::arg("stream") = 0);
+  m.def("coco_box_iou", &coco_box_iou, py::arg("dt"), py::arg("gt"), py::arg("iscrowd"), py::arg("out"));
 }

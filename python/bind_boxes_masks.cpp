@@ -1,7 +1,7 @@
 // Bindings of the COCO mask API (pycocotools' frPyObjects and merge): polygons and xywh boxes to compressed RLE
-// strings, and the union / intersection of RLEs. Inputs are copied (or held) before the GIL is released. Errors come
-// back as a str "TypeError: ..." / "ValueError: ..." that Python raises: no C++ exception crosses these bindings
-// (the sanitizer build aborts on one when its runtime is preloaded into Python).
+// strings, and the union / intersection of RLEs. Inputs are copied before the GIL is released; boxes and runs
+// arrive as tensors (vlk::TensorArg: dtype, shape, strides and device checked here, ValueError otherwise). Data errors
+// come back as a str "TypeError: ..." / "ValueError: ..." that Python raises with the caller's names.
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
@@ -11,6 +11,7 @@
 #include "boxes/rle.h"
 #include "boxes/rle_merge.h"
 #include "boxes/rle_poly.h"
+#include "core/tensor_arg.h"
 #include "registry.h"
 
 namespace py = pybind11;
@@ -94,27 +95,31 @@ py::object from_polygons(const py::sequence& polys, int64_t h, int64_t w) {
   return runs_to_bytes(runs, run_off);
 }
 
-py::object from_bboxes(const py::array_t<double, py::array::c_style | py::array::forcecast>& boxes, int64_t h,
-                       int64_t w) {
-  if (boxes.ndim() != 2 || boxes.shape(1) != 4) return value_error("boxes must be an (N, 4) array of [x, y, width, height]");
-  const int64_t n = boxes.shape(0);
-  const std::vector<double> b(boxes.data(), boxes.data() + 4 * n);
+// boxes: float64 (N, 4) xywh on CPU, contiguous.
+py::object from_bboxes(py::handle boxes_obj, int64_t h, int64_t w) {
+  auto boxes = vlk::TensorArg::from(boxes_obj, "boxes");
+  boxes.ndim(2).size(1, 4, "x, y, width, height").dtype_is(vlk::kF64).device(vlk::kCPU).contiguous();
+  const std::vector<double> b(boxes.data<const double>(), boxes.data<const double>() + boxes.numel());
   std::vector<int64_t> runs, run_off;
   std::string error;
   {
     py::gil_scoped_release release;
-    error = vlk::rle_from_bboxes(b.data(), n, h, w, runs, run_off);
+    error = vlk::rle_from_bboxes(b.data(), boxes.size(0), h, w, runs, run_off);
   }
   if (!error.empty()) return value_error(error);
   return runs_to_bytes(runs, run_off);
 }
 
-py::object merge(const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& counts,
-                 const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& offsets, bool intersect) {
-  if (counts.ndim() != 1 || offsets.ndim() != 1 || offsets.size() < 2)
-    return value_error("rle merge: counts must be 1-D and offsets 1-D with at least 2 entries");
-  const std::vector<int64_t> c(counts.data(), counts.data() + counts.size());
-  const std::vector<int64_t> o(offsets.data(), offsets.data() + offsets.size());
+// counts / offsets: int64 CPU runs in CSR form (rle_merge_runs checks the CSR, the runs and their totals).
+py::object merge(py::handle counts_obj, py::handle offsets_obj, bool intersect) {
+  auto counts = vlk::TensorArg::from(counts_obj, "counts");
+  counts.ndim(1).dtype_is(vlk::kI64).device(vlk::kCPU).contiguous();
+  auto offsets = vlk::TensorArg::from(offsets_obj, "offsets");
+  offsets.ndim(1).dtype_is(vlk::kI64).device(vlk::kCPU).contiguous();
+  if (offsets.size(0) < 2) offsets.refuse("must hold N + 1 >= 2 entries");
+  // Copied while the GIL is held: the checks and the merge then read data no other thread can change.
+  const std::vector<int64_t> c(counts.data<const int64_t>(), counts.data<const int64_t>() + counts.numel());
+  const std::vector<int64_t> o(offsets.data<const int64_t>(), offsets.data<const int64_t>() + offsets.size(0));
   std::vector<int64_t> out;
   std::string error, s;
   {

@@ -304,3 +304,136 @@ def test_box_iou_registration_op_validates_inputs():
     with pytest.raises(Exception, match="fmt"):
         op(good, good, 7, 0, False, 0.0, None, None)
     assert op(good, good, 0, 0, False, 0.0, None, None).shape == (1, 5, 5)
+
+
+class _LazyExt:
+    def __getattr__(self, name):
+        from vlkernels import _ext
+
+        return getattr(_ext.load(), name)
+
+
+def _box_binding_cases():
+    """(call, exception, message) for the C++ bindings called directly with a wrong tensor: C++ checks what it
+    indexes (issue 11 item 1), so each is an exception naming the argument, never an out-of-bounds read."""
+    C = _LazyExt()  # loaded when a case runs, not at collection
+    b1, b2, out = torch.rand(2, 3, 4), torch.rand(2, 5, 4), torch.empty(2, 3, 5)
+    v = torch.tensor([1, 3])
+    ro = np.zeros((2, 3, 5), dtype=np.float32)
+    ro.flags.writeable = False
+
+    def box(x1=b1, x2=b2, o=out, fmt=0, kind=0, aligned=False, v1=None, v2=None):
+        return lambda: C.box_iou(x1, x2, o, fmt, kind, aligned, 0.0, v1, v2)
+
+    s1, s2, so = torch.rand(2, 3, 2), torch.rand(2, 4, 2), torch.empty(2, 3, 4)
+    words, area = torch.empty(3, 2, dtype=torch.int64), torch.zeros(3, dtype=torch.int64)
+    w1, a1 = torch.zeros(1, 3, 2, dtype=torch.int64), torch.zeros(1, 3, dtype=torch.int64)
+    iou_out, inter = torch.empty(1, 3, 3, dtype=torch.float64), torch.empty(1, 3, 3, dtype=torch.int64)
+    dt, gt = torch.rand(2, 4, dtype=torch.float64), torch.rand(3, 4, dtype=torch.float64)
+    crowd, cout = torch.zeros(3, dtype=torch.uint8), torch.empty(2, 3, dtype=torch.float64)
+    return {
+        "box-int-dtype": (box(x1=b1.int()), ValueError, "boxes1 has dtype int32"),
+        "box-mixed-dtype": (box(x2=b2.double()), ValueError, "boxes2 has dtype float64; expected one of float32"),
+        "box-last-dim": (box(x1=torch.rand(2, 3, 3)), ValueError, "boxes1 must have size 4 in dimension 2"),
+        "box-rank": (box(x1=b1[0]), ValueError, "boxes1 must have 3 dimensions"),
+        "box-batch": (box(x2=b2[:1]), ValueError, "boxes2 must have size 2 in dimension 0"),
+        "box-stride": (box(x1=torch.rand(2, 3, 8)[..., ::2]), ValueError, "boxes1 must be contiguous"),
+        "box-out-short": (box(o=torch.empty(2, 3, 4)), ValueError, "out must have size 5 in dimension 2"),
+        "box-out-dtype": (box(o=out.double()), ValueError, "out has dtype float64"),
+        "box-out-readonly": (box(o=ro), ValueError, "out is read-only"),
+        "box-aligned": (box(o=torch.empty(2, 3), aligned=True), ValueError, "boxes2 must have size 3 in dimension 1"),
+        "box-valid-dtype": (box(v1=v.int()), ValueError, "valid1 has dtype int32"),
+        "box-valid-shape": (box(v2=torch.tensor([1, 2, 3])), ValueError, "valid2 must have size 2"),
+        "box-valid-stride": (box(v1=torch.tensor([1, 0, 3, 0])[::2]), ValueError, "valid1 must be contiguous"),
+        "box-fmt": (box(fmt=7), ValueError, "fmt must lie in"),
+        "box-kind": (box(kind=-1), ValueError, "kind must lie in"),
+        "box-device": (box(x2=torch.empty(2, 5, 4, device="meta")), ValueError, "boxes2"),
+        "box-grad": (box(x1=b1.clone().requires_grad_()), ValueError, "boxes1 cannot be exported"),
+        "box-not-tensor": (box(x1=[[0.0, 0.0, 1.0, 1.0]]), TypeError, "boxes1 must be a tensor"),
+        "seg-last-dim": (lambda: C.segment_iou(s1, torch.rand(2, 4, 4), so, 0, False), ValueError, "seg2 must have"),
+        "seg-out": (lambda: C.segment_iou(s1, s2, so[:, :2], 0, False), ValueError, "out must have size 3"),
+        "seg-mode": (lambda: C.segment_iou(s1, s2, so, 2, False), ValueError, "mode must lie in"),
+        "pack-dtype": (
+            lambda: C.mask_pack(torch.zeros(3, 100, dtype=torch.bool), words, area),
+            ValueError,
+            "dtype bool",
+        ),
+        "pack-words": (lambda: C.mask_pack(torch.zeros(3, 129, dtype=torch.uint8), words, area), ValueError, "words"),
+        "pack-area": (lambda: C.mask_pack(torch.zeros(3, 100, dtype=torch.uint8), words, area[:2]), ValueError, "area"),
+        "maskiou-words": (
+            lambda: C.mask_iou(w1, a1, torch.zeros(1, 3, 1, dtype=torch.int64), a1, False, iou_out, inter),
+            ValueError,
+            "words2 must have size 2 in dimension 2",
+        ),
+        "maskiou-area": (lambda: C.mask_iou(w1, a1[:, :2], w1, a1, False, iou_out, inter), ValueError, "area1"),
+        "maskiou-out": (lambda: C.mask_iou(w1, a1, w1, a1, False, iou_out.float(), inter), ValueError, "out has"),
+        "maskiou-inter": (lambda: C.mask_iou(w1, a1, w1, a1, False, iou_out, inter[..., :2]), ValueError, "inter"),
+        "cocobox-crowd": (lambda: C.coco_box_iou(dt, gt, crowd[:2], cout), ValueError, "iscrowd"),
+        "cocobox-dtype": (lambda: C.coco_box_iou(dt.float(), gt, crowd, cout), ValueError, "dt has dtype float32"),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_box_binding_cases()))
+def test_box_bindings_reject_bad_tensors(case):
+    call, exc, match = _box_binding_cases()[case]
+    with pytest.raises(exc, match=match):
+        call()
+
+
+def test_box_bindings_accept_numpy_and_write_what_torch_writes():
+    # The bindings take any DLPack array: numpy in, the kernel's float64 values out, equal to the torch path.
+    from vlkernels import _ext
+
+    a, b = proper_boxes(1, 4, seed=3).numpy(), proper_boxes(1, 6, seed=4).numpy()
+    out = np.empty((1, 4, 6))
+    _ext.load().box_iou(a, b, out, 0, 1, False, 0.0)
+    np.testing.assert_array_equal(out, box_iou(torch.from_numpy(a), torch.from_numpy(b), kind="giou").numpy())
+
+
+@pytest.mark.parametrize("kind,aligned,ragged", [("iou", False, False), ("giou", False, True), ("ciou", True, True)])
+def test_box_iou_compile_opcheck(kind, aligned, ragged):
+    # One autograd pattern (issue 11 item 2): custom_op + register_fake + register_autograd, opcheck-clean
+    # (schema, fake tensor, autograd registration, AOT dispatch).
+    a = proper_boxes(2, 3, seed=1).requires_grad_()
+    b = proper_boxes(2, 3 if aligned else 4, seed=2).requires_grad_()
+    valid = torch.tensor([2, 3]) if ragged else None
+    args = (a, b, 0, KINDS.index(kind), aligned, 1e-7, valid, None)
+    torch.library.opcheck(torch.ops.vlkernels.box_iou.default, args)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_box_iou_compiles_fullgraph_with_grad(kind):
+    # torch.compile traces forward and backward without a graph break; values and gradients equal torchvision's
+    # formula (the float64 reference) differentiated by autograd.
+    a = proper_boxes(2, 5, seed=5).requires_grad_()
+    b = proper_boxes(2, 7, seed=6).requires_grad_()
+    up = torch.rand(2, 5, 7, dtype=torch.float64)
+    torch._dynamo.reset()
+
+    def f(x, y):
+        # The registered op (box_iou's value checks, e.g. finiteness, read data and stay outside the graph).
+        return torch.ops.vlkernels.box_iou(x, y, 0, KINDS.index(kind), False, 1e-7, None, None) * 2
+
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    out = compiled(a, b)
+    ga = torch.autograd.grad((out * up).sum(), (a, b))
+    ref = box_iou_ref(a, b, kind=kind, eps=1e-7) * 2
+    gr = torch.autograd.grad((ref * up).sum(), (a, b))
+    close(out.detach(), ref.detach(), torch.float64)
+    for got, want in zip(ga, gr):
+        close(got, want, torch.float64)
+
+
+def test_segment_iou_op_registration_validates_itself():
+    # torch.ops.vlkernels.segment_iou skips segment_iou's Python checks: the C++ binding refuses what it cannot index.
+    s = torch.rand(1, 3, 2)
+    with pytest.raises(ValueError, match="seg2 must have size 2 in dimension 2"):
+        torch.ops.vlkernels.segment_iou(s, torch.rand(1, 3, 4), 0, False)
+    with pytest.raises(ValueError, match="seg1 has dtype float16"):
+        torch.ops.vlkernels.segment_iou(s.half(), s.half(), 0, False)
+    with pytest.raises(ValueError, match="seg1 must be contiguous"):
+        torch.ops.vlkernels.segment_iou(torch.rand(1, 3, 4)[..., ::2], s, 0, False)
+    with pytest.raises(ValueError, match="mode must lie in"):
+        torch.ops.vlkernels.segment_iou(s, s, 5, False)
+    with pytest.raises(ValueError, match=r"\(B, N, 2\)"):
+        torch.ops.vlkernels.segment_iou(s[0], s[0], 0, False)

@@ -342,11 +342,110 @@ def test_cpu_bindings_check_the_csr():
     C = _ext.load()
     counts, out = torch.tensor([1, 3, 0, 4]), torch.zeros(2, dtype=torch.int64)
     bad = torch.tensor([0, 2, 400])
-    # A message comes back (no C++ exception crosses the bindings); nothing is read or written.
-    assert "end at the number of runs" in C.rle_area(counts.data_ptr(), bad.data_ptr(), 2, out.data_ptr(), 1, 4)
-    decreasing = torch.tensor([0, 3, 1])
-    assert "non-decreasing" in C.rle_area(counts.data_ptr(), decreasing.data_ptr(), 2, out.data_ptr(), 1, 4)
-    img = torch.zeros(2, 4, dtype=torch.uint8)
-    csum = counts.cumsum(0)
-    assert "offsets" in C.rle_decode_csum(csum.data_ptr(), bad.data_ptr(), 2, 4, img.data_ptr(), 4)
+    with pytest.raises(ValueError, match="offsets is not a valid CSR: offsets must end at the number of runs"):
+        C.rle_area(counts, bad, out)
+    with pytest.raises(ValueError, match="non-decreasing"):
+        C.rle_area(counts, torch.tensor([0, 3, 1]), out)
+    img = torch.zeros(2, 2, 2, dtype=torch.uint8)
+    with pytest.raises(ValueError, match="offsets"):
+        C.rle_decode_csum(counts.cumsum(0), bad, img)
     assert not out.any() and not img.any()
+
+
+class _LazyExt:
+    def __getattr__(self, name):
+        from vlkernels import _ext
+
+        return getattr(_ext.load(), name)
+
+
+def _rle_binding_cases():
+    """(call, message) for the RLE bindings called directly with a wrong tensor or CSR: a ValueError naming the
+    argument, never an out-of-bounds read or write (issue 11 item 1; this file runs under ASan)."""
+    C = _LazyExt()  # loaded when a case runs, not at collection
+    counts, offsets = torch.tensor([1, 3, 0, 4]), torch.tensor([0, 2, 4])
+    i64 = dict(dtype=torch.int64)
+    out2, box2 = torch.zeros(2, **i64), torch.zeros(2, 4, dtype=torch.float64)
+    hw = torch.tensor([4, 4])
+    masks = torch.zeros(2, 3, 5, dtype=torch.uint8)
+    csum = counts.cumsum(0)
+    area, crowd, iou = torch.tensor([3, 4]), torch.zeros(2, dtype=torch.uint8), torch.empty(2, 2, dtype=torch.float64)
+    one_mask = torch.zeros(1, 4, 4, dtype=torch.uint8)
+    one_mask[0, 1:3, 1:3] = 1
+    return {
+        "area-counts-dtype": (lambda: C.rle_area(counts.int(), offsets, out2), "counts has dtype int32"),
+        "area-counts-stride": (lambda: C.rle_area(torch.arange(8)[::2], offsets, out2), "counts must be contiguous"),
+        "area-offsets-rank": (lambda: C.rle_area(counts, offsets[None], out2), "offsets must have 1 dimensions"),
+        "area-offsets-empty": (lambda: C.rle_area(counts, offsets[:0], out2), "offsets must hold N"),
+        "area-offsets-start": (lambda: C.rle_area(counts, torch.tensor([1, 2, 4]), out2), "offsets\\[0\\] must be 0"),
+        "area-negative-run": (
+            lambda: C.rle_area(torch.tensor([1, -3, 0, 4]), offsets, out2),
+            "counts holds -3 at index 1",
+        ),
+        "area-out-short": (lambda: C.rle_area(counts, offsets, out2[:1]), "out must have size 2"),
+        "area-parts": (lambda: C.rle_area(counts, offsets, out2, 0), "parts must be >= 1"),
+        "area-device": (lambda: C.rle_area(counts, offsets.to("meta"), out2), "offsets"),
+        "bbox-h": (lambda: C.rle_to_bbox(counts, offsets, hw[:1], hw, box2), "h must have size 2"),
+        "bbox-out": (lambda: C.rle_to_bbox(counts, offsets, hw, hw, box2[:, :3]), "out must have size 4"),
+        "decode-out": (lambda: C.rle_decode_csum(csum, offsets, torch.zeros(3, 2, 2, dtype=torch.uint8)), "out must"),
+        "decode-out-dtype": (lambda: C.rle_decode_csum(csum, offsets, torch.zeros(2, 2, 2)), "out has dtype float32"),
+        "to-strings-csr": (lambda: C.rle_to_strings(counts, torch.tensor([0, 2, 9])), "offsets is not a valid CSR"),
+        "parse-hw": (lambda: C.rle_parse([b"13", b"04"], hw[:1]), "hw must have size 2"),
+        "iou-sum": (lambda: C.rle_iou(counts, offsets, counts, offsets, 2, 3, crowd, iou), "sum to 4 but the size h"),
+        "iou-size": (
+            lambda: C.rle_iou(counts, offsets, counts, offsets, 2**20, 2**20, crowd, iou),
+            "h\\*w < 2\\*\\*32",
+        ),
+        "iou-crowd": (lambda: C.rle_iou(counts, offsets, counts, offsets, 2, 2, crowd[:1], iou), "iscrowd must have"),
+        "iou-out": (lambda: C.rle_iou(counts, offsets, counts, offsets, 2, 2, crowd, iou[:1]), "out must have size 2"),
+        "iou-csum-bbox": (
+            lambda: C.rle_iou_csum(csum, offsets, area, box2, csum, offsets, area, box2[:1], crowd, iou),
+            "gt_bbox must have size 2",
+        ),
+        "iou-csum-area": (
+            lambda: C.rle_iou_csum(csum, offsets, area.int(), box2, csum, offsets, area, box2, crowd, iou),
+            "dt_area has dtype int32",
+        ),
+        "iou-csum-offsets": (
+            lambda: C.rle_iou_csum(csum, offsets, area, box2, csum, torch.tensor([0, 3, 1]), area, box2, crowd, iou),
+            "gt_offsets is not a valid CSR",
+        ),
+        "encode-dtype": (lambda: C.rle_encode(masks.int()), "masks has dtype int32"),
+        "encode-rank": (lambda: C.rle_encode(masks[0]), "masks must have 3 dimensions"),
+        "encode-runs-dtype": (lambda: C.rle_encode_runs(masks.bool()), "masks has dtype bool"),
+        "count-chunks-shape": (
+            lambda: C.rle_count_chunks(masks, torch.zeros(2, 2, **i64)),
+            "chunk_cnt must have size 1",
+        ),
+        "runs-from-ends-out": (lambda: C.rle_runs_from_ends(counts, offsets, 4, out2), "counts must have size 4"),
+        "write-ends-offsets": (
+            lambda: C.rle_write_ends(masks, torch.zeros(2, 1, **i64), torch.tensor([0, 4]), counts.clone()),
+            "offsets must have size 3",
+        ),
+        # A chunk_base that does not come from these masks would write past the mask's slots: refused, not written.
+        "write-ends-base": (
+            lambda: C.rle_write_ends(one_mask, torch.tensor([[3]]), torch.tensor([0, 5]), torch.full((5,), -7)),
+            "chunk_base does not match",
+        ),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_rle_binding_cases()))
+def test_rle_bindings_reject_bad_tensors(case):
+    call, match = _rle_binding_cases()[case]
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_rle_bindings_accept_numpy_and_any_mask_strides():
+    # DLPack arrays from numpy; masks read in place with their strides (a Fortran-order view): pycocotools' runs.
+    C = _ext.load()
+    g = np.random.default_rng(7)
+    m = np.asfortranarray((g.random((9, 11, 3)) < 0.4).astype(np.uint8))
+    counts, offsets = C.rle_encode_runs(m.transpose(2, 0, 1))
+    ref = coco_mask.encode(m)
+    strings = C.rle_to_strings(counts, offsets)
+    assert strings == [r["counts"] for r in ref]
+    area = np.zeros(3, dtype=np.int64)
+    C.rle_area(counts, offsets, area)
+    np.testing.assert_array_equal(area, coco_mask.area(ref))

@@ -3,6 +3,7 @@
 // 16-pixel steps; area and IoU take `parts` (1 for speed; the tests also run 32, the warp's lanes), which the lane
 // split reproduces by construction (the slices' partial sums add up). Multithreaded over chunks, masks or rows.
 #include <algorithm>
+#include <atomic>
 
 #include "boxes/rle_counts.h"
 #include "core/parallel.h"
@@ -37,18 +38,31 @@ void launch_rle_count_chunks(const uint8_t* masks, int64_t n, MaskStrides ms, in
   });
 }
 
-void launch_rle_write_ends(const uint8_t* masks, int64_t n, MaskStrides ms, const int64_t* chunk_base,
+bool launch_rle_write_ends(const uint8_t* masks, int64_t n, MaskStrides ms, const int64_t* chunk_base,
                            const int64_t* offsets, int64_t* ends) {
   const int64_t hw = ms.h * ms.w;
   const int64_t nchunks = (hw + rle::kChunk - 1) / rle::kChunk;
+  std::atomic<bool> fits{true};
   parallel_for(n * nchunks, 16, [&](int64_t begin, int64_t end) {
     for (int64_t blk = begin; blk < end; ++blk) {
       const int64_t k = blk / nchunks, c = blk % nchunks;
       const uint8_t* t = masks + k * ms.sn;
+      // Mask k's boundaries own slots [offsets[k], offsets[k + 1] - 1): a chunk_base that does not come from these
+      // masks' counts would write outside them, so the chunk is counted first and skipped if it does not fit.
+      const int64_t slots = offsets[k + 1] - offsets[k] - 1;
+      int64_t b, e, total = 0;
+      for (int th = 0; th < rle::kThreads; ++th) {
+        rle::encode_range(c, th, hw, &b, &e);
+        total += rle::count_transitions(t, ms.h, ms.sy, ms.sx, b, e);
+      }
+      if (chunk_base[blk] < 0 || chunk_base[blk] > slots - total) {
+        fits.store(false, std::memory_order_relaxed);
+        continue;
+      }
       int64_t* out = ends + offsets[k] + chunk_base[blk];
       // Thread th writes at the exclusive scan of the counts of threads 0..th-1 (a running sum here), i.e. right
       // after what the earlier (consecutive) ranges wrote: exactly what one sequential pass over the chunk writes.
-      int64_t b, e, prefix = 0;
+      int64_t prefix = 0;
       for (int th = 0; th < rle::kThreads; ++th) {
         rle::encode_range(c, th, hw, &b, &e);
         const int64_t cnt = rle::count_transitions(t, ms.h, ms.sy, ms.sx, b, e);
@@ -57,6 +71,7 @@ void launch_rle_write_ends(const uint8_t* masks, int64_t n, MaskStrides ms, cons
       }
     }
   });
+  return fits.load();
 }
 
 void launch_rle_runs_from_ends(const int64_t* ends, const int64_t* offsets, int64_t n, int64_t hw, int64_t* counts) {

@@ -237,7 +237,9 @@ void launch_rle_count_chunks(const uint8_t* masks, int64_t n, MaskStrides ms, in
 std::string rle_check_csr(const int64_t* offsets, int64_t n, int64_t total);
 // ends: [offsets[n]]; slot offsets[k] + r receives mask k's r-th boundary position (the last slot of each mask is
 // left for rle_runs_from_ends, which never reads it). chunk_base[k, c]: boundaries in chunks before c of mask k.
-void launch_rle_write_ends(const uint8_t* masks, int64_t n, MaskStrides ms, const int64_t* chunk_base,
+// Returns false when chunk_base / offsets do not match the masks (a chunk's boundaries would leave the mask's
+// slots): that chunk is not written.
+bool launch_rle_write_ends(const uint8_t* masks, int64_t n, MaskStrides ms, const int64_t* chunk_base,
                            const int64_t* offsets, int64_t* ends);
 void launch_rle_runs_from_ends(const int64_t* ends, const int64_t* offsets, int64_t n, int64_t hw, int64_t* counts);
 // out: [n, hw] uint8 column-major.

@@ -9,6 +9,7 @@ import torch
 
 from vlkernels import _ext
 from vlkernels._validate import FLOAT_DTYPES, check_finite, check_same_device, check_tensor
+from vlkernels.boxes.launch import stream
 from vlkernels.boxes.reference import box_iou_ref, segment_iou_ref
 
 _FMTS = {"xyxy": 0, "xywh": 1, "cxcywh": 2}
@@ -39,16 +40,10 @@ def box_iou_fwd(
     if out.numel() == 0:
         return out
     C = _ext.load()
-    suffix = "f32" if boxes1.dtype == torch.float32 else "f64"
-    v1 = valid1.data_ptr() if valid1 is not None else 0
-    v2 = valid2.data_ptr() if valid2 is not None else 0
-    args = (boxes1.data_ptr(), boxes2.data_ptr(), out.data_ptr(), batch, n, m, fmt, kind, aligned, eps, v1, v2)
-    if boxes1.is_cuda:
-        if not C.has_cuda:
-            return _box_iou_torch(boxes1, boxes2, fmt, kind, aligned, eps, valid1, valid2)
-        getattr(C, f"box_iou_cuda_{suffix}")(*args, torch.cuda.current_stream(boxes1.device).cuda_stream)
-    else:
-        getattr(C, f"box_iou_{suffix}")(*args)
+    if boxes1.is_cuda and not C.has_cuda:
+        return _box_iou_torch(boxes1, boxes2, fmt, kind, aligned, eps, valid1, valid2)
+    # C++ checks every argument again (dtype, device, shapes, strides): the registered op is callable directly.
+    C.box_iou(boxes1.detach(), boxes2.detach(), out, fmt, kind, aligned, eps, valid1, valid2, stream(boxes1))
     return out
 
 
@@ -123,28 +118,31 @@ def _(boxes1, boxes2, fmt, kind, aligned, eps, valid1, valid2):
     return boxes1.new_empty((b, n) if aligned else (b, n, m))
 
 
-class _BoxIouFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, boxes1, boxes2, fmt, kind, aligned, eps, valid1, valid2):
-        ctx.save_for_backward(boxes1, boxes2, valid1, valid2)
-        ctx.args = (fmt, kind, aligned, eps)
-        return _box_iou_op(boxes1, boxes2, fmt, kind, aligned, eps, valid1, valid2)
+def _box_iou_setup(ctx, inputs, output) -> None:
+    boxes1, boxes2, fmt, kind, aligned, eps, valid1, valid2 = inputs
+    ctx.save_for_backward(boxes1, boxes2, valid1, valid2)
+    ctx.args = (fmt, kind, aligned, eps)
 
-    @staticmethod
-    def backward(ctx, grad):
-        # Reference backward: autograd through the torch formula (torchvision's), recomputed here. It builds the
-        # pairwise temporaries the forward avoids, so its memory is O(B*N*M), like torchvision's.
-        boxes1, boxes2, valid1, valid2 = ctx.saved_tensors
-        fmt, kind, aligned, eps = ctx.args
-        with torch.enable_grad():
-            b1 = boxes1.detach().requires_grad_(ctx.needs_input_grad[0])
-            b2 = boxes2.detach().requires_grad_(ctx.needs_input_grad[1])
-            out = _box_iou_torch(b1, b2, fmt, kind, aligned, eps, valid1, valid2, safe=True)
-            wrt = [t for t in (b1, b2) if t.requires_grad]
-            grads = iter(torch.autograd.grad(out, wrt, grad, allow_unused=True))
-        g1 = next(grads) if ctx.needs_input_grad[0] else None
-        g2 = next(grads) if ctx.needs_input_grad[1] else None
-        return g1, g2, None, None, None, None, None, None
+
+def _box_iou_backward(ctx, grad: torch.Tensor):
+    # Reference backward: autograd through the torch formula (torchvision's), recomputed here. It builds the
+    # pairwise temporaries the forward avoids, so its memory is O(B*N*M), like torchvision's. Plain torch ops, so
+    # torch.compile traces it.
+    boxes1, boxes2, valid1, valid2 = ctx.saved_tensors
+    fmt, kind, aligned, eps = ctx.args
+    need1, need2 = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    with torch.enable_grad():
+        b1 = boxes1.detach().requires_grad_(need1)
+        b2 = boxes2.detach().requires_grad_(need2)
+        out = _box_iou_torch(b1, b2, fmt, kind, aligned, eps, valid1, valid2, safe=True)
+        wrt = [t for t in (b1, b2) if t.requires_grad]
+        grads = iter(torch.autograd.grad(out, wrt, grad, allow_unused=True) if wrt else ())
+    g1 = next(grads) if need1 else None
+    g2 = next(grads) if need2 else None
+    return g1, g2, None, None, None, None, None, None
+
+
+_box_iou_op.register_autograd(_box_iou_backward, setup_context=_box_iou_setup)
 
 
 def _check_valid(valid, name: str, batch_shape: torch.Size, limit: int, device: torch.device) -> torch.Tensor | None:
@@ -268,30 +266,30 @@ def box_iou(
     dtype = _compute_dtype(boxes1.dtype)
     b1 = boxes1.to(dtype).reshape(nb, n, 4).contiguous()
     b2 = boxes2.to(dtype).reshape(nb, m, 4).contiguous()
-    out = _BoxIouFunction.apply(b1, b2, _FMTS[fmt], _KINDS[kind], bool(aligned), float(eps), v1, v2)
+    out = _box_iou_op(b1, b2, _FMTS[fmt], _KINDS[kind], bool(aligned), float(eps), v1, v2)
     return out.reshape(*batch_shape, n) if aligned else out.reshape(*batch_shape, n, m)
 
 
 @torch.library.custom_op("vlkernels::segment_iou", mutates_args=())
 def _segment_iou_op(seg1: torch.Tensor, seg2: torch.Tensor, mode: int, aligned: bool) -> torch.Tensor:
+    if seg1.dim() != 3 or seg2.dim() != 3:
+        # The C++ binding checks the rest (dtype, device, extents, strides): the op is callable directly.
+        raise ValueError(
+            f"seg1 and seg2 must be (B, N, 2) / (B, M, 2), got {tuple(seg1.shape)} and {tuple(seg2.shape)}"
+        )
     batch, n, m = seg1.shape[0], seg1.shape[1], seg2.shape[1]
     out = seg1.new_empty((batch, n) if aligned else (batch, n, m))
     if out.numel() == 0:
         return out
     C = _ext.load()
-    suffix = "f32" if seg1.dtype == torch.float32 else "f64"
-    args = (seg1.data_ptr(), seg2.data_ptr(), out.data_ptr(), batch, n, m, mode, aligned)
-    if seg1.is_cuda:
-        if not C.has_cuda:
-            union = "hull" if mode == 1 else "sum"
-            ref = [
-                segment_iou_ref(a.cpu().double().numpy(), b.cpu().double().numpy(), aligned, union)
-                for a, b in zip(seg1, seg2)
-            ]
-            return torch.as_tensor(ref, dtype=seg1.dtype).reshape(out.shape).to(seg1.device)
-        getattr(C, f"segment_iou_cuda_{suffix}")(*args, torch.cuda.current_stream(seg1.device).cuda_stream)
-    else:
-        getattr(C, f"segment_iou_{suffix}")(*args)
+    if seg1.is_cuda and not C.has_cuda:
+        union = "hull" if mode == 1 else "sum"
+        ref = [
+            segment_iou_ref(a.cpu().double().numpy(), b.cpu().double().numpy(), aligned, union)
+            for a, b in zip(seg1, seg2)
+        ]
+        return torch.as_tensor(ref, dtype=seg1.dtype).reshape(out.shape).to(seg1.device)
+    C.segment_iou(seg1.detach(), seg2.detach(), out, mode, aligned, stream(seg1))
     return out
 
 

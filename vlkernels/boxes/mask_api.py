@@ -120,7 +120,9 @@ def rle_from_bboxes(boxes: Sequence[Sequence[float]] | np.ndarray | torch.Tensor
         arr = arr.reshape(0, 4)
     if arr.ndim != 2 or arr.shape[1] != 4:
         raise ValueError(f"boxes must be an (N, 4) array of [x, y, width, height], got shape {arr.shape}")
-    return _dicts(_ext.load().rle_from_bboxes(arr, h, w), h, w)
+    if arr.shape[0] == 0:
+        return []  # (vlk::TensorArg reads an empty array's zero strides as non-contiguous)
+    return _dicts(_ext.load().rle_from_bboxes(np.ascontiguousarray(arr), h, w), h, w)
 
 
 def rle_from_uncompressed(rles: Sequence[Mapping]) -> list[RLE]:
@@ -163,7 +165,7 @@ def rle_from_uncompressed(rles: Sequence[Mapping]) -> list[RLE]:
     offsets = np.zeros(len(parts) + 1, dtype=np.int64)
     offsets[1:] = np.cumsum([len(p) for p in parts])
     counts = np.ascontiguousarray(np.concatenate(parts).astype(np.int64))
-    strings = C.rle_to_strings(counts.ctypes.data, offsets.ctypes.data, len(parts))
+    strings = C.rle_to_strings(counts, offsets)
     return [{"size": s, "counts": c} for s, c in zip(sizes, strings)]
 
 
@@ -278,5 +280,5 @@ def rle_merge(rles: Sequence[Mapping], intersect: bool = False) -> RLE:
         k = int(bad[0])
         size = [int(s.h[k]), int(s.w[k])]
         raise ValueError(f"rles[{k}] has size {size} but rles[0] has {[h, w]}; merge needs one size")
-    counts = _checked(_ext.load().rle_merge(s.counts.numpy(), s.offsets.numpy(), bool(intersect)))
+    counts = _checked(_ext.load().rle_merge(s.counts, s.offsets, bool(intersect)))
     return {"size": [h, w], "counts": counts}

@@ -9,6 +9,7 @@ import torch
 from vlkernels import _ext
 from vlkernels._validate import check_same_device, check_tensor
 from vlkernels.boxes.iou import check_pair
+from vlkernels.boxes.launch import stream
 from vlkernels.boxes.reference import mask_iou_ref
 
 
@@ -18,14 +19,10 @@ def mask_pack(masks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     nw = (pixels + 63) // 64
     words = torch.empty(k, nw, dtype=torch.int64, device=masks.device)
     area = torch.zeros(k, dtype=torch.int64, device=masks.device)
-    if k == 0:
+    if k == 0 or pixels == 0:
+        # Nothing to pack (and vlk::TensorArg sees a (K, 0) tensor's strides as non-contiguous).
         return words, area
-    C = _ext.load()
-    if masks.is_cuda:
-        stream = torch.cuda.current_stream(masks.device).cuda_stream
-        C.mask_pack_cuda(masks.data_ptr(), k, pixels, words.data_ptr(), area.data_ptr(), stream)
-    else:
-        C.mask_pack(masks.data_ptr(), k, pixels, words.data_ptr(), area.data_ptr())
+    _ext.load().mask_pack(masks, words, area, stream(masks))
     return words, area
 
 
@@ -36,8 +33,8 @@ def mask_iou_fwd(masks1: torch.Tensor, masks2: torch.Tensor, aligned: bool) -> t
     shape = (batch, n) if aligned else (batch, n, m)
     out = torch.zeros(shape, dtype=torch.float64, device=masks1.device)
     inter = torch.zeros(shape, dtype=torch.int64, device=masks1.device)
-    if out.numel() == 0:
-        return out, inter
+    if out.numel() == 0 or pixels == 0:
+        return out, inter  # empty masks: IoU 0 (as pycocotools), no intersection
     C = _ext.load()
     if masks1.is_cuda and not C.has_cuda:
         # A CUDA tensor but a CPU-only build: the torch reference on the device.
@@ -47,23 +44,9 @@ def mask_iou_fwd(masks1: torch.Tensor, masks2: torch.Tensor, aligned: bool) -> t
     w1, a1 = mask_pack(masks1.reshape(batch * n, pixels))
     w2, a2 = mask_pack(masks2.reshape(batch * m, pixels))
     nw = w1.shape[1]
-    args = (
-        w1.data_ptr(),
-        a1.data_ptr(),
-        w2.data_ptr(),
-        a2.data_ptr(),
-        batch,
-        n,
-        m,
-        nw,
-        aligned,
-        out.data_ptr(),
-        inter.data_ptr(),
-    )
-    if masks1.is_cuda:
-        C.mask_iou_cuda(*args, torch.cuda.current_stream(masks1.device).cuda_stream)
-    else:
-        C.mask_iou(*args)
+    w1, a1 = w1.view(batch, n, nw), a1.view(batch, n)
+    w2, a2 = w2.view(batch, m, nw), a2.view(batch, m)
+    C.mask_iou(w1, a1, w2, a2, aligned, out, inter, stream(masks1))
     return out, inter
 
 

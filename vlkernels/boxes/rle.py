@@ -58,7 +58,7 @@ def rle_encode(masks: torch.Tensor, compress: bool = True) -> RLE | list[RLE] | 
     check_tensor(masks, "masks", dtypes=(torch.bool, torch.uint8), ndim=(2, 3))
     single = masks.dim() == 2
     m = masks[None] if single else masks
-    n, h, w = m.shape
+    _n, h, w = m.shape
     if h * w > _MAX_PIXELS:
         raise ValueError(f"masks have {h}x{w} pixels; COCO RLE holds at most 2**32 - 1")
     if not compress or m.is_cuda:
@@ -67,8 +67,7 @@ def rle_encode(masks: torch.Tensor, compress: bool = True) -> RLE | list[RLE] | 
             return rc
         out = rc.to_coco()
     else:
-        t, geo = _rc.mask_geometry(m)
-        strings = _ext.load().rle_encode(t.data_ptr(), n, geo)
+        strings = _ext.load().rle_encode(_rc.mask_bytes(m))
         out = [{"size": [h, w], "counts": s} for s in strings]
     return out[0] if single else out
 
@@ -136,11 +135,7 @@ def rle_area(rles: RLE | Sequence[RLE] | RleCounts) -> torch.Tensor:
     s = _parse(items, "rles")
     out = torch.zeros(len(s), dtype=torch.int64)
     if len(s):
-        error = _ext.load().rle_area(
-            s.counts.data_ptr(), s.offsets.data_ptr(), len(s), out.data_ptr(), 1, s.counts.numel()
-        )
-        if error:
-            raise ValueError(error)
+        _ext.load().rle_area(s.counts, s.offsets, out)
     return out[0] if single else out
 
 
@@ -172,10 +167,7 @@ def rle_to_bbox(rles: RLE | Sequence[RLE] | RleCounts) -> torch.Tensor:
     s = _parse(items, "rles")
     out = torch.zeros(len(s), 4, dtype=torch.float64)
     if len(s):
-        args = (s.counts.data_ptr(), s.offsets.data_ptr(), len(s), s.h.data_ptr(), s.w.data_ptr(), out.data_ptr())
-        error = _ext.load().rle_to_bbox(*args, s.counts.numel())
-        if error:
-            raise ValueError(error)
+        _ext.load().rle_to_bbox(s.counts, s.offsets, s.h, s.w, out)
     return out[0] if single else out
 
 
@@ -265,7 +257,7 @@ def rle_iou(
         g = _as_boxes(gt, "gt") if len(gt) else torch.zeros(0, 4, dtype=torch.float64)
         out = torch.zeros(d.shape[0], g.shape[0], dtype=torch.float64)
         if out.numel():
-            C.coco_box_iou(d.data_ptr(), d.shape[0], g.data_ptr(), g.shape[0], crowd.data_ptr(), out.data_ptr())
+            C.coco_box_iou(d, g, crowd, out)
         return out
     ds, gs = _parse(dt, "dt"), _parse(gt, "gt")
     # The kernel writes every entry.
@@ -280,16 +272,5 @@ def rle_iou(
             raise ValueError(
                 f"{name}[{k}] has size {[int(s.h[k]), int(s.w[k])]} but gt[0] has {[h, w]}; masks must match"
             )
-    C.rle_iou(
-        ds.counts.data_ptr(),
-        ds.offsets.data_ptr(),
-        len(ds),
-        gs.counts.data_ptr(),
-        gs.offsets.data_ptr(),
-        len(gs),
-        h,
-        w,
-        crowd.data_ptr(),
-        out.data_ptr(),
-    )
+    C.rle_iou(ds.counts, ds.offsets, gs.counts, gs.offsets, h, w, crowd, out)
     return out

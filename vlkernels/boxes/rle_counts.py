@@ -14,6 +14,7 @@ import torch
 
 from vlkernels import _ext
 from vlkernels._validate import check_same_device, check_tensor
+from vlkernels.boxes.launch import stream
 from vlkernels.boxes.rle_dicts import _MAX_PIXELS, _parse
 
 # Tests set this: CPU then runs the exact twins of the CUDA kernels' split of the work (the two-pass encoder, one
@@ -114,7 +115,7 @@ class RleCounts:
         """Compressed COCO RLE dicts ``{"size": [h, w], "counts": bytes}``, byte for byte pycocotools' rleToString
         (runs are copied to the host; the string codec is C++ on CPU)."""
         counts, offsets = self._counts.cpu(), self._offsets.cpu()
-        strings = _ext.load().rle_to_strings(counts.data_ptr(), offsets.data_ptr(), len(self))
+        strings = _ext.load().rle_to_strings(counts, offsets)
         return [{"size": list(self._size), "counts": s} for s in strings]
 
 
@@ -163,18 +164,6 @@ def _validate(counts: object, offsets: object, size: object) -> tuple[torch.Tens
     return counts, offsets, (h, w)
 
 
-def _run(name: str, device: torch.device, *args: object, cpu: tuple = ()) -> None:
-    """Launch the CUDA kernel on the current stream, or its C++ CPU twin (with the extra CPU arguments ``cpu``)."""
-    C = _ext.load()
-    if device.type == "cuda":
-        getattr(C, name + "_cuda")(*args, torch.cuda.current_stream(device).cuda_stream)
-    else:
-        # The CPU entry points that read an RLE set check its CSR and return a message instead of raising in C++.
-        error = getattr(C, name)(*args, *cpu)
-        if error:
-            raise ValueError(error)
-
-
 def _parts() -> int:
     return _WARP if _REPLAY_GPU_SPLIT else 1
 
@@ -184,16 +173,13 @@ def _on_kernel_device(rc: RleCounts) -> RleCounts:
     return rc.to("cpu") if rc.device.type == "cuda" and not _ext.load().has_cuda else rc
 
 
-def mask_geometry(masks: torch.Tensor) -> tuple[torch.Tensor, tuple[int, int, int, int, int]]:
-    """[N, H, W] bool/uint8 -> (the byte tensor the kernels read, (h, w, sn, sy, sx) in bytes). CPU reads any
+def mask_bytes(masks: torch.Tensor) -> torch.Tensor:
+    """[N, H, W] bool/uint8 -> the uint8 [N, H, W] view the encoders read (C++ takes its strides). CPU reads any
     strides in place; CUDA reads a column-major copy (consecutive threads then read consecutive bytes)."""
-    _n, h, w = masks.shape
     if masks.is_cuda:
-        t = masks.detach().transpose(1, 2).contiguous().view(torch.uint8)
-        return t, (h, w, h * w, 1, h)
+        return masks.detach().transpose(1, 2).contiguous().transpose(1, 2).view(torch.uint8)
     # bool and uint8 share a byte layout (nonzero = foreground); torch strides are non-negative.
-    t = masks.detach().view(torch.uint8)
-    return t, (h, w, *t.stride())
+    return masks.detach().view(torch.uint8)
 
 
 def encode_counts(masks: torch.Tensor) -> RleCounts:
@@ -203,16 +189,17 @@ def encode_counts(masks: torch.Tensor) -> RleCounts:
     hw = h * w
     device = masks.device
     on = torch.device("cpu") if device.type == "cuda" and not _ext.load().has_cuda else device
-    t, geo = mask_geometry(masks.to(on))
+    C = _ext.load()
+    t = mask_bytes(masks.to(on))
     if on.type == "cpu" and not _REPLAY_GPU_SPLIT:
-        counts, offsets = _ext.load().rle_encode_runs(t.data_ptr(), n, geo)
+        counts, offsets = C.rle_encode_runs(t)
         rc = RleCounts._trusted(torch.from_numpy(counts), torch.from_numpy(offsets), (h, w))
         return rc.to(device)
-    chunk = int(_ext.load().rle_chunk)
+    chunk = int(C.rle_chunk)
     nchunks = (hw + chunk - 1) // chunk
     chunk_cnt = torch.zeros(n, nchunks, dtype=torch.int64, device=on)
     if chunk_cnt.numel():
-        _run("rle_count_chunks", on, t.data_ptr(), n, geo, chunk_cnt.data_ptr())
+        C.rle_count_chunks(t, chunk_cnt, stream(t))
     offsets = torch.zeros(n + 1, dtype=torch.int64, device=on)
     # m_k = boundaries + 1 runs (the last run closes at h*w).
     offsets[1:] = torch.cumsum(chunk_cnt.sum(1) + 1, 0)
@@ -222,9 +209,8 @@ def encode_counts(masks: torch.Tensor) -> RleCounts:
     counts = torch.empty(total, dtype=torch.int64, device=on)
     if n:
         if chunk_cnt.numel():
-            args = (t.data_ptr(), n, geo, chunk_base.data_ptr(), offsets.data_ptr(), ends.data_ptr())
-            _run("rle_write_ends", on, *args)
-        _run("rle_runs_from_ends", on, ends.data_ptr(), offsets.data_ptr(), n, hw, counts.data_ptr())
+            C.rle_write_ends(t, chunk_base, offsets, ends, stream(t))
+        C.rle_runs_from_ends(ends, offsets, hw, counts, stream(t))
     return RleCounts._trusted(counts, offsets, (h, w)).to(device)
 
 
@@ -235,8 +221,7 @@ def decode_counts(rc: RleCounts) -> torch.Tensor:
     out = torch.empty(len(rc), w, h, dtype=torch.uint8, device=rc.device)
     if out.numel():
         csum = rc.counts.cumsum(0)
-        args = (csum.data_ptr(), rc.offsets.data_ptr(), len(rc), h * w, out.data_ptr())
-        _run("rle_decode_csum", rc.device, *args, cpu=(rc.counts.numel(),))
+        _ext.load().rle_decode_csum(csum, rc.offsets, out, stream(out))
     return out.transpose(1, 2).contiguous().to(device)
 
 
@@ -245,8 +230,7 @@ def area_counts(rc: RleCounts) -> torch.Tensor:
     device, rc = rc.device, _on_kernel_device(rc)
     out = torch.zeros(len(rc), dtype=torch.int64, device=rc.device)
     if len(rc):
-        args = (rc.counts.data_ptr(), rc.offsets.data_ptr(), len(rc), out.data_ptr())
-        _run("rle_area", rc.device, *args, cpu=(_parts(), rc.counts.numel()))
+        _ext.load().rle_area(rc.counts, rc.offsets, out, _parts(), stream(out))
     return out.to(device)
 
 
@@ -258,8 +242,7 @@ def bbox_counts(rc: RleCounts) -> torch.Tensor:
     if n:
         h = torch.full((n,), rc.size[0], dtype=torch.int64, device=rc.device)
         w = torch.full((n,), rc.size[1], dtype=torch.int64, device=rc.device)
-        args = (rc.counts.data_ptr(), rc.offsets.data_ptr(), n, h.data_ptr(), w.data_ptr(), out.data_ptr())
-        _run("rle_to_bbox", rc.device, *args, cpu=(rc.counts.numel(),))
+        _ext.load().rle_to_bbox(rc.counts, rc.offsets, h, w, out, stream(out))
     return out.to(device)
 
 
@@ -274,21 +257,10 @@ def iou_counts(dt: RleCounts, gt: RleCounts, crowd: torch.Tensor) -> torch.Tenso
     d_csum, g_csum = dt.counts.cumsum(0), gt.counts.cumsum(0)
     d_area, g_area = area_counts(dt), area_counts(gt)
     d_box, g_box = bbox_counts(dt), bbox_counts(gt)
-    args = (
-        d_csum.data_ptr(),
-        dt.offsets.data_ptr(),
-        d_area.data_ptr(),
-        d_box.data_ptr(),
-        len(dt),
-        g_csum.data_ptr(),
-        gt.offsets.data_ptr(),
-        g_area.data_ptr(),
-        g_box.data_ptr(),
-        len(gt),
-        crowd.data_ptr(),
-        out.data_ptr(),
+    C = _ext.load()
+    C.rle_iou_csum(
+        d_csum, dt.offsets, d_area, d_box, g_csum, gt.offsets, g_area, g_box, crowd, out, _parts(), stream(out)
     )
-    _run("rle_iou_csum", dt.device, *args, cpu=(_parts(), dt.counts.numel(), gt.counts.numel()))
     return out.to(device)
 
 

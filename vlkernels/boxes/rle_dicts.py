@@ -87,7 +87,7 @@ def _parse(rles: Sequence[RLE], name: str) -> _RleSet:
     C = _ext.load()
     if all(isinstance(c, (bytes, str)) for c in raw):
         strings = [_counts_bytes(c, name, k) for k, c in enumerate(raw)]
-        counts, offsets, error = C.rle_parse(strings, hw.data_ptr())
+        counts, offsets, error = C.rle_parse(strings, hw)
         if error:
             raise ValueError(error)
         counts, offsets = torch.from_numpy(counts), torch.from_numpy(offsets)
@@ -95,7 +95,7 @@ def _parse(rles: Sequence[RLE], name: str) -> _RleSet:
         parts = []
         for k, c in enumerate(raw):
             if isinstance(c, (bytes, str)):
-                runs, _, error = C.rle_parse([_counts_bytes(c, name, k)], hw[k : k + 1].data_ptr())
+                runs, _, error = C.rle_parse([_counts_bytes(c, name, k)], hw[k : k + 1])
                 if error:
                     raise ValueError(error.replace("index 0", f"index {k}"))
                 parts.append(runs)
