@@ -4,7 +4,6 @@
 
 #include <pybind11/pybind11.h>
 
-#include <cstdint>
 #include <utility>
 #include <vector>
 
@@ -16,12 +15,6 @@ std::vector<std::pair<const char*, Binder>>& binders();
 struct Register {
   Register(const char* name, Binder fn) { binders().emplace_back(name, fn); }
 };
-
-// Pointers arrive from Python as integers (tensor.data_ptr()); Python has validated dtype, device and extent.
-template <typename T>
-inline T* ptr(std::uintptr_t p) {
-  return reinterpret_cast<T*>(p);
-}
 
 }  // namespace vlk::bind
 
