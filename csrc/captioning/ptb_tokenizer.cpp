@@ -13,9 +13,11 @@
 #include <climits>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "core/parallel.h"
@@ -135,35 +137,46 @@ void java_lower_append(const char16_t* in, size_t n, Str& out) {
       out += u"i\u0307";
     } else if (c == 0x03A3) {
       // Final sigma, as java.lang.ConditionalSpecialCasing decides it: a cased letter before it and none after it
-      // within the same word.
-      // (JDK word boundaries: a mid-word character -- a dash, U+00AD, U+2027, '"', '\'' or '.' -- between two
-      // letters joins them, e.g. "ΟΔΟΣ-LRB" or "Mr.Σ"; nothing joins a digit and a letter that way.)
+      // within the same word, words as the JDK's word BreakIterator delimits them (all checked against the jar):
+      // - letters (not ideographs, kana or hangul, which form words of their own), spacing marks and numbers
+      //   (digits, "½", "Ⅻ") are inside a word;
+      // - non-spacing and enclosing marks and format characters are transparent ("áΣ-" -> "áς", "aΣ\u0301é" -> σ);
+      // - a mid-word character (a dash, U+00AD, U+2027, '"', '\'', '.') or a connector ('_', U+203F, ...) joins two
+      //   letters only ("ΟΔΟΣ-LRB", "Mr.Σ", "ΣΑΣ_ST" keep one word; "ΑΣ_2" and "a1_Σ" are two), and '.', ',', '\'',
+      //   '"', U+066B two numbers ("xΣ12.34M" is one word).
       auto mid_word = [](char16_t m) {
         return m == '-' || m == '.' || m == '\'' || m == '"' || m == 0x00AD || m == 0x2027 || m == 0x058A ||
                m == 0x05BE || m == 0x1806 || (m >= 0x2010 && m <= 0x2015) || m == 0x2E17 || m == 0x301C ||
                m == 0x3030 || m == 0x30A0 || m == 0xFE31 || m == 0xFE32 || m == 0xFE58 || m == 0xFE63 || m == 0xFF0D;
       };
-      auto joins = [&](size_t a) {
-        return a > 0 && mid_word(in[a]) && is_letter(in[a - 1]) && a + 1 < n && is_letter(in[a + 1]);
-      };
-      // Java asks for a *cased* character (uncased letters such as CJK are skipped); ideographs, kana and hangul
-      // form words of their own in the JDK's word iterator. The cased scripts: Latin, Greek, Cyrillic, Armenian,
-      // Georgian, Glagolitic, Coptic, fullwidth Latin.
-      auto cjk = [](char16_t x) { return (x >= 0x3040 && x <= 0x9FFF) || (x >= 0xAC00 && x <= 0xD7AF) || (x >= 0xF900 && x <= 0xFAFF); };
-      // (Modifier letters are cased only where Unicode lists them as Other_Lowercase.)
-      auto cased = [](char16_t x) {
-        if (x >= 0x02B0 && x <= 0x02FF) return x <= 0x02B8 || x == 0x02C0 || x == 0x02C1 || (x >= 0x02E0 && x <= 0x02E4);
-        if (x == 0x01BB || (x >= 0x01C0 && x <= 0x01C3) || x == 0x0294) return false;
-        return is_letter(x) && (x < 0x0590 || (x >= 0x10A0 && x < 0x1100) || (x >= 0x1E00 && x < 0x2000) ||
-                                (x >= 0x2C00 && x < 0x2E00) || (x >= 0xA640 && x < 0xA800) || (x >= 0xFF21 && x <= 0xFF5A));
-      };
-      // Connector punctuation ('_', U+203F, ...) is part of a word there ("ΣΑΣ_ST" keeps its inner sigma).
       auto connector = [](char16_t x) {
         return x == '_' || x == 0x203F || x == 0x2040 || x == 0x2054 || x == 0xFE33 || x == 0xFE34 ||
                (x >= 0xFE4D && x <= 0xFE4F) || x == 0xFF3F;
       };
+      auto transparent = [](char16_t x) { return in_table(kIgnorableRanges, x); };
+      auto numeric = [](char16_t x) { return in_table(kNumericRanges, x); };
+      auto mid_num = [](char16_t m) { return m == '"' || m == '\'' || m == ',' || m == '.' || m == 0x066B; };
+      // in[a] between two letters (or, for mid_num, two digits), marks and format characters skipped.
+      auto joins = [&](size_t a) {
+        size_t p = a, q = a + 1;
+        while (p > 0 && transparent(in[p - 1])) --p;
+        while (q < n && transparent(in[q])) ++q;
+        if (p == 0 || q >= n) return false;
+        const char16_t l = in[p - 1], r = in[q], m = in[a];
+        return ((mid_word(m) || connector(m)) && is_letter(l) && is_letter(r)) ||
+               (mid_num(m) && numeric(l) && numeric(r));
+      };
+      auto cjk = [](char16_t x) { return (x >= 0x3040 && x <= 0x9FFF) || (x >= 0xAC00 && x <= 0xD7AF) || (x >= 0xF900 && x <= 0xFAFF); };
+      // Cased: categories Lu, Ll, Lt, and the Other_Lowercase/Other_Uppercase characters the JDK lists.
+      auto cased = [](char16_t x) {
+        return in_table(kCasedRanges, x) || (x >= 0x02B0 && x <= 0x02B8) || x == 0x02C0 || x == 0x02C1 ||
+               (x >= 0x02E0 && x <= 0x02E4) || x == 0x0345 || x == 0x037A || (x >= 0x1D2C && x <= 0x1D61) ||
+               (x >= 0x2160 && x <= 0x217F) || (x >= 0x24B6 && x <= 0x24E9);
+      };
       auto in_word = [&](size_t a) {
-        return (is_letter(in[a]) && !cjk(in[a])) || is_digit(in[a]) || connector(in[a]) || joins(a);
+        const char16_t x = in[a];
+        return (is_letter(x) && !cjk(x)) || numeric(x) || in_table(kSpacingMarkRanges, x) || transparent(x) ||
+               joins(a);
       };
       bool before = false, after = false;
       for (size_t b = k; b-- > 0 && in_word(b);)
@@ -383,14 +396,28 @@ class Lexer {
   Str scratch_;              // one lower-cased token (run_filtered)
 
   // kFiltered: run_filtered() (out_), else run_raw() (line_).
+  // Positions between two checks for Ctrl-C (check_interrupt() throws when the call must stop). Short captions
+  // never check: the caller polls between blocks of captions; one long caption checks every few microseconds.
+  static constexpr int kPollEvery = 1 << 13;
+
   template <bool kFiltered>
   void run() {
-    int i = 0;
+    int i = 0, next_poll = kPollEvery;
     if (!fast_) {
-      while (i < end_) i = step(i);
+      while (i < end_) {
+        if (i >= next_poll) {
+          check_interrupt();
+          next_poll = i + kPollEvery;
+        }
+        i = step(i);
+      }
       return;
     }
     while (i < end_) {
+      if (i >= next_poll) {
+        check_interrupt();
+        next_poll = i + kPollEvery;
+      }
       const char16_t c = s_[i];
       if (c == u' ' && (i + 1 >= n_ || s_[i + 1] < 0x80)) {
         ++i;  // (before a non-ASCII character step() decides: the run " \u2002" is one match, Java reads it so)
@@ -614,34 +641,60 @@ class Lexer {
     return (c == '`' || c == 0x0091 || c == 0x2018 || c == 0x201B) ? 1 : -1;
   }
 
-  // {FILENAME}/({SPACENL}|[.?!,]): ([:letter:]|[:digit:])+(\.([:letter:]|[:digit:])+)*\.EXT with 3.4.1's extension list (caseless; the
-  // list was read off the jar by probing "1.<ext>" for every 1-4 letter and 1-3 alphanumeric extension). Java keeps
-  // "1.txt", "9b.x", "1.2.c" whole; "1.cd", "1.c;" are split.  -> token length or -1.
+  // {FILENAME}/({SPACENL}|[.?!,]): ({LETTER}|{DIGIT})+(\.({LETTER}|{DIGIT})+)*\.EXT with 3.4.1's extension list
+  // (caseless; the list was read off the jar by probing "1.<ext>" for every 1-4 letter and 1-3 alphanumeric
+  // extension). Java keeps "1.txt", "9b.x", "1.2.c" whole; "1.cd", "1.c;" are split. {LETTER} is WORD's (combining
+  // marks, U+00AD, entities such as &eacute; included: "lemme\u0915\u094d\u0937.9b.x", "1\u00ad2.c" are one token,
+  // kept as written), {DIGIT} holds the NKo digits.  -> token length or -1.
+  int filename_unit(int j) const {
+    if (!has(j)) return 0;
+    if (is_digit_ext(s_[j])) return 1;
+    const int l = letter(j);
+    return l > 0 ? l : 0;
+  }
   int filename(int i) const {
-    auto alnum = [](char16_t x) { return is_letter(x) || is_digit(x); };  // Unicode: "שלום.2a.c" is one token
     static const char* const kExt[] = {"bat", "bmp", "c", "cgi", "cpp", "dll", "doc", "docx", "exe", "gif", "gz", "h",
                                        "htm", "html", "jar", "java", "jpeg", "jpg", "mov", "mp3", "pdf", "php", "pl",
                                        "png", "ppt", "ps", "py", "sql", "tar", "txt", "wav", "x", "xml", "zip"};
-    int j = i, best = -1;
-    while (has(j) && alnum(s_[j])) ++j;
-    while (j > i && at(j) == '.' && has(j + 1) && alnum(s_[j + 1])) {
-      const int seg = j + 1;
-      j = seg;
-      while (has(j) && alnum(s_[j])) ++j;
-      const char16_t ctx = at(j);
-      if (has(j) && !(is_space(ctx) || is_newline_char(ctx) || in_set(ctx, u".?!,"))) continue;  // (or the end)
-      if (j - seg > 4) continue;
-      for (const char* e : kExt)
-        if (static_cast<int>(std::strlen(e)) == j - seg && lit(seg, e) > 0) {
-          best = j - i;
-          break;
-        }
+    // The segments after i are those of the chain i lies in, so the chain is read once (memoised) and the last
+    // segment that is an extension in context answers every start inside the chain ("1.a.1.a..." was quadratic).
+    FileChainMemo& m = file_memo_;
+    if (i >= m.from && i < m.end) {
+      // Inside an entity the chain read it as one unit; from there the run stops at its ';': no file name.
+      for (int p = std::max(m.from, i - 7); p < i; ++p)
+        if (s_[p] == '&' && p + filename_unit(p) > i) return -1;
+    } else {
+      int j = i, u;
+      while ((u = filename_unit(j)) > 0) j += u;
+      m.from = i;
+      m.last_seg = m.last_end = -1;
+      while (j > i && at(j) == '.' && filename_unit(j + 1) > 0) {
+        const int seg = j + 1;
+        j = seg;
+        while ((u = filename_unit(j)) > 0) j += u;
+        const char16_t ctx = at(j);
+        if (has(j) && !(is_space(ctx) || is_newline_char(ctx) || in_set(ctx, u".?!,"))) continue;  // (or the end)
+        if (j - seg > 4) continue;
+        for (const char* e : kExt)
+          if (static_cast<int>(std::strlen(e)) == j - seg && lit(seg, e) > 0) {
+            m.last_seg = seg;
+            m.last_end = j;
+            break;
+          }
+      }
+      m.end = std::max(j, i + 1);
     }
-    return best;
+    return m.last_seg > i ? m.last_end - i : -1;
   }
+  // The chain of '.'-separated letter/digit segments read from `from` (ending at `end`) and its last extension.
+  struct FileChainMemo {
+    int from = 1, end = 0, last_seg = -1, last_end = -1;
+  };
+  mutable FileChainMemo file_memo_;
 
-  // ASIANSMILEY (3.4.1; %caseless does not reach into character classes, so "~_X" is split): [^x=~<>] "." "[^x=~<>]" (a literal tail: the pattern's brackets are
-  // escaped) | [-^x=~<>']_[-^x=~<>'] | "(" [-^x=~<>'] [_.]? [-^x=~<>'] ")"  -> longest length or -1.
+  // ASIANSMILEY (3.4.1; %caseless does not reach into character classes, so "~_X" is split): [^x=~<>] "." "[^x=~<>]"
+  // (a literal tail: the pattern's brackets are escaped) | [-^x=~<>']_[-^x=~<>'] | "(" [-^x=~<>'] [_.]? [-^x=~<>'] ")"
+  // | "(" [^x=~<>'] "-" [^x=~<>'`] ")" (Java: "(^-^)", "(x-`)" whole; "(--^)", "(`-^)" split)  -> longest length or -1.
   int asian_smiley(int i) const {
     auto eye = [&](int k, bool hyphen_quote) {
       const char16_t e = at(k);
@@ -656,6 +709,9 @@ class Lexer {
       if (at(k) == '_' || at(k) == '.') ++k;
       if (eye(k, true) && at(k + 1) == ')') best = std::max(best, k + 2 - i);
     }
+    if (at(i) == '(' && (eye(i + 1, false) || at(i + 1) == '\'') && at(i + 2) == '-' &&
+        (eye(i + 3, false) || at(i + 3) == '\'' || at(i + 3) == '`') && at(i + 4) == ')')
+      best = std::max(best, 5);
     return best;
   }
 
@@ -786,6 +842,11 @@ class Lexer {
       int k = lit(i, w);
       if (k > 0) upd(k);
     }
+    // O{APOSETCETERA}o (caseless: Java keeps "o'o", "O`o", "o&apos;o" whole)
+    if (lit(i, "o") > 0) {
+      const int b = apos_etc(i + 1);
+      if (b > 0 && lit(i + 1 + b, "o") > 0) upd(b + 2);
+    }
     return best;
   }
 
@@ -795,16 +856,25 @@ class Lexer {
   struct RunMemo {
     int from = 1, end = 0;
   };
+  // A query before the memoised run reads only up to it (the run then starts earlier, same end).
   template <class Pred>
   int run_end(RunMemo& m, int k, Pred pred) const {
     if (k >= m.from && k <= m.end) return m.end;
     int e = k;
-    while (e < n_ && pred(s_[e])) ++e;
+    while (e < n_ && pred(s_[e])) {
+      if (e == m.from && m.from <= m.end) {  // (the initial memo holds no run)
+        e = m.end;
+        break;
+      }
+      ++e;
+    }
     m.from = k;
     m.end = e;
     return e;
   }
-  mutable RunMemo url_memo_, path_memo_, body_memo_, local_memo_, no_at_memo_, hthing_memo_;
+  mutable RunMemo hthing_memo_, acro_memo_, decl_memo_, qstr_memo_, thing3_memo_;
+  int hthing_run_end_ = -1;  // the first run's end of hthing_ends_
+  Ends hthing_ends_;
 
   // Character classes used by the URL / e-mail rules.
   static bool url_body(char16_t c) {
@@ -818,13 +888,24 @@ class Lexer {
 
   // Longest prefix of a run of url_body chars, starting at j, of length >= 2 whose last char is url_last.
   // braces: LIKELYURL's path also takes '{' and '}' inside ("a.com/x}y" is one token; STRICT_URL's does not).
+  // The run's last url_last position is memoised with the run: "a/,,,,..." would be read back once per start.
+  struct TailMemo {
+    int from = 1, end = 0, last = -1;
+  };
   int url_tail(int j, bool braces = false) const {
-    int k = braces ? run_end(path_memo_, j, [](char16_t x) { return url_body(x) || x == '{' || x == '}'; })
-                   : run_end(url_memo_, j, url_body);
-    for (int e = k; e >= j + 2; --e)
-      if (url_last(s_[e - 1])) return e;
-    return -1;
+    TailMemo& m = braces ? path_tail_ : url_tail_;
+    if (!(j >= m.from && j <= m.end)) {
+      int k = j;
+      while (k < n_ && (url_body(s_[k]) || (braces && (s_[k] == '{' || s_[k] == '}')))) ++k;
+      int e = k;
+      while (e > j && !url_last(s_[e - 1])) --e;
+      m.from = j;
+      m.end = k;
+      m.last = e > j ? e : -1;
+    }
+    return m.last >= j + 2 ? m.last : -1;
   }
+  mutable TailMemo url_tail_, path_tail_;
 
   int fullurl(int i) const {
     int k = lit(i, "https://");
@@ -834,44 +915,99 @@ class Lexer {
     return e < 0 ? -1 : e - i;
   }
 
+  // A chain of segments separated by single '.'s as LIKELYURL reads it, from `from` to `end`: for each segment
+  // start after a '.', the end the rule's alternative gives there (-1 for none) and whether a '/' follows it (a URL
+  // path may follow). Starts inside the chain share it: every segment after the start counts, so a query is a
+  // binary search (a chain read per start made "www.www.www..." and "%.%.%..." quadratic).
+  struct UrlChain {
+    int from = 1, end = 0;
+    std::vector<int> seg, stop;       // segment starts (after a '.') and the alternative's end there
+    std::vector<int> suffix_best;     // max of stop[t..]
+    std::vector<int> next_slash;      // first t' >= t whose stop is followed by '/', or -1
+    void finish(const Lexer& lx) {
+      const size_t n = seg.size();
+      suffix_best.assign(n + 1, -1);
+      next_slash.assign(n + 1, -1);
+      for (size_t t = n; t-- > 0;) {
+        suffix_best[t] = std::max(suffix_best[t + 1], stop[t]);
+        next_slash[t] = (stop[t] >= 0 && lx.at(stop[t]) == '/') ? static_cast<int>(t) : next_slash[t + 1];
+      }
+    }
+    // Best end over the segments starting after q (LIKELYURL: an end, or the path after an end followed by '/').
+    int best_after(const Lexer& lx, int q) const {
+      const size_t t = static_cast<size_t>(std::upper_bound(seg.begin(), seg.end(), q) - seg.begin());
+      int best = suffix_best[t];
+      // Every '/'-path of one chain lies in one url_body run (the path class holds all the chain's characters), so
+      // the first one reaches furthest.
+      if (next_slash[t] >= 0) best = std::max(best, lx.url_tail(stop[static_cast<size_t>(next_slash[t])] + 1, true));
+      return best;
+    }
+  };
+  mutable UrlChain www_chain_, tld_chain_;
+
+  // LIKELYURL = www\.([^ \t\n\f\r\"<>|.!?(){},]+\.)+[a-zA-Z]{2,4} | ([^ \t\n\f\r\"`'<>|.!?(){},-_$]+\.)+(com|net|org|edu)
+  // (each optionally followed by '/' and a path); ",-_" is the range U+002C..U+005F.
   int likelyurl(int i) const {
-    Ends ends;
-    // www\.([^ \t\n\f\r\"<>|.!?(){},]+\.)+[a-zA-Z]{2,4}
-    if (lit(i, "www.") > 0) {
-      int j = i + 4;
-      for (;;) {
-        int k = j;
-        while (has(k) && !in_set(s_[k], u" \t\n\f\r\"<>|.!?(){},")) ++k;
-        if (k == j || at(k) != '.') break;
-        j = k + 1;
-        int m = j;
-        while (has(m) && ascii_alpha(s_[m]) && m - j < 4) ++m;
-        for (int e = j + 2; e <= m; ++e) add_end(ends, e);
-      }
-    }
-    // ([^ \t\n\f\r\"`'<>|.!?(){},-_$]+\.)+(com|net|org|edu); ",-_" is the range U+002C..U+005F.
-    {
-      static const AsciiSet ex(" \t\n\f\r\"`'<>|.!?(){}$");
-      auto body = [](char16_t c) { return !(ex.has(c) || (c >= 0x2C && c <= 0x5F)); };
-      int j = i;
-      for (;;) {
-        const int k = run_end(body_memo_, j, body);
-        if (k == j || at(k) != '.') break;
-        j = k + 1;
-        for (const char* tld : {"com", "net", "org", "edu"})
-          if (lit(j, tld) > 0) add_end(ends, j + 3);
-      }
-    }
+    static const AsciiSet www_ex(" \t\n\f\r\"<>|.!?(){},"), tld_ex(" \t\n\f\r\"`'<>|.!?(){}$");
+    auto www_body = [](char16_t c) { return !www_ex.has(c); };
+    auto tld_body = [](char16_t c) { return !(tld_ex.has(c) || (c >= 0x2C && c <= 0x5F)); };
     int best = -1;
-    for (int e : ends) {
-      best = std::max(best, e);
-      if (at(e) == '/') best = std::max(best, url_tail(e + 1, true));
+    if (lit(i, "www.") > 0) {
+      const int q = i + 4;
+      if (has(q) && www_body(s_[q])) {
+        if (!(q >= www_chain_.from && q < www_chain_.end)) {
+          read_chain(www_chain_, q, www_body, [&](int j) {
+            int m = j;
+            while (has(m) && ascii_alpha(s_[m]) && m - j < 4) ++m;
+            return m >= j + 2 ? m : -1;
+          });
+        }
+        best = www_chain_.best_after(*this, q);
+      }
+    }
+    if (has(i) && tld_body(s_[i])) {
+      if (!(i >= tld_chain_.from && i < tld_chain_.end)) {
+        read_chain(tld_chain_, i, tld_body, [&](int j) {
+          for (const char* tld : {"com", "net", "org", "edu"})
+            if (lit(j, tld) > 0) return j + 3;
+          return -1;
+        });
+      }
+      best = std::max(best, tld_chain_.best_after(*this, i));
     }
     return best < 0 ? -1 : best - i;
+  }
+  // Reads the chain of `body` runs separated by single '.'s from `from` into c; stop_at(j) is the alternative's end
+  // at a segment start j.
+  template <class Body, class StopAt>
+  void read_chain(UrlChain& c, int from, Body body, StopAt stop_at) const {
+    c.seg.clear();
+    c.stop.clear();
+    int j = from;
+    for (;;) {
+      int k = j;
+      while (k < n_ && body(s_[k])) ++k;
+      if (k == j || at(k) != '.') {
+        c.end = std::max(k, from + 1);
+        break;
+      }
+      j = k + 1;
+      c.seg.push_back(j);
+      c.stop.push_back(stop_at(j));
+    }
+    c.from = from;
+    c.finish(*this);
   }
 
   // EMAIL = (&lt;|<)?[a-zA-Z0-9][^ \t\n\f\r\"<>|()\u00A0{}]*@([^ \t\n\f\r\"<>|(){}.\u00A0]+\.)*
   //         ([^ \t\n\f\r\"<>|(){}.\u00A0]+)(&gt;|>)?
+  // The domain class is the local one without '.', so a domain lies inside the local run and ends at its first
+  // ".." (or "." before the run end) after the '@', or at the run end: the later the '@', the longer the match.
+  // The run's last '@' followed by a domain and that domain's end are memoised with the run ("a@a@a..." and long
+  // local parts were quadratic).
+  struct EmailMemo {
+    int from = 1, end = 0, at = -1, last = -1;
+  };
   int email(int i) const {
     int p = i;
     if (lit(i, "&lt;") > 0) {
@@ -880,35 +1016,33 @@ class Lexer {
       p = i + 1;
     }
     if (!has(p) || !ascii_alnum(s_[p])) return -1;
-    static const AsciiSet local_ex(" \t\n\f\r\"<>|(){}"), dom_ex(" \t\n\f\r\"<>|(){}.");
+    static const AsciiSet local_ex(" \t\n\f\r\"<>|(){}");
     auto local = [](char16_t c) { return !local_ex.has(c) && c != 0x00A0; };
-    auto dom = [](char16_t c) { return !dom_ex.has(c) && c != 0x00A0; };
-    const int k = run_end(local_memo_, p + 1, local);
-    // The first '@' of the local run (memoised too: a long run without '@' is read once).
-    const int first_at = run_end(no_at_memo_, p + 1, [&](char16_t x) { return x != '@' && local(x); });
-    if (first_at >= k) return -1;
-    int best = -1;
-    for (int a = first_at; a < k; ++a) {
-      if (s_[a] != '@') continue;
-      int j = a + 1, last = -1;
-      for (;;) {
-        int m = j;
-        while (has(m) && dom(s_[m])) ++m;
-        if (m == j) break;
-        last = m;
-        if (at(m) != '.') break;
-        j = m + 1;
+    EmailMemo& m = email_memo_;
+    const int q = p + 1;
+    if (!(q >= m.from && q <= m.end)) {
+      int k = q;
+      m.at = -1;
+      for (; k < n_ && local(s_[k]); ++k)
+        if (s_[k] == '@' && k + 1 < n_ && local(s_[k + 1]) && s_[k + 1] != '.') m.at = k;
+      m.from = q;
+      m.end = k;
+      if (m.at >= 0) {
+        int e = m.at + 1;  // the domain: segments separated by single '.'s, up to the run end
+        while (e < k && !(s_[e] == '.' && (e + 1 == k || s_[e + 1] == '.'))) ++e;
+        m.last = e;
       }
-      if (last < 0) continue;
-      if (lit(last, "&gt;") > 0) {
-        last += 4;
-      } else if (at(last) == '>') {
-        last += 1;
-      }
-      best = std::max(best, last);
     }
-    return best < 0 ? -1 : best - i;
+    if (m.at < q) return -1;
+    int last = m.last;
+    if (lit(last, "&gt;") > 0) {
+      last += 4;
+    } else if (at(last) == '>') {
+      last += 1;
+    }
+    return last - i;
   }
+  mutable EmailMemo email_memo_;
 
   // TWITTER = @[a-zA-Z_][a-zA-Z_0-9]* | #{LETTER}+
   int twitter(int i) const {
@@ -1005,7 +1139,7 @@ class Lexer {
     return best < 0 ? -1 : best - i;
   }
 
-  // THING3 = [A-Za-z0-9]+(-[A-Za-z]+){0,2}(\\?\/[A-Za-z0-9]+(-[A-Za-z]+){0,2}){1,2}
+  // THING3 = [A-Za-z0-9]+(-[A-Za-z]+){0,2}(\\?\/[A-Za-z0-9]+(-[A-Za-z]+){0,2}){1,2}  -> the ends that matter
   Ends thing3_part(const Ends& starts, bool first) const {
     Ends out;
     for (int j0 : starts) {
@@ -1022,14 +1156,16 @@ class Lexer {
       int k = j;
       while (has(k) && ascii_alnum(s_[k])) ++k;
       if (k == j) continue;
-      for (int e = j + 1; e <= k; ++e) add_end(out, e);
+      // Of the ends of a run only its last can be followed by '/' or '-' or be the longest: the shorter ones
+      // (followed by a letter or digit) are left out.
+      add_end(out, k);
       int h = k;
       for (int rep = 0; rep < 2; ++rep) {
         if (at(h) != '-') break;
         int m = h + 1;
         while (has(m) && ascii_alpha(s_[m])) ++m;
         if (m == h + 1) break;
-        for (int e = h + 2; e <= m; ++e) add_end(out, e);
+        add_end(out, m);
         h = m;
       }
     }
@@ -1043,16 +1179,22 @@ class Lexer {
     return best < 0 ? -1 : best - i;
   }
 
-  // ACRO = [A-Za-z](\.[A-Za-z])*|(Canada|Sino|Korean|EU|Japan|non)-U\.S|U\.S\.-(U\.K|U\.S\.S\.R)  -> all ends
+  // ACRO = [A-Za-z](\.[A-Za-z])*|(Canada|Sino|Korean|EU|Japan|non)-U\.S|U\.S\.-(U\.K|U\.S\.S\.R)  -> its ends
+  // that can matter: of the chain "a.b.c..." only the last two (every user wants the longest end followed by '.',
+  // or one followed by whitespace or '-', which an inner end -- followed by ".letter" -- never is), and the special
+  // forms. The chain end is memoised: starts inside one chain share it ("a.a.a..." was quadratic).
   Ends acro(int i) const {
     Ends out;
     if (has(i) && ascii_alpha(s_[i])) {
-      int k = i + 1;
-      add_end(out, k);
-      while (at(k) == '.' && has(k + 1) && ascii_alpha(s_[k + 1])) {
-        k += 2;
-        add_end(out, k);
+      RunMemo& m = acro_memo_;
+      if (!(i >= m.from && i < m.end && (i - m.from) % 2 == 0)) {
+        int k = i + 1;
+        while (at(k) == '.' && has(k + 1) && ascii_alpha(s_[k + 1])) k += 2;
+        m.from = i;
+        m.end = k;
       }
+      if (m.end - i >= 3) out.push_back(m.end - 2);
+      out.push_back(m.end);
     }
     for (const char* w : {"canada-u.s", "sino-u.s", "korean-u.s", "eu-u.s", "japan-u.s", "non-u.s", "u.s.-u.k",
                           "u.s.-u.s.s.r"}) {
@@ -1119,13 +1261,14 @@ class Lexer {
     return words;
   }
 
-  // {ABBREV3}/{SPACENL}?[:digit:]; ABBREV3 = (ca|figs?|prop|nos?|sect?s?|arts?|paras?|bldg|pp|op|approx|[P][t]|rs)\.
+  // {ABBREV3}/{SPACENL}?[:digit:]; ABBREV3 = (ca|figs?|prop|nos?|art|bldg|pp|op)\. in 3.4.1 (read off the jar: later
+  // CoreNLP versions added sect?s?, arts, paras?, approx, Pt, rs; 3.4.1 splits "rs. 2", "sec. 2", "Pt. 2").
   void abbrev3(int i, int& total, int& tok) const {
     total = tok = -1;
     int j = i;
     while (j < n_ && ascii_alpha(s_[j])) ++j;
     if (j == i || at(j) != '.') return;
-    if (!abbrev3_words().has(pack_letters(s_ + i, j - i)) && !(j == i + 2 && s_[i] == 'P' && s_[i + 1] == 't')) return;
+    if (!abbrev3_words().has(pack_letters(s_ + i, j - i))) return;
     const int best = j + 1 - i;
     if (has(j + 1) && is_digit(s_[j + 1])) {
       total = best + 1;
@@ -1138,14 +1281,13 @@ class Lexer {
   }
 
   static const WordSet& abbrev3_words() {
-    static const WordSet words = {"ca", "fig", "figs", "prop", "no", "nos", "sec", "secs", "sect", "sects", "art",
-                                  "arts", "para", "paras", "bldg", "pp", "op", "approx", "rs"};
+    static const WordSet words = {"ca", "fig", "figs", "prop", "no", "nos", "art", "bldg", "pp", "op"};
     return words;
   }
   // Every word of the abbreviation lists, whatever the case of its first letter (a superset, for fast_word()).
   static const WordSet& any_abbreviation() {
     static const WordSet words = [] {
-      WordSet all = {"miss", "pt"};
+      WordSet all = {"miss"};
       for (const WordSet* w : {&abbrev1_words(), &abbrev1_cap_first_words(), &abbrev2_words(), &abbrev3_words()})
         all.add(*w);
       return all;
@@ -1280,35 +1422,42 @@ class Lexer {
     return best < 0 ? -1 : best - i;
   }
 
-  // HTHING = [A-Za-z0-9][A-Za-z0-9.,\u00AD]*(-([A-Za-z0-9\u00AD]+|{ACRO2}\.))+  -> all ends
+  // HTHING = [A-Za-z0-9][A-Za-z0-9.,\u00AD]*(-([A-Za-z0-9\u00AD]+|{ACRO2}\.))+  -> the ends that matter, ascending:
+  // of a [A-Za-z0-9\u00AD]+ segment only its full length (a shorter one is followed by a letter or digit, so it is
+  // neither the longest nor followed by '-' or '.'), of an ACRO2 only acro()'s ends. Each '-' that can continue the
+  // match is expanded once, in increasing order (the old frontier deduplicated by linear search: quadratic on
+  // "a-a-a...").
   Ends hthing(int i) const {
     Ends out;
     if (!has(i) || !ascii_alnum(s_[i])) return out;
     auto body = [](char16_t c) { return ascii_alnum(c) || c == '.' || c == ',' || c == 0xAD; };
     int k = i + 1;
     while (has(k) && body(s_[k])) ++k;
-    Ends frontier{k};
-    while (!frontier.empty()) {
-      Ends next;
-      for (int h : frontier) {
-        if (at(h) != '-') continue;
-        int j = h + 1, m = j;
-        while (has(m) && (ascii_alnum(s_[m]) || s_[m] == 0xAD)) ++m;
-        for (int e = j + 1; e <= m; ++e) {
-          if (std::find(out.begin(), out.end(), e) == out.end()) {
-            add_end(out, e);
-            add_end(next, e);
-          }
+    std::vector<int> dashes{k};  // a min-heap of positions holding the '-' of a next segment
+    int prev = -1;
+    while (!dashes.empty()) {
+      std::pop_heap(dashes.begin(), dashes.end(), std::greater<int>());
+      const int h = dashes.back();
+      dashes.pop_back();
+      if (h == prev || at(h) != '-') continue;
+      prev = h;
+      auto reach = [&](int e) {
+        out.push_back(e);
+        if (at(e) == '-') {
+          dashes.push_back(e);
+          std::push_heap(dashes.begin(), dashes.end(), std::greater<int>());
         }
-        // {ACRO2}\.: an acronym of at least two letters (a single letter and its period do not count here).
-        for (int e : acro(j))
-          if (e > j + 1 && at(e) == '.' && std::find(out.begin(), out.end(), e + 1) == out.end()) {
-            add_end(out, e + 1);
-            add_end(next, e + 1);
-          }
-      }
-      frontier.swap(next);
+      };
+      const int j = h + 1;
+      int m = j;
+      while (has(m) && (ascii_alnum(s_[m]) || s_[m] == 0xAD)) ++m;
+      if (m > j) reach(m);
+      // {ACRO2}\.: an acronym of at least two letters (a single letter and its period do not count here).
+      for (int e : acro(j))
+        if (e > j + 1 && at(e) == '.') reach(e + 1);
     }
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
     return out;
   }
 
@@ -1368,27 +1517,25 @@ class Lexer {
     return best < 0 ? -1 : best - i;
   }
 
-  // SGML = <([!?][A-Za-z-][^>\r\n]*|\/?[A-Za-z][A-Za-z0-9:.-]*([ ]+([A-Za-z][A-Za-z0-9:.-]*([ ]*=[ ]*QSTR)?
-  //        |QSTR|[ ]*\/))*[ ]*)>   with QSTR = ['"][^\r\n'"]*['"]
+  // SGML = <([!?][A-Za-z-][^>\r\n]*|\/?{NAME}([ ]+({NAME}([ ]*=[ ]*QSTR)?
+  //        |QSTR|[ ]*\/))*[ ]*)>   with QSTR = ['"][^\r\n'"]*['"], NAME = [A-Za-z][A-Za-z0-9_:.-]* ("<a_b c_d>" whole)
   int sgml(int i) const {
     if (at(i) != '<') return -1;
     int best = -1;
     int j = i + 1;
     if ((at(j) == '!' || at(j) == '?') && has(j + 1) && (ascii_alpha(s_[j + 1]) || s_[j + 1] == '-')) {
-      int k = j + 2;
-      while (has(k) && s_[k] != '>' && s_[k] != '\r' && s_[k] != '\n') ++k;
+      const int k = run_end(decl_memo_, j + 2, [](char16_t x) { return x != '>' && x != '\r' && x != '\n'; });
       if (at(k) == '>') best = k + 1;
     }
     auto name_end = [&](int p) -> int {
       if (!has(p) || !ascii_alpha(s_[p])) return -1;
       int k = p + 1;
-      while (has(k) && (ascii_alnum(s_[k]) || s_[k] == ':' || s_[k] == '.' || s_[k] == '-')) ++k;
+      while (has(k) && (ascii_alnum(s_[k]) || s_[k] == '_' || s_[k] == ':' || s_[k] == '.' || s_[k] == '-')) ++k;
       return k;
     };
     auto qstr = [&](int p) -> int {
       if (at(p) != '\'' && at(p) != '"') return -1;
-      int k = p + 1;
-      while (has(k) && !in_set(s_[k], u"\r\n'\"")) ++k;
+      const int k = run_end(qstr_memo_, p + 1, [](char16_t x) { return x != '\r' && x != '\n' && x != '\'' && x != '"'; });
       return has(k) ? k + 1 : -1;
     };
     auto spaces = [&](int p) {
@@ -1401,7 +1548,8 @@ class Lexer {
     if (ne > 0) {
       // Attribute lists are matched greedily; the grammar only ends at '>', so the longest parse is the one
       // that reaches the first '>' it can.
-      Ends frontier{ne}, seen{ne};
+      Ends frontier{ne};
+      std::unordered_set<int> seen{ne};
       for (size_t idx = 0; idx < frontier.size(); ++idx) {
         int q = frontier[idx];
         int r = spaces(q);
@@ -1423,10 +1571,7 @@ class Lexer {
         if (c > 0) add_end(nexts, c);
         if (at(r) == '/') add_end(nexts, r + 1);
         for (int x : nexts)
-          if (std::find(seen.begin(), seen.end(), x) == seen.end()) {
-            seen.push_back(x);
-            frontier.push_back(x);
-          }
+          if (seen.insert(x).second) frontier.push_back(x);
       }
     }
     return best < 0 ? -1 : best - i;
@@ -1655,8 +1800,7 @@ class Lexer {
     if (c == 0xBC || c == 0xBD || c == 0xBE || (c >= 0x2153 && c <= 0x215E)) cand1(kFrac2, 1);
     if (in_set(c, u"-cCsSpPaA")) cand1(kTbspec, tbspec(i));
     if (ascii_alnum(c)) {
-      int k = i;
-      while (k < n_ && (ascii_alnum(s_[k]) || s_[k] == '-')) ++k;
+      const int k = run_end(thing3_memo_, i, [](char16_t x) { return ascii_alnum(x) || x == '-'; });  // ("a--a--...")
       if (at(k) == '/' || at(k) == '\\') cand1(kThing3, thing3(i));
     }
     if (c == '#') cand1(kDolsign, 1);
@@ -1720,7 +1864,7 @@ class Lexer {
       }
     }
     if (in_set(c, u"^x=~<>-'(")) cand1(kAsianSmiley, asian_smiley(i));
-    if (is_letter(c) || is_digit(c)) {
+    if (is_digit_ext(c) || letter(i) > 0) {
       const int f = filename(i);
       if (f > 0) cand(kFilename, f + 1, f);
     }
@@ -1758,10 +1902,16 @@ class Lexer {
     if (c == '=') cand1(kEquals, 1);
     if (c == '/') cand1(kSlash, 1);
     // (The scan is memoised and only made where HTHING can start: run unconditionally it made runs of '.' quadratic.)
-    if (ascii_alnum(c) &&
-        at(run_end(hthing_memo_, i, [](char16_t x) { return ascii_alnum(x) || x == '.' || x == ',' || x == 0xAD; })) ==
-            '-') {
-      Ends h = hthing(i);
+    // HTHING's ends do not depend on where in its first run it starts: they are kept with the run ("a,a,a,...,a-"
+    // would read the run once per start).
+    const int hk =
+        ascii_alnum(c) ? run_end(hthing_memo_, i, [](char16_t x) { return ascii_alnum(x) || x == '.' || x == ',' || x == 0xAD; }) : -1;
+    if (hk >= 0 && at(hk) == '-') {
+      if (hthing_run_end_ != hk) {
+        hthing_ends_ = hthing(i);
+        hthing_run_end_ = hk;
+      }
+      const Ends& h = hthing_ends_;
       for (int e : h)
         if (at(e) == '.' && in_set(at(e + 1), u",;:\u3001")) cand(kHthingDot, e + 2 - i, e + 1 - i);
       int he = max_end(h);
