@@ -1,9 +1,8 @@
-"""Generates ptb_tables.h: BMP code point tables used by the PTB tokenizer (csrc/captioning/ptb_tokenizer.cpp).
+"""Generates ptb_tables.h: BMP code point tables used by the PTB tokenizer (csrc/captioning/ptb_text.cpp).
 
 Run from the repository root: `python csrc/captioning/gen_ptb_tables.py`. The tables come from Python's unicodedata:
 - letter ranges: general category L* (what java.lang.Character.isLetter and JFlex's [:letter:] test),
 - digit ranges: category Nd (Character.isDigit, JFlex's [:digit:]),
-- uppercase ranges: Character.isUpperCase (category Lu, used by [:uppercase:]),
 - cased-letter ranges: categories Lu, Ll, Lt (the letters java.lang.ConditionalSpecialCasing calls cased, for the
   final-sigma rule; its few Other_Lowercase/Other_Uppercase additions are listed in code),
 - spacing-mark ranges: category Mc (letters for the JDK's word boundaries, which the final-sigma rule uses),
@@ -43,7 +42,6 @@ def fmt_ranges(name, rs):
 def main() -> None:
     letters = ranges(lambda ch: unicodedata.category(ch).startswith("L"))
     digits = ranges(lambda ch: unicodedata.category(ch) == "Nd")
-    upper = ranges(lambda ch: unicodedata.category(ch) == "Lu")
     cased = ranges(lambda ch: unicodedata.category(ch) in ("Lu", "Ll", "Lt"))
     spacing_marks = ranges(lambda ch: unicodedata.category(ch) == "Mc")
     ignorable = ranges(lambda ch: unicodedata.category(ch) in ("Mn", "Me", "Cf"))
@@ -60,7 +58,6 @@ def main() -> None:
         f"{unicodedata.unidata_version}; do not edit.\n"
         + fmt_ranges("kLetterRanges", letters)
         + fmt_ranges("kDigitRanges", digits)
-        + fmt_ranges("kUpperRanges", upper)
         + fmt_ranges("kCasedRanges", cased)
         + fmt_ranges("kSpacingMarkRanges", spacing_marks)
         + fmt_ranges("kIgnorableRanges", ignorable)
