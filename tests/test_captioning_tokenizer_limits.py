@@ -52,9 +52,14 @@ def _assert_linear(make, n, repeats, slack):
     input also leaves the 512 KiB L2 cache: a run of a 4-byte character measured up to 6.4x; one 400k-unit token
     such as "www.%.www..." 17x from 200k units (3.5 ms -> 60 ms), then 5x from 400k units on."""
     small, big = make(n), make(4 * n)
-    t1 = _min_time(lambda: ptb_tokenize([small]), repeats)
-    t4 = _min_time(lambda: ptb_tokenize([big]), repeats)
-    assert t4 <= 7 * t1 + slack, (small[:24], t1, t4)
+    # A second measurement when the first exceeds the bound: another process taking the core for a few ms can push
+    # one ratio past 7x, a quadratic case exceeds it every time.
+    for _ in range(2):
+        t1 = _min_time(lambda: ptb_tokenize([small]), repeats)
+        t4 = _min_time(lambda: ptb_tokenize([big]), repeats)
+        if t4 <= 7 * t1 + slack:
+            return
+    raise AssertionError(f"{small[:24]!r}: {t1 * 1e3:.1f} ms for {n} units, {t4 * 1e3:.1f} ms for {4 * n}")
 
 
 @pytest.mark.parametrize("ch", ["%", ".", "*", "-", "a", "\U0001f600", "'", "_", "=", "@", "1", "1%"])

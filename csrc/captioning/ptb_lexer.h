@@ -392,230 +392,29 @@ class Lexer {
     return k;
   }
 
-  // {APOS} = ['\u0092\u2019]|&apos;
-  int apos(int i) const {
-    if (!has(i)) return -1;
-    char16_t c = s_[i];
-    if (c == '\'' || c == 0x0092 || c == 0x2019) return 1;
-    if (c == '&') return lit(i, "&apos;");
-    return -1;
-  }
-  // {APOSETCETERA} = {APOS}|[`\u0091\u2018\u201B] (the backtick too: Java gives "do n`t", "ma`am", "o`clock")
-  int apos_etc(int i) const {
-    int a = apos(i);
-    if (a > 0) return a;
-    char16_t c = at(i);
-    return (c == '`' || c == 0x0091 || c == 0x2018 || c == 0x201B) ? 1 : -1;
-  }
+  int apos(int i) const;
+  int apos_etc(int i) const;
 
-  // {FILENAME}/({SPACENL}|[.?!,]): ({LETTER}|{DIGIT})+(\.({LETTER}|{DIGIT})+)*\.EXT with 3.4.1's extension list
-  // (caseless; the list was read off the jar by probing "1.<ext>" for every 1-4 letter and 1-3 alphanumeric
-  // extension). Java keeps "1.txt", "9b.x", "1.2.c" whole; "1.cd", "1.c;" are split. {LETTER} is WORD's (combining
-  // marks, U+00AD, entities such as &eacute; included: "lemme\u0915\u094d\u0937.9b.x", "1\u00ad2.c" are one token,
-  // kept as written), {DIGIT} holds the NKo digits.  -> token length or -1.
-  int filename_unit(int j) const {
-    if (!has(j)) return 0;
-    if (is_digit_ext(s_[j])) return 1;
-    const int l = letter(j);
-    return l > 0 ? l : 0;
-  }
-  int filename(int i) const {
-    static const char* const kExt[] = {"bat", "bmp", "c", "cgi", "cpp", "dll", "doc", "docx", "exe", "gif", "gz", "h",
-                                       "htm", "html", "jar", "java", "jpeg", "jpg", "mov", "mp3", "pdf", "php", "pl",
-                                       "png", "ppt", "ps", "py", "sql", "tar", "txt", "wav", "x", "xml", "zip"};
-    // The segments after i are those of the chain i lies in, so the chain is read once (memoised) and the last
-    // segment that is an extension in context answers every start inside the chain ("1.a.1.a..." was quadratic).
-    FileChainMemo& m = file_memo_;
-    if (i >= m.from && i < m.end) {
-      // Inside an entity the chain read it as one unit; from there the run stops at its ';': no file name.
-      for (int p = std::max(m.from, i - 7); p < i; ++p)
-        if (s_[p] == '&' && p + filename_unit(p) > i) return -1;
-    } else {
-      int j = i, u;
-      while ((u = filename_unit(j)) > 0) j += u;
-      m.from = i;
-      m.last_seg = m.last_end = -1;
-      while (j > i && at(j) == '.' && filename_unit(j + 1) > 0) {
-        const int seg = j + 1;
-        j = seg;
-        while ((u = filename_unit(j)) > 0) j += u;
-        const char16_t ctx = at(j);
-        if (has(j) && !(is_space(ctx) || is_newline_char(ctx) || in_set(ctx, u".?!,"))) continue;  // (or the end)
-        if (j - seg > 4) continue;
-        for (const char* e : kExt)
-          if (static_cast<int>(std::strlen(e)) == j - seg && lit(seg, e) > 0) {
-            m.last_seg = seg;
-            m.last_end = j;
-            break;
-          }
-      }
-      m.end = std::max(j, i + 1);
-    }
-    return m.last_seg > i ? m.last_end - i : -1;
-  }
+  int filename_unit(int j) const;
+  int filename(int i) const;
   // The chain of '.'-separated letter/digit segments read from `from` (ending at `end`) and its last extension.
   struct FileChainMemo {
     int from = 1, end = 0, last_seg = -1, last_end = -1;
   };
   mutable FileChainMemo file_memo_;
 
-  // ASIANSMILEY (3.4.1; %caseless does not reach into character classes, so "~_X" is split): [^x=~<>] "." "[^x=~<>]"
-  // (a literal tail: the pattern's brackets are escaped) | [-^x=~<>']_[-^x=~<>'] | "(" [-^x=~<>'] [_.]? [-^x=~<>'] ")"
-  // | "(" [^x=~<>'] "-" [^x=~<>'`] ")" (Java: "(^-^)", "(x-`)" whole; "(--^)", "(`-^)" split)  -> longest length or -1.
-  int asian_smiley(int i) const {
-    auto eye = [&](int k, bool hyphen_quote) {
-      const char16_t e = at(k);
-      return e == '^' || e == 'x' || e == '=' || e == '~' || e == '<' || e == '>' ||
-             (hyphen_quote && (e == '-' || e == '\''));
-    };
-    int best = -1;
-    if (eye(i, false) && at(i + 1) == '.' && lit_cs(i + 2, "[^") > 0 && lit(i + 4, "x=~<>]") > 0) best = 10;
-    if (eye(i, true) && at(i + 1) == '_' && eye(i + 2, true)) best = std::max(best, 3);
-    if (at(i) == '(' && eye(i + 1, true)) {
-      int k = i + 2;
-      if (at(k) == '_' || at(k) == '.') ++k;
-      if (eye(k, true) && at(k + 1) == ')') best = std::max(best, k + 2 - i);
-    }
-    if (at(i) == '(' && (eye(i + 1, false) || at(i + 1) == '\'') && at(i + 2) == '-' &&
-        (eye(i + 3, false) || at(i + 3) == '\'' || at(i + 3) == '`') && at(i + 4) == ')')
-      best = std::max(best, 5);
-    return best;
-  }
+  int asian_smiley(int i) const;
 
-  // {LETTER} as used by WORD: [:letter:], an SGML letter entity (&eacute; ...), or an extra range.
-  int letter(int i) const {
-    if (!has(i)) return -1;
-    char16_t c = s_[i];
-    if (is_letter(c) || is_extra_word_char(c)) return 1;
-    if (c == '&' && i + 1 < n_ && in_set(s_[i + 1], u"aeiouAEIOU")) {
-      for (const char* suf : {"acute;", "grave;", "uml;"}) {
-        int k = lit(i + 2, suf);
-        if (k > 0) return 2 + k;
-      }
-    }
-    return -1;
-  }
+  int letter(int i) const;
 
-  // WORD = LETTER (LETTER|DIGIT)* ([.!?] LETTER (LETTER|DIGIT)*)*  -> longest end, -1 if none.
-  int word(int i) const {
-    int k = letter(i);
-    if (k < 0) return -1;
-    int j = i + k;
-    for (;;) {
-      int l = letter(j);
-      if (l > 0) {
-        j += l;
-      } else if (has(j) && is_digit(s_[j])) {
-        ++j;
-      } else if (has(j) && (s_[j] == '.' || s_[j] == '!' || s_[j] == '?') && letter(j + 1) > 0) {
-        j += 1 + letter(j + 1);
-      } else {
-        break;
-      }
-    }
-    return j;
-  }
+  int word(int i) const;
 
-  // REDAUX = {APOS}([msdMSD]|re|ve|ll)
-  int redaux(int i) const {
-    int a = apos(i);
-    if (a < 0) return -1;
-    int j = i + a;
-    if (has(j) && in_set(s_[j], u"msdMSD")) return a + 1;
-    for (const char* w : {"re", "ve", "ll"})
-      if (lit(j, w) > 0) return a + 2;
-    return -1;
-  }
-  // SREDAUX = n{APOSETCETERA}t
-  int sredaux(int i) const {
-    if (lit(i, "n") < 0) return -1;
-    int a = apos_etc(i + 1);
-    if (a < 0 || lit(i + 1 + a, "t") < 0) return -1;
-    return a + 2;
-  }
+  int redaux(int i) const;
+  int sredaux(int i) const;
 
-  // {SWORD}/{SREDAUX}: SWORD = [A-Za-z\u00AD]*[A-MO-Za-mo-z]\u00AD*  -> (total, token length)
-  void sword_sredaux(int i, int& total, int& tok) const {
-    total = tok = -1;
-    int j = i;
-    while (has(j) && (ascii_alpha(s_[j]) || s_[j] == 0x00AD)) ++j;
-    // The token ends right before an n of n't; its last non-soft-hyphen letter must not be n.
-    for (int p = i + 1; p <= j; ++p) {
-      int r = sredaux(p);
-      if (r < 0) continue;
-      int q = p - 1;
-      while (q >= i && s_[q] == 0x00AD) --q;
-      if (q < i || (s_[q] | 0x20) == 'n') continue;
-      if (p + r - i > total) {
-        total = p + r - i;
-        tok = p - i;
-      }
-    }
-  }
+  void sword_sredaux(int i, int& total, int& tok) const;
 
-  // APOWORD alternatives; longest length or -1.
-  int apoword(int i) const {
-    int best = -1;
-    auto upd = [&](int len) {
-      if (len > best) best = len;
-    };
-    int a = apos(i);
-    if (a > 0) {
-      int j = i + a;
-      if (lit(j, "n") > 0) {
-        int b = apos(j + 1);
-        upd(b > 0 ? a + 1 + b : a + 1);
-      }
-      if (lit(j, "em") > 0) upd(a + 2);
-      if (has(j) && s_[j] >= '2' && s_[j] <= '9' && at(j + 1) == '0' && lit(j + 2, "s") > 0) upd(a + 3);
-      if (lit(j, "till") > 0) upd(a + 4);
-      if (lit(j, "til") > 0) upd(a + 3);
-      if (lit(j, "cause") > 0) upd(a + 5);
-    }
-    if (has(i) && in_set(s_[i], u"lLdDjJ")) {
-      int b = apos(i + 1);
-      if (b > 0) upd(1 + b);
-    }
-    for (const char* w : {"dunkin", "somethin", "ol"}) {
-      int k = lit(i, w);
-      if (k > 0) {
-        int b = apos(i + k);
-        if (b > 0) upd(k + b);
-      }
-    }
-    // [A-HJ-XZn]{APOSETCETERA}[:letter:]{2}[:letter:]*
-    if (has(i) && ((s_[i] >= 'A' && s_[i] <= 'H') || (s_[i] >= 'J' && s_[i] <= 'X') || s_[i] == 'Z' || s_[i] == 'n')) {
-      int b = apos_etc(i + 1);
-      if (b > 0) {
-        int j = i + 1 + b, k = j;
-        while (has(k) && is_letter(s_[k])) ++k;
-        if (k - j >= 2) upd(k - i);
-      }
-    }
-    // [:letter:][:letter:]*[aeiouyAEIOUY]{APOSETCETERA}[aeiouA-Z][:letter:]*
-    {
-      int k = i;
-      while (has(k) && is_letter(s_[k])) ++k;
-      if (k - i >= 2 && in_set(s_[k - 1], u"aeiouyAEIOUY")) {
-        int b = apos_etc(k);
-        if (b > 0 && has(k + b) && (in_set(s_[k + b], u"aeiou") || ascii_upper(s_[k + b]))) {
-          int m = k + b + 1;
-          while (has(m) && is_letter(s_[m])) ++m;
-          upd(m - i);
-        }
-      }
-    }
-    for (const char* w : {"cont'd.", "cont'd", "nor'easter", "c'mon", "e'er", "s'mores", "ev'ry", "li'l", "nat'l"}) {
-      int k = lit(i, w);
-      if (k > 0) upd(k);
-    }
-    // O{APOSETCETERA}o (caseless: Java keeps "o'o", "O`o", "o&apos;o" whole)
-    if (lit(i, "o") > 0) {
-      const int b = apos_etc(i + 1);
-      if (b > 0 && lit(i + 1 + b, "o") > 0) upd(b + 2);
-    }
-    return best;
-  }
+  int apoword(int i) const;
 
   // End of the run of characters satisfying `pred` from k. The lexer only moves forward, so a query inside the run
   // found last answers from the memo: each memo scans a character once per caption, which keeps rules that read to
@@ -659,28 +458,10 @@ class Lexer {
   struct TailMemo {
     int from = 1, end = 0, last = -1;
   };
-  int url_tail(int j, bool braces = false) const {
-    TailMemo& m = braces ? path_tail_ : url_tail_;
-    if (!(j >= m.from && j <= m.end)) {
-      int k = j;
-      while (k < n_ && (url_body(s_[k]) || (braces && (s_[k] == '{' || s_[k] == '}')))) ++k;
-      int e = k;
-      while (e > j && !url_last(s_[e - 1])) --e;
-      m.from = j;
-      m.end = k;
-      m.last = e > j ? e : -1;
-    }
-    return m.last >= j + 2 ? m.last : -1;
-  }
+  int url_tail(int j, bool braces = false) const;
   mutable TailMemo url_tail_, path_tail_;
 
-  int fullurl(int i) const {
-    int k = lit(i, "https://");
-    if (k < 0) k = lit(i, "http://");
-    if (k < 0) return -1;
-    int e = url_tail(i + k);
-    return e < 0 ? -1 : e - i;
-  }
+  int fullurl(int i) const;
 
   // A chain of segments separated by single '.'s as LIKELYURL reads it, from `from` to `end`: for each segment
   // start after a '.', the end the rule's alternative gives there (-1 for none) and whether a '/' follows it (a URL
@@ -712,59 +493,9 @@ class Lexer {
   };
   mutable UrlChain www_chain_, tld_chain_;
 
-  // LIKELYURL = www\.([^ \t\n\f\r\"<>|.!?(){},]+\.)+[a-zA-Z]{2,4} | ([^ \t\n\f\r\"`'<>|.!?(){},-_$]+\.)+(com|net|org|edu)
-  // (each optionally followed by '/' and a path); ",-_" is the range U+002C..U+005F.
-  int likelyurl(int i) const {
-    static const AsciiSet www_ex(" \t\n\f\r\"<>|.!?(){},"), tld_ex(" \t\n\f\r\"`'<>|.!?(){}$");
-    auto www_body = [](char16_t c) { return !www_ex.has(c); };
-    auto tld_body = [](char16_t c) { return !(tld_ex.has(c) || (c >= 0x2C && c <= 0x5F)); };
-    int best = -1;
-    if (lit(i, "www.") > 0) {
-      const int q = i + 4;
-      if (has(q) && www_body(s_[q])) {
-        if (!(q >= www_chain_.from && q < www_chain_.end)) {
-          read_chain(www_chain_, q, www_body, [&](int j) {
-            int m = j;
-            while (has(m) && ascii_alpha(s_[m]) && m - j < 4) ++m;
-            return m >= j + 2 ? m : -1;
-          });
-        }
-        best = www_chain_.best_after(*this, q);
-      }
-    }
-    if (has(i) && tld_body(s_[i])) {
-      if (!(i >= tld_chain_.from && i < tld_chain_.end)) {
-        read_chain(tld_chain_, i, tld_body, [&](int j) {
-          for (const char* tld : {"com", "net", "org", "edu"})
-            if (lit(j, tld) > 0) return j + 3;
-          return -1;
-        });
-      }
-      best = std::max(best, tld_chain_.best_after(*this, i));
-    }
-    return best < 0 ? -1 : best - i;
-  }
-  // Reads the chain of `body` runs separated by single '.'s from `from` into c; stop_at(j) is the alternative's end
-  // at a segment start j.
+  int likelyurl(int i) const;
   template <class Body, class StopAt>
-  void read_chain(UrlChain& c, int from, Body body, StopAt stop_at) const {
-    c.seg.clear();
-    c.stop.clear();
-    int j = from;
-    for (;;) {
-      int k = j;
-      while (k < n_ && body(s_[k])) ++k;
-      if (k == j || at(k) != '.') {
-        c.end = std::max(k, from + 1);
-        break;
-      }
-      j = k + 1;
-      c.seg.push_back(j);
-      c.stop.push_back(stop_at(j));
-    }
-    c.from = from;
-    c.finish(*this);
-  }
+  void read_chain(UrlChain& c, int from, Body body, StopAt stop_at) const;
 
   // EMAIL = (&lt;|<)?[a-zA-Z0-9][^ \t\n\f\r\"<>|()\u00A0{}]*@([^ \t\n\f\r\"<>|(){}.\u00A0]+\.)*
   //         ([^ \t\n\f\r\"<>|(){}.\u00A0]+)(&gt;|>)?
@@ -775,676 +506,63 @@ class Lexer {
   struct EmailMemo {
     int from = 1, end = 0, at = -1, last = -1;
   };
-  int email(int i) const {
-    int p = i;
-    if (lit(i, "&lt;") > 0) {
-      p = i + 4;
-    } else if (at(i) == '<') {
-      p = i + 1;
-    }
-    if (!has(p) || !ascii_alnum(s_[p])) return -1;
-    static const AsciiSet local_ex(" \t\n\f\r\"<>|(){}");
-    auto local = [](char16_t c) { return !local_ex.has(c) && c != 0x00A0; };
-    EmailMemo& m = email_memo_;
-    const int q = p + 1;
-    if (!(q >= m.from && q <= m.end)) {
-      int k = q;
-      m.at = -1;
-      for (; k < n_ && local(s_[k]); ++k)
-        if (s_[k] == '@' && k + 1 < n_ && local(s_[k + 1]) && s_[k + 1] != '.') m.at = k;
-      m.from = q;
-      m.end = k;
-      if (m.at >= 0) {
-        int e = m.at + 1;  // the domain: segments separated by single '.'s, up to the run end
-        while (e < k && !(s_[e] == '.' && (e + 1 == k || s_[e + 1] == '.'))) ++e;
-        m.last = e;
-      }
-    }
-    if (m.at < q) return -1;
-    int last = m.last;
-    if (lit(last, "&gt;") > 0) {
-      last += 4;
-    } else if (at(last) == '>') {
-      last += 1;
-    }
-    return last - i;
-  }
+  int email(int i) const;
   mutable EmailMemo email_memo_;
 
-  // TWITTER = @[a-zA-Z_][a-zA-Z_0-9]* | #{LETTER}+
-  int twitter(int i) const {
-    if (at(i) == '@' && has(i + 1) && (ascii_alpha(s_[i + 1]) || s_[i + 1] == '_')) {
-      int k = i + 2;
-      while (has(k) && (ascii_alnum(s_[k]) || s_[k] == '_')) ++k;
-      return k - i;
-    }
-    if (at(i) == '#') {
-      int e = i + 1, l;
-      while ((l = letter(e)) > 0) e += l;
-      if (e > i + 1) return e - i;
-    }
-    return -1;
-  }
+  int twitter(int i) const;
 
   static bool is_digit_ext(char16_t c) { return is_digit(c) || (c >= 0x07C0 && c <= 0x07C9); }
-  int digits_ext(int j) const {
-    int k = j;
-    while (has(k) && is_digit_ext(s_[k])) ++k;
-    return k - j;
-  }
+  int digits_ext(int j) const;
 
-  // DATE = {DIGIT}{1,2}[\-\/]{DIGIT}{1,2}[\-\/]{DIGIT}{2,4}
-  int date(int i) const {
-    int a = digits_ext(i);
-    if (a < 1 || a > 2 || (at(i + a) != '-' && at(i + a) != '/')) return -1;
-    int j = i + a + 1, b = digits_ext(j);
-    if (b < 1 || b > 2 || (at(j + b) != '-' && at(j + b) != '/')) return -1;
-    int m = j + b + 1, c = digits_ext(m);
-    if (c < 2) return -1;
-    return m + std::min(c, 4) - i;
-  }
+  int date(int i) const;
 
-  // NUMBER = [\-+]?{NUM}; NUM = {DIGIT}+|{DIGIT}*([.:,\u00AD\u066B\u066C]{DIGIT}+)+
-  int number(int i) const {
-    int j = i;
-    if (at(j) == '-' || at(j) == '+') ++j;
-    int k = j + digits_ext(j);
-    for (;;) {
-      char16_t c = at(k);
-      if ((c == '.' || c == ':' || c == ',' || c == 0x00AD || c == 0x066B || c == 0x066C) && has(k + 1) &&
-          is_digit_ext(s_[k + 1])) {
-        k += 1 + digits_ext(k + 1);
-      } else {
-        break;
-      }
-    }
-    return k > j ? k - i : -1;
-  }
+  int number(int i) const;
 
-  // SUBSUPNUM = [\u207A\u207B\u208A\u208B]?([\u2070\u00B9\u00B2\u00B3\u2074-\u2079]+|[\u2080-\u2089]+)
-  int subsupnum(int i) const {
-    int j = i;
-    if (in_set(at(j), u"\u207A\u207B\u208A\u208B")) ++j;
-    auto sup = [](char16_t c) { return c == 0x2070 || c == 0xB9 || c == 0xB2 || c == 0xB3 || (c >= 0x2074 && c <= 0x2079); };
-    auto sub = [](char16_t c) { return c >= 0x2080 && c <= 0x2089; };
-    int k = j;
-    if (has(k) && sup(s_[k])) {
-      while (has(k) && sup(s_[k])) ++k;
-    } else {
-      while (has(k) && sub(s_[k])) ++k;
-    }
-    return k > j ? k - i : -1;
-  }
+  int subsupnum(int i) const;
 
-  // FRAC = ({DIGIT}{1,4}[- \u00A0])?{DIGIT}{1,4}(\\?\/|\u2044){DIGIT}{1,4}
-  int frac_core(int j) const {
-    int a = digits_ext(j);
-    if (a < 1 || a > 4) return -1;
-    int k = j + a;
-    if (at(k) == '\\' && at(k + 1) == '/') {
-      k += 2;
-    } else if (at(k) == '/' || at(k) == 0x2044) {
-      k += 1;
-    } else {
-      return -1;
-    }
-    int b = digits_ext(k);
-    if (b < 1) return -1;
-    return k + std::min(b, 4);
-  }
-  int frac(int i) const {
-    int best = frac_core(i);
-    int a = digits_ext(i);
-    if (a >= 1 && a <= 4 && (at(i + a) == '-' || at(i + a) == ' ' || at(i + a) == 0x00A0)) {
-      best = std::max(best, frac_core(i + a + 1));
-    }
-    return best < 0 ? -1 : best - i;
-  }
+  int frac_core(int j) const;
+  int frac(int i) const;
 
-  // THING3 = [A-Za-z0-9]+(-[A-Za-z]+){0,2}(\\?\/[A-Za-z0-9]+(-[A-Za-z]+){0,2}){1,2}  -> the ends that matter
-  Ends thing3_part(const Ends& starts, bool first) const {
-    Ends out;
-    for (int j0 : starts) {
-      int j = j0;
-      if (!first) {
-        if (at(j) == '\\' && at(j + 1) == '/') {
-          j += 2;
-        } else if (at(j) == '/') {
-          j += 1;
-        } else {
-          continue;
-        }
-      }
-      int k = j;
-      while (has(k) && ascii_alnum(s_[k])) ++k;
-      if (k == j) continue;
-      // Of the ends of a run only its last can be followed by '/' or '-' or be the longest: the shorter ones
-      // (followed by a letter or digit) are left out.
-      add_end(out, k);
-      int h = k;
-      for (int rep = 0; rep < 2; ++rep) {
-        if (at(h) != '-') break;
-        int m = h + 1;
-        while (has(m) && ascii_alpha(s_[m])) ++m;
-        if (m == h + 1) break;
-        add_end(out, m);
-        h = m;
-      }
-    }
-    return out;
-  }
-  int thing3(int i) const {
-    Ends e0 = thing3_part(Ends{i}, true);
-    Ends e1 = thing3_part(e0, false);
-    Ends e2 = thing3_part(e1, false);
-    int best = std::max(max_end(e1), max_end(e2));
-    return best < 0 ? -1 : best - i;
-  }
+  Ends thing3_part(const Ends& starts, bool first) const;
+  int thing3(int i) const;
 
-  // ACRO = [A-Za-z](\.[A-Za-z])*|(Canada|Sino|Korean|EU|Japan|non)-U\.S|U\.S\.-(U\.K|U\.S\.S\.R)  -> its ends
-  // that can matter: of the chain "a.b.c..." only the last two (every user wants the longest end followed by '.',
-  // or one followed by whitespace or '-', which an inner end -- followed by ".letter" -- never is), and the special
-  // forms. The chain end is memoised: starts inside one chain share it ("a.a.a..." was quadratic).
-  Ends acro(int i) const {
-    Ends out;
-    if (has(i) && ascii_alpha(s_[i])) {
-      RunMemo& m = acro_memo_;
-      if (!(i >= m.from && i < m.end && (i - m.from) % 2 == 0)) {
-        int k = i + 1;
-        while (at(k) == '.' && has(k + 1) && ascii_alpha(s_[k + 1])) k += 2;
-        m.from = i;
-        m.end = k;
-      }
-      if (m.end - i >= 3) out.push_back(m.end - 2);
-      out.push_back(m.end);
-    }
-    for (const char* w : {"canada-u.s", "sino-u.s", "korean-u.s", "eu-u.s", "japan-u.s", "non-u.s", "u.s.-u.k",
-                          "u.s.-u.s.s.r"}) {
-      int k = lit(i, w);
-      if (k > 0) add_end(out, i + k);
-    }
-    return out;
-  }
+  Ends acro(int i) const;
 
-  // ABBREV1 = ({ABMONTH}|{ABDAYS}|{ABSTATE}|{ABCOMP}|{ABNUM}|{ABPTIT}|etc|al|seq|Bldg)\.
-  int abbrev1(int i) const {
-    const WordSet& caseless = abbrev1_words();
-    const WordSet& cap_first = abbrev1_cap_first_words();
-    int j = i;
-    while (j < n_ && ascii_alpha(s_[j])) ++j;
-    if (j == i || at(j) != '.') return -1;
-    const uint64_t w = pack_letters(s_ + i, j - i);
-    int best = -1;
-    if (caseless.has(w) || (ascii_upper(s_[i]) && cap_first.has(w))) best = j + 1 - i;
-    for (const char* d : {"ed.d.", "ph.d."})
-      if (lit(i, d) > 0) best = std::max(best, 5);
-    return best;
-  }
-  static const WordSet& abbrev1_words() {
-    static const WordSet words = {
-        "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec", "mon", "tue",
-        "tues", "wed", "thu", "thurs", "fri", "ala", "ariz", "calif", "colo", "conn", "ct", "dak", "fla", "ga",
-        "ind", "kan", "kans", "ky", "md", "mich", "minn", "mo", "mont", "neb", "nev", "okla", "penn", "tenn",
-        "va", "vt", "wis", "wisc", "wyo", "inc", "co", "cos", "corp", "pty", "ptys", "pte", "ptes", "ppty",
-        "pptys", "ppte", "pptes", "ltd", "plc", "rt", "bancorp", "bhd", "assn", "univ", "intl", "sys", "tel",
-        "est", "ext", "sq", "jr", "bros", "ed.d", "ph.d", "esq", "etc", "al", "seq", "bldg"};
-    return words;
-  }
-  // [A]z, [A]rk, [D]el, [I]ll, [L]a, [M]ass, [M]iss, [O]re, [P]a, [T]ex, [W]ash: the bracketed first letter is a
-  // character class, which %caseless leaves case-sensitive.
-  static const WordSet& abbrev1_cap_first_words() {
-    static const WordSet words = {"az", "ark", "del", "ill", "la", "mass", "miss", "ore", "pa", "tex", "wash"};
-    return words;
-  }
+  int abbrev1(int i) const;
+  static const WordSet& abbrev1_words();
+  static const WordSet& abbrev1_cap_first_words();
 
-  // ABBREV2 = {ABBREV4}\.; ABBREV4 = {ABTITLE}|vs|[v]|Alex|Wm|Jos|Cie|a\.k\.a|cf|TREAS|Ph|{ACRO}|{ABCOMP2}
-  int abbrev2(int i, bool acro_possible) const {
-    int j = i;
-    while (j < n_ && ascii_alpha(s_[j])) ++j;
-    int best = -1;
-    if (j > i && at(j) == '.') {
-      const uint64_t w = pack_letters(s_ + i, j - i);
-      if (abbrev2_words().has(w) || (s_[i] == 'M' && w == pack_letters("miss"))) best = j + 1 - i;
-    }
-    if (lit(i, "a.k.a.") > 0) best = std::max(best, 6);
-    if (acro_possible)
-      for (int e : acro(i))
-        if (at(e) == '.') best = std::max(best, e + 1 - i);
-    return best;
-  }
-  static const WordSet& abbrev2_words() {
-    static const WordSet words = {
-        "mr", "mrs", "ms", "dr", "drs", "prof", "profs", "sen", "sens", "rep", "reps", "atty", "attys", "lt",
-        "col", "gen", "messrs", "gov", "govs", "adm", "rev", "maj", "sgt", "cpl", "pvt", "capt", "st", "ste",
-        "ave", "pres", "lieut", "rt", "hon", "brig", "cmdr", "comdr", "pfc", "spc", "supt", "supts", "det", "mt",
-        "ft", "adj", "adv", "asst", "assoc", "ens", "insp", "mlle", "mme", "msgr", "sfc", "sr", "vs", "alex",
-        "wm", "jos", "cie", "cf", "treas", "ph", "invt", "elec", "natl", "mfg", "mtg", "dept", "blvd",
-        "rd"};
-    return words;
-  }
+  int abbrev2(int i, bool acro_possible) const;
+  static const WordSet& abbrev2_words();
 
-  // {ABBREV3}/{SPACENL}?[:digit:]; ABBREV3 = (ca|figs?|prop|nos?|art|bldg|pp|op)\. in 3.4.1 (read off the jar: later
-  // CoreNLP versions added sect?s?, arts, paras?, approx, Pt, rs; 3.4.1 splits "rs. 2", "sec. 2", "Pt. 2").
-  void abbrev3(int i, int& total, int& tok) const {
-    total = tok = -1;
-    int j = i;
-    while (j < n_ && ascii_alpha(s_[j])) ++j;
-    if (j == i || at(j) != '.') return;
-    if (!abbrev3_words().has(pack_letters(s_ + i, j - i))) return;
-    const int best = j + 1 - i;
-    if (has(j + 1) && is_digit(s_[j + 1])) {
-      total = best + 1;
-    } else if (has(j + 2) && (is_space(s_[j + 1]) || is_newline_char(s_[j + 1])) && is_digit(s_[j + 2])) {
-      total = best + 2;
-    } else {
-      return;
-    }
-    tok = best;
-  }
+  void abbrev3(int i, int& total, int& tok) const;
 
-  static const WordSet& abbrev3_words() {
-    static const WordSet words = {"ca", "fig", "figs", "prop", "no", "nos", "art", "bldg", "pp", "op"};
-    return words;
-  }
-  // Every word of the abbreviation lists, whatever the case of its first letter (a superset, for fast_word()).
-  static const WordSet& any_abbreviation() {
-    static const WordSet words = [] {
-      WordSet all = {"miss"};
-      for (const WordSet* w : {&abbrev1_words(), &abbrev1_cap_first_words(), &abbrev2_words(), &abbrev3_words()})
-        all.add(*w);
-      return all;
-    }();
-    return words;
-  }
+  static const WordSet& abbrev3_words();
+  static const WordSet& any_abbreviation();
 
-  // {ACRONYM}/({SPACENLS})([A]bout|...|[Y]ou|{SGML})({SPACENL}|[?!]): an acronym (ACRO\.) before a sentence-initial
-  // word.
-  // A one-letter acronym ("P.") gives up its period: the token is the letter alone.
-  void acronym_sentence_end(int i, int& total, int& tok) const {
-    total = tok = -1;
-    static const char* const words[] = {
-        "About", "According", "Additionally", "After", "An", "A", "As", "At", "But", "Earlier", "He", "Her",
-        "Here", "However", "If", "In", "It", "Last", "Many", "More", "Mr.", "Ms.", "Now", "Once", "One", "Other",
-        "Our", "She", "Since", "So", "Some", "Such", "That", "The", "Then", "There", "These", "They", "This", "We",
-        "When", "While", "What", "Yet", "You"};
-    for (int e : acro(i)) {
-      if (at(e) != '.') continue;
-      int j = e + 1, k = j;
-      while (has(k) && (is_space(s_[k]) || is_newline_char(s_[k]))) ++k;
-      if (k == j) continue;
-      // An SGML tag also counts as a sentence start here (3.4.1 behaviour, verified against the jar).
-      const int g = sgml(k);
-      if (g > 0) {
-        const int q = k + g;
-        if (has(q) && (is_space(s_[q]) || is_newline_char(s_[q]) || s_[q] == '?' || s_[q] == '!') &&
-            q + 1 - i > total) {
-          total = q + 1 - i;
-          tok = (e + 1 - i == 2) ? 1 : e + 1 - i;
-        }
-      }
-      for (const char* w : words) {
-        if (at(k) != static_cast<char16_t>(w[0])) continue;
-        int m = lit(k + 1, w + 1);
-        if (m < 0) continue;
-        int q = k + 1 + m;
-        if (has(q) && (is_space(s_[q]) || is_newline_char(s_[q]) || s_[q] == '?' || s_[q] == '!')) {
-          if (q + 1 - i > total) {
-            total = q + 1 - i;
-            tok = (e + 1 - i == 2) ? 1 : e + 1 - i;
-          }
-        }
-      }
-    }
-  }
+  void acronym_sentence_end(int i, int& total, int& tok) const;
 
-  // PHONE (American and international forms); longest length or -1.
-  int phone(int i) const {
-    auto dig = [&](int j, int lo, int hi, Ends& out) {
-      int k = j;
-      while (has(k) && ascii_digit(s_[k]) && k - j < hi) ++k;
-      for (int e = j + lo; e <= k; ++e) add_end(out, e);
-    };
-    auto sep = [&](int j) { return at(j) == '-' || at(j) == ' ' || at(j) == 0x00A0; };
-    int best = -1;
-    // (\([0-9]{2,3}\)[ \u00A0]?|(\+\+?)?([0-9]{2,4}[\- \u00A0])?[0-9]{2,4}[\- \u00A0])[0-9]{3,4}[\- \u00A0]?[0-9]{3,5}
-    Ends heads;
-    if (at(i) == '(') {
-      Ends d;
-      dig(i + 1, 2, 3, d);
-      for (int e : d)
-        if (at(e) == ')') {
-          add_end(heads, e + 1);
-          if (at(e + 1) == ' ' || at(e + 1) == 0x00A0) add_end(heads, e + 2);
-        }
-    }
-    {
-      Ends starts{i};
-      if (at(i) == '+') {
-        add_end(starts, i + 1);
-        if (at(i + 1) == '+') add_end(starts, i + 2);
-      }
-      for (int st : starts) {
-        if (st == i && at(i) == '+') continue;
-        Ends mids{st};
-        Ends d0;
-        dig(st, 2, 4, d0);
-        for (int e : d0)
-          if (sep(e)) add_end(mids, e + 1);
-        for (int m : mids) {
-          Ends d1;
-          dig(m, 2, 4, d1);
-          for (int e : d1)
-            if (sep(e)) add_end(heads, e + 1);
-        }
-      }
-    }
-    for (int h : heads) {
-      Ends d;
-      dig(h, 3, 4, d);
-      for (int e : d) {
-        Ends tails{e};
-        if (sep(e)) add_end(tails, e + 1);
-        for (int t : tails) {
-          Ends f;
-          dig(t, 3, 5, f);
-          best = std::max(best, max_end(f));
-        }
-      }
-    }
-    // ((\+\+?)?[0-9]{2,4}\.)?[0-9]{2,4}\.[0-9]{3,4}\.[0-9]{3,5}
-    {
-      Ends starts{i};
-      Ends pre;
-      int p = i;
-      if (at(p) == '+') {
-        ++p;
-        if (at(p) == '+') ++p;
-      }
-      Ends d;
-      dig(p, 2, 4, d);
-      for (int e : d)
-        if (at(e) == '.') add_end(starts, e + 1);
-      for (int st : starts) {
-        if (at(st) == '+') continue;
-        Ends a;
-        dig(st, 2, 4, a);
-        for (int e : a) {
-          if (at(e) != '.') continue;
-          Ends b;
-          dig(e + 1, 3, 4, b);
-          for (int f : b) {
-            if (at(f) != '.') continue;
-            Ends c;
-            dig(f + 1, 3, 5, c);
-            best = std::max(best, max_end(c));
-          }
-        }
-      }
-    }
-    return best < 0 ? -1 : best - i;
-  }
+  int phone(int i) const;
 
-  // HTHING = [A-Za-z0-9][A-Za-z0-9.,\u00AD]*(-([A-Za-z0-9\u00AD]+|{ACRO2}\.))+  -> the ends that matter, ascending:
-  // of a [A-Za-z0-9\u00AD]+ segment only its full length (a shorter one is followed by a letter or digit, so it is
-  // neither the longest nor followed by '-' or '.'), of an ACRO2 only acro()'s ends. Each '-' that can continue the
-  // match is expanded once, in increasing order (the old frontier deduplicated by linear search: quadratic on
-  // "a-a-a...").
-  Ends hthing(int i) const {
-    Ends out;
-    if (!has(i) || !ascii_alnum(s_[i])) return out;
-    auto body = [](char16_t c) { return ascii_alnum(c) || c == '.' || c == ',' || c == 0xAD; };
-    int k = i + 1;
-    while (has(k) && body(s_[k])) ++k;
-    std::vector<int> dashes{k};  // a min-heap of positions holding the '-' of a next segment
-    int prev = -1;
-    while (!dashes.empty()) {
-      std::pop_heap(dashes.begin(), dashes.end(), std::greater<int>());
-      const int h = dashes.back();
-      dashes.pop_back();
-      if (h == prev || at(h) != '-') continue;
-      prev = h;
-      auto reach = [&](int e) {
-        out.push_back(e);
-        if (at(e) == '-') {
-          dashes.push_back(e);
-          std::push_heap(dashes.begin(), dashes.end(), std::greater<int>());
-        }
-      };
-      const int j = h + 1;
-      int m = j;
-      while (has(m) && (ascii_alnum(s_[m]) || s_[m] == 0xAD)) ++m;
-      if (m > j) reach(m);
-      // {ACRO2}\.: an acronym of at least two letters (a single letter and its period do not count here).
-      for (int e : acro(j))
-        if (e > j + 1 && at(e) == '.') reach(e + 1);
-    }
-    std::sort(out.begin(), out.end());
-    out.erase(std::unique(out.begin(), out.end()), out.end());
-    return out;
-  }
+  Ends hthing(int i) const;
 
-  // THING = ([dDoOlL]{APOSETCETERA}([:letter:]|[:digit:]))?([:letter:]|[:digit:])+
-  //         ({HYPHEN}([dDoOlL]{APOSETCETERA}([:letter:]|[:digit:]))?([:letter:]|[:digit:])+)*   -> longest end
-  int thing(int i) const {
-    auto ld = [](char16_t c) { return is_letter(c) || is_digit(c); };
-    auto seg = [&](int j) -> int {
-      // longest end of one segment starting at j, or -1
-      int best = -1;
-      if (has(j) && in_set(s_[j], u"dDoOlL")) {
-        int a = apos_etc(j + 1);
-        if (a > 0 && has(j + 1 + a) && ld(s_[j + 1 + a])) {
-          int k = j + 2 + a;
-          while (has(k) && ld(s_[k])) ++k;
-          if (k > j + 2 + a) best = k;
-        }
-      }
-      int k = j;
-      while (has(k) && ld(s_[k])) ++k;
-      if (k > j) best = std::max(best, k);
-      return best;
-    };
-    auto hyphen = [](char16_t c) { return c == '-' || c == '_' || c == 0x058A || c == 0x2010 || c == 0x2011; };
-    int e = seg(i);
-    if (e < 0) return -1;
-    for (;;) {
-      if (!has(e) || !hyphen(s_[e])) break;
-      int f = seg(e + 1);
-      if (f < 0) break;
-      e = f;
-    }
-    return e - i;
-  }
+  int thing(int i) const;
 
-  // THINGA = [A-Z]+(([+&]|{SPAMP})[A-Z]+)+
-  int thinga(int i) const {
-    int k = i;
-    while (has(k) && ascii_upper(s_[k])) ++k;
-    if (k == i) return -1;
-    int best = -1;
-    for (;;) {
-      int j;
-      if (at(k) == '+' || at(k) == '&') {
-        j = k + 1;
-        int a = lit(k, "&amp;");
-        if (a > 0 && has(k + a) && ascii_upper(s_[k + a])) j = k + a;
-      } else {
-        break;
-      }
-      int m = j;
-      while (has(m) && ascii_upper(s_[m])) ++m;
-      if (m == j) break;
-      best = m;
-      k = m;
-    }
-    return best < 0 ? -1 : best - i;
-  }
+  int thinga(int i) const;
 
-  // SGML = <([!?][A-Za-z-][^>\r\n]*|\/?{NAME}([ ]+({NAME}([ ]*=[ ]*QSTR)?
-  //        |QSTR|[ ]*\/))*[ ]*)>   with QSTR = ['"][^\r\n'"]*['"], NAME = [A-Za-z][A-Za-z0-9_:.-]* ("<a_b c_d>" whole)
-  int sgml(int i) const {
-    if (at(i) != '<') return -1;
-    int best = -1;
-    int j = i + 1;
-    if ((at(j) == '!' || at(j) == '?') && has(j + 1) && (ascii_alpha(s_[j + 1]) || s_[j + 1] == '-')) {
-      const int k = run_end(decl_memo_, j + 2, [](char16_t x) { return x != '>' && x != '\r' && x != '\n'; });
-      if (at(k) == '>') best = k + 1;
-    }
-    auto name_end = [&](int p) -> int {
-      if (!has(p) || !ascii_alpha(s_[p])) return -1;
-      int k = p + 1;
-      while (has(k) && (ascii_alnum(s_[k]) || s_[k] == '_' || s_[k] == ':' || s_[k] == '.' || s_[k] == '-')) ++k;
-      return k;
-    };
-    auto qstr = [&](int p) -> int {
-      if (at(p) != '\'' && at(p) != '"') return -1;
-      const int k = run_end(qstr_memo_, p + 1, [](char16_t x) { return x != '\r' && x != '\n' && x != '\'' && x != '"'; });
-      return has(k) ? k + 1 : -1;
-    };
-    auto spaces = [&](int p) {
-      while (at(p) == ' ') ++p;
-      return p;
-    };
-    int p = j;
-    if (at(p) == '/') ++p;
-    int ne = name_end(p);
-    if (ne > 0) {
-      // Attribute lists are matched greedily; the grammar only ends at '>', so the longest parse is the one
-      // that reaches the first '>' it can.
-      Ends frontier{ne};
-      std::unordered_set<int> seen{ne};
-      for (size_t idx = 0; idx < frontier.size(); ++idx) {
-        int q = frontier[idx];
-        int r = spaces(q);
-        if (at(r) == '>') best = std::max(best, r + 1);
-        if (at(j) != '/' && at(r) == '/' && at(spaces(r + 1)) == '>')  // "<br/>", "<br / >" (not "</br/>")
-          best = std::max(best, spaces(r + 1) + 1);
-        if (r == q) continue;
-        Ends nexts;
-        int a = name_end(r);
-        if (a > 0) {
-          add_end(nexts, a);
-          int b = spaces(a);
-          if (at(b) == '=') {
-            int c = qstr(spaces(b + 1));
-            if (c > 0) add_end(nexts, c);
-          }
-        }
-        int c = qstr(r);
-        if (c > 0) add_end(nexts, c);
-        if (at(r) == '/') add_end(nexts, r + 1);
-        for (int x : nexts)
-          if (seen.insert(x).second) frontier.push_back(x);
-      }
-    }
-    return best < 0 ? -1 : best - i;
-  }
+  int sgml(int i) const;
 
-  // TBSPEC = -(RRB|LRB|RCB|LCB|RSB|LSB)-|C\.D\.s|pro-|anti-|S(&|&amp;)P-500|S(&|&amp;)Ls|Cap{APOS}n|c{APOS}est
-  int tbspec(int i) const {
-    int best = -1;
-    for (const char* w : {"-rrb-", "-lrb-", "-rcb-", "-lcb-", "-rsb-", "-lsb-", "c.d.s", "pro-", "anti-", "s&p-500",
-                          "s&amp;p-500", "s&ls", "s&amp;ls"}) {
-      int k = lit(i, w);
-      if (k > best) best = k;
-    }
-    int k = lit(i, "cap");
-    if (k > 0) {
-      int a = apos(i + 3);
-      if (a > 0 && lit(i + 3 + a, "n") > 0) best = std::max(best, 4 + a);
-    }
-    if (lit(i, "c") > 0) {
-      int a = apos(i + 1);
-      if (a > 0 && lit(i + 1 + a, "est") > 0) best = std::max(best, 4 + a);
-    }
-    return best;
-  }
+  int tbspec(int i) const;
 
-  // LDOTS = \.{3,5}|(\.[ \u00A0]){2,4}\.|[\u0085\u2026]
-  int ldots(int i) const {
-    if (at(i) == 0x0085 || at(i) == 0x2026) return 1;
-    int best = -1;
-    int k = i;
-    while (at(k) == '.' && k - i < 5) ++k;
-    if (k - i >= 3) best = k - i;
-    int j = i, reps = 0;
-    while (reps < 4 && at(j) == '.' && (at(j + 1) == ' ' || at(j + 1) == 0x00A0)) {
-      j += 2;
-      ++reps;
-      if (reps >= 2 && at(j) == '.') best = std::max(best, j + 1 - i);
-    }
-    return best;
-  }
+  int ldots(int i) const;
 
-  int quotes(int i) const {
-    int best = apos(i);
-    if (at(i) == '\'' && at(i + 1) == '\'') best = std::max(best, 2);
-    auto q = [](char16_t c) {
-      return c == '`' || c == 0x2018 || c == 0x2019 || c == 0x201A || c == 0x201B || c == 0x201C || c == 0x201D ||
-             c == 0x0091 || c == 0x0092 || c == 0x0093 || c == 0x0094 || c == 0x201E || c == 0x201F ||
-             c == 0x2039 || c == 0x203A || c == 0x00AB || c == 0x00BB;
-    };
-    if (has(i) && q(s_[i])) best = std::max(best, (has(i + 1) && q(s_[i + 1])) ? 2 : 1);
-    return best;
-  }
+  int quotes(int i) const;
 
-  // latexQuotes(): how the Java tokenizer rewrites quote characters in a token.
-  static Str latex_quotes(const Str& in, bool probably_left) {
-    Str a;
-    for (size_t k = 0; k < in.size();) {
-      if (in.compare(k, 6, u"&apos;") == 0 || in[k] == '\'') {
-        a += probably_left ? u"`" : u"'";
-        k += in[k] == '\'' ? 1 : 6;
-      } else if (in.compare(k, 6, u"&quot;") == 0 || in[k] == '"') {
-        a += probably_left ? u"``" : u"''";
-        k += in[k] == '"' ? 1 : 6;
-      } else {
-        a += in[k++];
-      }
-    }
-    Str out;
-    for (char16_t c : a) {
-      if (c == 0x0091 || c == 0x2018 || c == 0x201B || c == 0x2039) {
-        out += u"`";
-      } else if (c == 0x0092 || c == 0x2019 || c == 0x203A) {
-        out += u"'";
-      } else if (c == 0x0093 || c == 0x201C || c == 0x00AB) {
-        out += u"``";
-      } else if (c == 0x0094 || c == 0x201D || c == 0x00BB) {
-        out += u"''";
-      } else {
-        out += c;
-      }
-    }
-    return out;
-  }
+  static Str latex_quotes(const Str& in, bool probably_left);
 
-  static Str remove_soft_hyphens(const Str& in) {
-    Str out;
-    for (char16_t c : in)
-      if (c != 0x00AD) out += c;
-    return out.empty() ? Str(u"-") : out;
-  }
-  static Str normalize_amp(const Str& in) {
-    Str out;
-    for (size_t k = 0; k < in.size();) {
-      if (in[k] == '&' && k + 5 <= in.size()) {
-        Str w = in.substr(k, 5);
-        for (auto& c : w) c = ascii_alpha(c) ? (c | 0x20) : c;
-        if (w == u"&amp;") {
-          out += u"&";
-          k += 5;
-          continue;
-        }
-      }
-      out += in[k++];
-    }
-    return out;
-  }
-  static Str spaces_to_nbsp(Str in) {
-    for (auto& c : in)
-      if (c == ' ') c = 0x00A0;
-    return in;
-  }
+  static Str remove_soft_hyphens(const Str& in);
+  static Str normalize_amp(const Str& in);
+  static Str spaces_to_nbsp(Str in);
 
   enum Rule {
     kProgLang, kAssim3, kAssim2, kSgml, kSpmdash, kSpamp, kSppunc, kWordRedaux, kSwordSredaux, kWord, kApoword,
@@ -1805,3 +923,9 @@ class Lexer {
 };
 
 }  // namespace vlk::ptb
+
+// The rule matchers' definitions, grouped by kind.
+#include "captioning/ptb_rules_words.h"
+#include "captioning/ptb_rules_web.h"
+#include "captioning/ptb_rules_numbers.h"
+#include "captioning/ptb_rules_symbols.h"
