@@ -474,6 +474,7 @@ class Lexer {
     std::vector<int> next_slash;      // first t' >= t whose stop is followed by '/', or -1
     void finish(const Lexer& lx) {
       const size_t n = seg.size();
+      if (n == 0) return;  // (no allocation for the commonest chain, a single run)
       suffix_best.assign(n + 1, -1);
       next_slash.assign(n + 1, -1);
       for (size_t t = n; t-- > 0;) {
@@ -483,6 +484,7 @@ class Lexer {
     }
     // Best end over the segments starting after q (LIKELYURL: an end, or the path after an end followed by '/').
     int best_after(const Lexer& lx, int q) const {
+      if (seg.empty()) return -1;
       const size_t t = static_cast<size_t>(std::upper_bound(seg.begin(), seg.end(), q) - seg.begin());
       int best = suffix_best[t];
       // Every '/'-path of one chain lies in one url_body run (the path class holds all the chain's characters), so
@@ -744,7 +746,8 @@ class Lexer {
       }
     }
     if (in_set(c, u"^x=~<>-'(")) cand1(kAsianSmiley, asian_smiley(i));
-    if (is_digit_ext(c) || letter(i) > 0) {
+    // (ASCII: a digit, a letter or an entity such as &eacute;, decided without the Unicode tables)
+    if (c < 0x80 ? ascii_alnum(c) || (c == '&' && letter(i) > 0) : is_digit_ext(c) || letter(i) > 0) {
       const int f = filename(i);
       if (f > 0) cand(kFilename, f + 1, f);
     }
