@@ -76,6 +76,18 @@ HARD_CASES = [
     "<br/>", "<br />", "<br / >", "<a/b>", "</br/>", "<br//>", "<a x=1/>", "<a x='1'/>", "<br/ >",
     "&gt;\u00a0bar.edu", "_\t\u00a0foo.com", "\x00\u00ad.bar.edu", "&apos;tis", "\u0092tis", "'tis",
     "\u03a3\u0391\u03a3_St.", "T\u03a3_Cx", "M1*\u02bc\u03a3\u201d", "0b\u00e9\u65e51\u03a3\u201db",
+    # Session 4: O{APOSETCETERA}o, "(" eye "-" eye ")" smileys, file names of {LETTER}s (marks, U+00AD, entities),
+    # final sigma across marks, spacing marks and connectors.
+    "o'o", "O'O", "o&apos;o", "o\u2019o a", "o'o'o", "O`o", "o\u2018o", "o\x91o\u201c,1", "10:30 we'll, O\u2019O'Neil_",
+    "(^-^)", "(x-`)", "(=-=)", "('-')", "(<->)", "(--^)", "(`-^)", "(^-^",
+    "lemme\u0915\u094d\u0937.9b.x", "1\u0301.c", "a\u00ad.c", "1\u00ad2.c", "\u00ad1.TXT.3-year-old.",
+    "Cap'n\u00adi.e.c", "soft\u00adhyphenfile.c\u00a0", "\u00b7\u00adetc.x", "X----&\u00e9.9b.x ", "&EACUTE;.5.x.&",
+    "a&eacute;.c", "1.c\u0301",
+    "o\u03a3\u0301\u00e9", "\u00dfD\u0301\u03a3$", "a\u0301\u03a3-", "aX\u0301\u03a3", "a\u03a3\u0345", "a\u0903\u03a3",
+    "\u0391\u03a3\u0903", "\u0391\u03a3_2a", "\u0391\u03a3_2", "a_1\u03a3", "a1_\u03a3", "ab_\u03a3", "1_a\u03a3",
+    "Z\u00bd\u03a3", "\u03a3\u0391\u03a3\u00bdbar.edu", "a.b.net/x\u03a312.34.567.890M",
+    "#1&\u039f\u0394\u039f\u03a3\u200b'Z@", "PC@A\u0301\u2014\u03a3", "\u2019Mrs. 2\u20443", "-3\u2019Mrs.1st", "rs. 2",
+    "sec.2", "Pt. 2", "arts. 2", "approx. 5", "<Z_>", "<a_b c>", "</a_b>", "<a b_c='x'>", "<_a>",
 ]  # fmt: skip
 # Characters that start a new output line under -preserveLines (documented deliberate difference).
 LINE_BREAKS = "\r\x0b\x0c\u2028\u2029"

@@ -1,9 +1,13 @@
-"""Generates ptb_tables.h: BMP code point tables used by the PTB tokenizer (csrc/captioning/ptb_tokenizer.cpp).
+"""Generates ptb_tables.h: BMP code point tables used by the PTB tokenizer (csrc/captioning/ptb_text.cpp).
 
 Run from the repository root: `python csrc/captioning/gen_ptb_tables.py`. The tables come from Python's unicodedata:
 - letter ranges: general category L* (what java.lang.Character.isLetter and JFlex's [:letter:] test),
 - digit ranges: category Nd (Character.isDigit, JFlex's [:digit:]),
-- uppercase ranges: Character.isUpperCase (category Lu, used by [:uppercase:]),
+- cased-letter ranges: categories Lu, Ll, Lt (the letters java.lang.ConditionalSpecialCasing calls cased, for the
+  final-sigma rule; its few Other_Lowercase/Other_Uppercase additions are listed in code),
+- spacing-mark ranges: category Mc (letters for the JDK's word boundaries, which the final-sigma rule uses),
+- ignorable ranges: categories Mn, Me, Cf (transparent to the JDK's word boundaries),
+- numeric ranges: categories Nd, Nl, No (numbers for the JDK's word boundaries),
 - lower-case map: one-to-one str.lower() mappings (java.lang.String.toLowerCase; the two context/length
   special cases, U+0130 and final sigma, are handled in code).
 Only the Basic Multilingual Plane is tabulated: the Java lexer reads UTF-16 units, so a supplementary code point
@@ -38,7 +42,10 @@ def fmt_ranges(name, rs):
 def main() -> None:
     letters = ranges(lambda ch: unicodedata.category(ch).startswith("L"))
     digits = ranges(lambda ch: unicodedata.category(ch) == "Nd")
-    upper = ranges(lambda ch: unicodedata.category(ch) == "Lu")
+    cased = ranges(lambda ch: unicodedata.category(ch) in ("Lu", "Ll", "Lt"))
+    spacing_marks = ranges(lambda ch: unicodedata.category(ch) == "Mc")
+    ignorable = ranges(lambda ch: unicodedata.category(ch) in ("Mn", "Me", "Cf"))
+    numeric = ranges(lambda ch: unicodedata.category(ch) in ("Nd", "Nl", "No"))
     lower = []
     for c in range(0x10000):
         if 0xD800 <= c <= 0xDFFF:
@@ -51,7 +58,10 @@ def main() -> None:
         f"{unicodedata.unidata_version}; do not edit.\n"
         + fmt_ranges("kLetterRanges", letters)
         + fmt_ranges("kDigitRanges", digits)
-        + fmt_ranges("kUpperRanges", upper)
+        + fmt_ranges("kCasedRanges", cased)
+        + fmt_ranges("kSpacingMarkRanges", spacing_marks)
+        + fmt_ranges("kIgnorableRanges", ignorable)
+        + fmt_ranges("kNumericRanges", numeric)
         + "static const CpRange kLowerMap[] = {\n"
         + ",\n".join(f"  {{0x{a:04X}, 0x{b:04X}}}" for a, b in lower)
         + "\n};\n"
