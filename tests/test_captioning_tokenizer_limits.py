@@ -1,11 +1,6 @@
 """PTB tokenizer limits: linear time in the caption length on every input shape known to have been quadratic
 (issue 12 item 7), Ctrl-C stopping one huge caption (issue 12 item 8), and the caption length limit (item 2)."""
 
-import os
-import signal
-import subprocess
-import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -13,6 +8,7 @@ import pytest
 
 from vlkernels.captioning import ptb_tokenize
 from vlkernels.captioning.tokenizer import MAX_CAPTION_UNITS, _utf16_units
+from vlkernels.testing import interrupt_latency
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -135,25 +131,7 @@ except KeyboardInterrupt:
 @pytest.mark.parametrize("threads,count", [(1, 1), (2, 2)])
 def test_ptb_tokenize_sigint_stops_one_huge_caption_subprocess(threads, count):
     """Ctrl-C during one caption of 30M units stops it within 0.5 s (before: only when the call returned)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(_INTERRUPT_SCRIPT.format(threads=threads, count=count))],
-        cwd=REPO,
-        env=dict(os.environ),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
-        time.sleep(1.0)  # well inside the lexer (the text is laid out in ~0.1 s)
-        sent = time.monotonic()
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    lines = dict(line.split(maxsplit=1) for line in out.splitlines() if line.strip())
-    assert "interrupted" in lines, f"not interrupted:\n{out}\n{err[-3000:]}"
-    latency = float(lines["interrupted"]) - sent
+    # 1 s: well inside the lexer (the text is laid out in ~0.1 s).
+    latency, lines = interrupt_latency(_INTERRUPT_SCRIPT.format(threads=threads, count=count), wait=1.0)
     assert latency < 0.5, f"KeyboardInterrupt {latency:.3f} s after SIGINT"
-    assert lines.get("after") == "True", out
+    assert lines.get("after") == "True", lines
