@@ -2,15 +2,12 @@
 (issue 12 item 7), Ctrl-C stopping one huge caption (issue 12 item 8), and the caption length limit (item 2)."""
 
 import time
-from pathlib import Path
 
 import pytest
 
 from vlkernels.captioning import ptb_tokenize
 from vlkernels.captioning.tokenizer import MAX_CAPTION_UNITS, _utf16_units
 from vlkernels.testing import interrupt_latency
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def test_caption_length_limit_helpers():
