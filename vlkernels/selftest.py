@@ -119,7 +119,7 @@ def _int_embeddings(n: int, d: int, g: torch.Generator) -> torch.Tensor:
 def _retrieval_checks(device: str, sizes: list[tuple[int, int, int]]) -> list[Check]:
     import numpy as np
 
-    from vlkernels._triton import interpreting, triton_installed
+    from vlkernels._triton import fell_back, interpreting, triton_installed, unsupported_reason
     from vlkernels.retrieval import evaluate, topk
     from vlkernels.retrieval.reference import evaluate_ref, topk_ref
 
@@ -136,14 +136,20 @@ def _retrieval_checks(device: str, sizes: list[tuple[int, int, int]]) -> list[Ch
             err = max(abs(res[dr][k] - v) for dr in ref for k, v in ref[dr].items())
             tol = 1e-9
             shape = f"{n_img}img x {n_img * per}txt x {d}"
-            out.append(Check("retrieval.evaluate", shape, str(dtype)[6:], err <= tol, err, tol, secs, None, backend))
+            path = backend
+            if backend == "auto" and device != "cpu":
+                # Name the path auto took: Triton, or the torch fallback (unsupported device/dtype, or a failed build).
+                probe = torch.empty(0, dtype=dtype, device=device)
+                torch_path = unsupported_reason(probe.device, dtype) or fell_back("retrieval_count", probe)
+                path = "auto (torch path)" if torch_path else "auto (triton)"
+            out.append(Check("retrieval.evaluate", shape, str(dtype)[6:], err <= tol, err, tol, secs, None, path))
             k = min(7, n_img)
             (vals, idx), secs = _timed(device, topk, txt.to(device, dtype), img.to(device, dtype), k, backend=backend)
             rv, ri = topk_ref(txt, img, k)
             err = _err(vals, rv)
             same = bool(torch.equal(idx.cpu(), ri))
             out.append(Check("retrieval.topk", shape + f" k={k}", str(dtype)[6:], same and err == 0.0, err, 0.0, secs,
-                             detail=backend if same else "indices differ"))  # fmt: skip
+                             detail=path if same else "indices differ"))  # fmt: skip
     return out
 
 
