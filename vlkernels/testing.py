@@ -273,21 +273,39 @@ class interpreter_blas_dot:
         return False
 
 
-def interrupt_latency(script: str, wait: float = 1.0, timeout: float = 120.0) -> tuple[float, dict[str, str]]:
-    """Run `script` in a new interpreter, send it SIGINT `wait` seconds after it prints ``ready``, and return the
-    seconds until it printed ``interrupted <time.monotonic()>``, with every ``key value`` line it printed.
+_INTERRUPT_PROTOCOL = """
+import signal, time
+# Python's own SIGINT handler, whatever this process inherited (pytest-xdist workers pass SIGINT on as ignored).
+signal.signal(signal.SIGINT, signal.default_int_handler)
+{setup}
+print("ready", flush=True)
+t0 = time.monotonic()
+try:
+    {call}
+    print("finished", time.monotonic() - t0, flush=True)
+except KeyboardInterrupt:
+    print("interrupted", time.monotonic(), flush=True)
+    # Nothing is left behind: a call made after the interruption gives the right answer.
+    print("after", bool({after}), flush=True)
+"""
 
-    The script installs Python's own SIGINT handler (pytest-xdist workers pass SIGINT on as ignored), prints
-    ``ready`` just before its long call, ``interrupted`` with the time in its KeyboardInterrupt handler, and may
-    print ``after <check>`` from a call made after the interruption. Fails when the call was not interrupted."""
+
+def interrupt_latency(
+    setup: str, call: str, after: str, wait: float = 1.0, timeout: float = 120.0
+) -> tuple[float, dict[str, str]]:
+    """Run ``setup`` then the long ``call`` in a new interpreter, send SIGINT ``wait`` seconds into the call, and
+    return the seconds until KeyboardInterrupt reached Python, with every ``key value`` line the child printed
+    (``lines["after"]`` is ``"True"`` when the expression ``after``, evaluated after the interruption, is true).
+    Fails when the call was not interrupted."""
     import signal
     import subprocess
     import sys
     import textwrap
     import time
 
+    script = _INTERRUPT_PROTOCOL.format(setup=textwrap.dedent(setup).strip(), call=call, after=after)
     proc = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(script)],
+        [sys.executable, "-c", script],
         cwd=Path(__file__).resolve().parent.parent,
         env=dict(os.environ),
         stdout=subprocess.PIPE,
