@@ -143,13 +143,14 @@ class _TorchCount:
     def gt_scores(self, q, g, pair_q, pair_g) -> torch.Tensor:
         rows, cols = _blocks(q.shape[0], g.shape[0])
         out = torch.empty(len(pair_q), dtype=torch.float32, device=q.device)
-        key = (pair_q // rows) * -(-g.shape[0] // cols) + pair_g // cols
+        col_tiles = -(-g.shape[0] // cols)
+        key = (pair_q // rows) * col_tiles + pair_g // cols
         order = np.argsort(key, kind="stable")
         tiles, starts = np.unique(key[order], return_index=True)
         ends = np.append(starts[1:], len(order))
         dv = lambda x: torch.from_numpy(np.ascontiguousarray(x, dtype=np.int64)).to(q.device)
         for tile, a, b in zip(tiles.tolist(), starts.tolist(), ends.tolist()):
-            r0, c0 = (tile // -(-g.shape[0] // cols)) * rows, (tile % -(-g.shape[0] // cols)) * cols
+            r0, c0 = (tile // col_tiles) * rows, (tile % col_tiles) * cols
             s = _score_block(q[r0 : r0 + rows], g[c0 : c0 + cols])
             e = order[a:b]
             out[dv(e)] = s[dv(pair_q[e] - r0), dv(pair_g[e] - c0)]
