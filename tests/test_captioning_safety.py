@@ -56,6 +56,10 @@ def test_captions_replaced_by_another_thread_mid_call(call):
     # ~600 bytes live in malloc'd memory (not pymalloc's arenas), where ASan sees the free: the code before the fix
     # aborts here under ASan.
     gts, res = _corpus(np.random.default_rng(0), 600)
+    # Warm up first: the first call imports nltk (thousands of stat calls, each giving up the GIL), and against a
+    # thread that never sleeps each GIL hand-back waits a whole switch interval, so an import inside the mutating
+    # window takes minutes to hours (the CI run that timed out).
+    call(*_corpus(np.random.default_rng(1), 2))
     lists = list(gts.values()) + list(res.values())
     stop = threading.Event()
     t = threading.Thread(target=_mutating, args=(lists, stop))
