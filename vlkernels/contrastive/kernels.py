@@ -13,6 +13,13 @@ def _upcast(t: torch.Tensor) -> bool:
     return t.dtype == torch.bfloat16 and t.device.type != "cuda"
 
 
+# The dot-product flags of every kernel that calls _dot_tile, from the dtype and device of its first operand.
+_DTYPE_HEURISTICS = {
+    "PRECISION": lambda args: _precision(args["a_ptr"]),
+    "UPCAST": lambda args: _upcast(args["a_ptr"]),
+}
+
+
 # One [BLOCK_M, BLOCK_N] tile of A·Bᵀ, unscaled (the scale gradient needs the raw dot products): a K-loop over D in
 # BLOCK_K chunks, fp32 accumulation whatever the input dtype. PRECISION is "ieee" for fp32 inputs (no silent TF32) and
 # ignored by the hardware for fp16/bf16. UPCAST is set only under TRITON_INTERPRET for bf16: the interpreter multiplies
@@ -78,12 +85,7 @@ def _softplus_sigmoid(t):
 # (max, sum exp) into its own scratch row p, so both directions' normalizers cost one pass and O(P·M) memory. It also
 # stores each row's entry at column row + diag_offset (the diagonal positives' logits) from the same products, so a
 # cross-entropy lse - logit computed from them is never negative.
-@triton.heuristics(
-    {
-        "PRECISION": lambda args: _precision(args["a_ptr"]),
-        "UPCAST": lambda args: _upcast(args["a_ptr"]),
-    }
-)
+@triton.heuristics(_DTYPE_HEURISTICS)
 @triton.jit
 def _lse_pair_fwd_kernel(
     a_ptr,
@@ -256,8 +258,7 @@ def _accumulate(
         "WRITE_LOSS": lambda args: args["loss_ptr"] is not None,
         "WRITE_GSUM": lambda args: args["gsum_ptr"] is not None,
         "WRITE_DS": lambda args: args["dsum_ptr"] is not None,
-        "PRECISION": lambda args: _precision(args["a_ptr"]),
-        "UPCAST": lambda args: _upcast(args["a_ptr"]),
+        **_DTYPE_HEURISTICS,
     }
 )
 @triton.jit
