@@ -15,19 +15,10 @@ import pytest
 import torch
 
 import vlkernels
+from vlkernels import testing
 from vlkernels.contrastive import configs
 from vlkernels.contrastive import ops as cops
 from vlkernels.contrastive.reference import info_nce_loss_ref, siglip_loss_ref
-from vlkernels.testing import (
-    assert_close_lowp,
-    assert_losses_within_bounds,
-    assert_within_bounds,
-    contrastive_error_bounds,
-    contrastive_inputs,
-    loss_and_grads,
-)
-
-make_inputs, run = contrastive_inputs, loss_and_grads
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -76,43 +67,43 @@ KIND = {"clip": "info_nce", "siglip": "siglip"}
 @pytest.mark.parametrize(("n", "d", "s"), [(37, 96, 14.3), (37, 1000, 60.0)])
 def test_paths_match_open_clip_fp32(path, oc, loss_name, n, d, s):
     theirs, ours = _pair(loss_name, oc)
-    x, y, sc, b = make_inputs(n, d, s, seed=n + d)
-    expected = run(theirs, x, y, sc, b)
-    assert_losses_within_bounds(KIND[loss_name], run(ours, x, y, sc.float(), b.float(), torch.float32, DEV), expected,
-                                x, y, sc, b)  # fmt: skip
+    x, y, sc, b = testing.contrastive_inputs(n, d, s, seed=n + d)
+    expected = testing.loss_and_grads(theirs, x, y, sc, b)
+    got = testing.loss_and_grads(ours, x, y, sc.float(), b.float(), torch.float32, DEV)
+    testing.assert_losses_within_bounds(KIND[loss_name], got, expected, x, y, sc, b)
 
 
 @pytest.mark.parametrize("loss_name", ["clip", "siglip"])
 def test_paths_bf16_low_precision_rule(path, oc, loss_name):
     theirs, ours = _pair(loss_name, oc)
-    x, y, s, b = make_inputs(37, 96, 20.0, seed=3)
-    exact = run(theirs, x, y, s, b)
-    base = run(theirs, x, y, s.float(), b.float(), dtype=torch.bfloat16)
-    got = run(ours, x, y, s.float(), b.float(), dtype=torch.bfloat16, device=DEV)
+    x, y, s, b = testing.contrastive_inputs(37, 96, 20.0, seed=3)
+    exact = testing.loss_and_grads(theirs, x, y, s, b)
+    base = testing.loss_and_grads(theirs, x, y, s.float(), b.float(), dtype=torch.bfloat16)
+    got = testing.loss_and_grads(ours, x, y, s.float(), b.float(), dtype=torch.bfloat16, device=DEV)
     names = ("loss", "d image", "d text", "d scale", "d bias")
     for k, name in enumerate(names[: 5 if loss_name == "siglip" else 4]):
         floor = 1e-3 * float(exact[k].abs().max()) + 1e-12
-        assert_close_lowp(got[k].cpu(), exact[k], base[k], floor=floor, name=name)
+        testing.assert_close_lowp(got[k].cpu(), exact[k], base[k], floor=floor, name=name)
     assert got[1].dtype == got[2].dtype == torch.bfloat16
     # The scale and bias gradients are reduced from fp32 G: beyond the rounding of the inputs to bf16 (taken out by
     # running the reference on the rounded inputs) their error is that of an fp32 computation.
     xr, yr = x.bfloat16().double(), y.bfloat16().double()
-    rounded = run(theirs, xr, yr, s, b)
-    bounds = contrastive_error_bounds(KIND[loss_name], xr, yr, s, b, upstream=0.75)
+    rounded = testing.loss_and_grads(theirs, xr, yr, s, b)
+    bounds = testing.contrastive_error_bounds(KIND[loss_name], xr, yr, s, b, upstream=0.75)
     for k, name in ((3, "d scale"), (4, "d bias")) if loss_name == "siglip" else ((3, "d scale"),):
-        assert_within_bounds(got[k], rounded[k], bounds[name], name)
+        testing.assert_within_bounds(got[k], rounded[k], bounds[name], name)
 
 
 def test_paths_many_tiles_rectangular_groups_smoothing(path, oc, monkeypatch):
     """16-wide tiles: every program wraps around its staggered column order; ragged edges on both operands;
     rectangular M > N with group ids (several positives, images and captions without any) and label smoothing."""
     monkeypatch.setattr(configs, "INTERPRETER", {k: configs.Tiles(16, 16, 16, 4, 1) for k in configs.INTERPRETER})
-    x, y, s, b = make_inputs(70, 20, 25.0, seed=22)
+    x, y, s, b = testing.contrastive_inputs(70, 20, 25.0, seed=22)
     for name in ("clip", "siglip"):
         theirs, ours = _pair(name, oc)
-        got = run(ours, x, y, s.float(), b.float(), torch.float32, DEV)
-        assert_losses_within_bounds(KIND[name], got, run(theirs, x, y, s, b), x, y, s, b)
-    x, y, s, b = make_inputs(37, 24, 8.0, m=53, seed=23)
+        got = testing.loss_and_grads(ours, x, y, s.float(), b.float(), torch.float32, DEV)
+        testing.assert_losses_within_bounds(KIND[name], got, testing.loss_and_grads(theirs, x, y, s, b), x, y, s, b)
+    x, y, s, b = testing.contrastive_inputs(37, 24, 8.0, m=53, seed=23)
     gx = torch.arange(37) % 30
     gy = torch.cat([torch.arange(28).repeat_interleave(2)[:48], torch.tensor([40, 41, 42, 43, 44])])
     cases = [
@@ -120,20 +111,20 @@ def test_paths_many_tiles_rectangular_groups_smoothing(path, oc, monkeypatch):
         ("siglip", siglip_loss_ref, vlkernels.siglip_loss, {}),
     ]
     for kind, ref, ours, extra in cases:
-        expected = run(ref, x, y, s, b, image_groups=gx, text_groups=gy, **extra)
-        got = run(ours, x, y, s.float(), b.float(), torch.float32, DEV, image_groups=gx.to(DEV),
-                  text_groups=gy.to(DEV), **extra)  # fmt: skip
-        assert_losses_within_bounds(kind, got, expected, x, y, s, b, image_groups=gx, text_groups=gy, **extra)
+        expected = testing.loss_and_grads(ref, x, y, s, b, image_groups=gx, text_groups=gy, **extra)
+        got = testing.loss_and_grads(ours, x, y, s.float(), b.float(), torch.float32, DEV, image_groups=gx.to(DEV),
+                                     text_groups=gy.to(DEV), **extra)  # fmt: skip
+        testing.assert_losses_within_bounds(kind, got, expected, x, y, s, b, image_groups=gx, text_groups=gy, **extra)
 
 
 def test_paths_gemm_sweeps(path, sweeps):
     """The GEMM-unit count of each path, read off the kernel sweeps: the forward's lse pass is 1 unit, a sweep is
     1 (recompute) + 1 per accumulated operand."""
-    x, y, s, b = make_inputs(20, 16, 5.0, m=20, seed=24)
-    run(vlkernels.info_nce_loss, x, y, s.float(), b.float(), torch.float32, DEV)
+    x, y, s, b = testing.contrastive_inputs(20, 16, 5.0, m=20, seed=24)
+    testing.loss_and_grads(vlkernels.info_nce_loss, x, y, s.float(), b.float(), torch.float32, DEV)
     clip_sweeps = list(sweeps)
     sweeps.clear()
-    run(vlkernels.siglip_loss, x, y, s.float(), b.float(), torch.float32, DEV)
+    testing.loss_and_grads(vlkernels.siglip_loss, x, y, s.float(), b.float(), torch.float32, DEV)
     if path == "atomic":
         assert clip_sweeps == [(20, 20, True, True)] and sweeps == [(20, 20, True, True)]
     else:
@@ -147,13 +138,13 @@ def test_paths_gemm_sweeps(path, sweeps):
 
 
 def test_paths_deterministic_is_bitwise_reproducible(oc):
-    x, y, s, b = make_inputs(37, 40, 30.0, seed=25)
+    x, y, s, b = testing.contrastive_inputs(37, 40, 30.0, seed=25)
     enabled = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(True)
     try:
         for _, ours in (_pair("clip", oc), _pair("siglip", oc)):
-            first = run(ours, x, y, s.float(), b.float(), torch.float32, DEV)
-            second = run(ours, x, y, s.float(), b.float(), torch.float32, DEV)
+            first = testing.loss_and_grads(ours, x, y, s.float(), b.float(), torch.float32, DEV)
+            second = testing.loss_and_grads(ours, x, y, s.float(), b.float(), torch.float32, DEV)
             for a, c in zip(first, second):
                 assert torch.equal(a, c)
     finally:
