@@ -64,20 +64,21 @@ def _coco_rles(n: int, h: int, w: int, seed: int) -> list:
     return coco_mask.frPyObjects(polys, h, w)
 
 
-@register(
-    "boxes",
-    "rle_iou",
-    quick={"n": 300, "m": 300, "h": 480, "w": 640},
-    full={"n": 1000, "m": 1000, "h": 480, "w": 640},
-    devices=("cpu",),
-)
+# The RLE IoU cases, on the CPU and on the GPU, time the same N x M pairs of COCO-like masks.
+_RLE_SIZES = {"quick": {"n": 300, "m": 300, "h": 480, "w": 640}, "full": {"n": 1000, "m": 1000, "h": 480, "w": 640}}
+
+
+def _rle_inputs(n: int, m: int, h: int, w: int, device: str) -> tuple:
+    """Detections, ground truths (pycocotools RLEs), crowd flags, and the same masks as RleCounts on the device."""
+    dt, gt = _coco_rles(n, h, w, 1), _coco_rles(m, h, w, 2)
+    return dt, gt, [0] * m, RleCounts.from_coco(dt, device=device), RleCounts.from_coco(gt, device=device)
+
+
+@register("boxes", "rle_iou", **_RLE_SIZES, devices=("cpu",))
 def _rle_iou(n: int, m: int, h: int, w: int, device: str) -> Bench:
     from pycocotools import mask as coco_mask
 
-    dt, gt = _coco_rles(n, h, w, 1), _coco_rles(m, h, w, 2)
-    crowd = [0] * m
-    dc, gc = RleCounts.from_coco(dt), RleCounts.from_coco(gt)
-
+    dt, gt, crowd, dc, gc = _rle_inputs(n, m, h, w, device)
     return Bench(
         providers={
             "vlkernels": lambda: rle_iou(dt, gt, crowd),
@@ -100,19 +101,11 @@ def _check_bit_identical(out):
             )
 
 
-@register(
-    "boxes",
-    "rle_iou_counts",
-    quick={"n": 300, "m": 300, "h": 480, "w": 640},
-    full={"n": 1000, "m": 1000, "h": 480, "w": 640},
-    devices=("cuda",),
-)
+@register("boxes", "rle_iou_counts", **_RLE_SIZES, devices=("cuda",))
 def _rle_iou_counts(n: int, m: int, h: int, w: int, device: str) -> Bench:
     from pycocotools import mask as coco_mask
 
-    dt, gt = _coco_rles(n, h, w, 1), _coco_rles(m, h, w, 2)
-    crowd = [0] * m
-    dc, gc = RleCounts.from_coco(dt, device=device), RleCounts.from_coco(gt, device=device)
+    dt, gt, crowd, dc, gc = _rle_inputs(n, m, h, w, device)
     return Bench(
         providers={
             "vlkernels-counts": lambda: rle_iou(dc, gc, crowd),
