@@ -52,6 +52,23 @@ def _check_scores(out):
         raise AssertionError("per-image CIDEr-D differs from pycocoevalcap")
 
 
+def _tokenized_bench(gts: dict, res: dict, **fields) -> Bench:
+    """CIDEr-D of tokenized captions, vlkernels against pycocoevalcap, checked to TOL per image."""
+    from pycocoevalcap.cider.cider import Cider as PCider
+
+    from vlkernels.captioning import Cider
+
+    return Bench(
+        providers={
+            "vlkernels": lambda: Cider().compute_score(gts, res),
+            "pycocoevalcap": lambda: PCider().compute_score(gts, res),
+        },
+        baseline="pycocoevalcap",
+        check=_check_scores,
+        **fields,
+    )
+
+
 @register("captioning", "cider_karpathy", quick={"images": 500}, full={"images": 5000}, devices=("cpu",))
 def _cider_karpathy(images: int, device: str):
     from pycocoevalcap.cider.cider import Cider as PCider
@@ -69,13 +86,9 @@ def _cider_karpathy(images: int, device: str):
         return PCider().compute_score(t.tokenize(gts_raw), t.tokenize(res_raw))
 
     return [
-        Bench(
-            providers={
-                "vlkernels": lambda: Cider().compute_score(gts, res),
-                "pycocoevalcap": lambda: PCider().compute_score(gts, res),
-            },
-            baseline="pycocoevalcap",
-            check=_check_scores,
+        _tokenized_bench(
+            gts,
+            res,
             repeats=3,
             label="CIDEr-D Karpathy test, tokenized input",
             notes=f"{images} Karpathy-test images, human leave-one-out (4 refs, 1 candidate), tokenized input",
@@ -97,9 +110,6 @@ def _cider_karpathy(images: int, device: str):
 
 @register("captioning", "cider_val2014", quick={"images": 5000}, full={"images": 40504}, devices=("cpu",))
 def _cider_val2014(images: int, device: str):
-    from pycocoevalcap.cider.cider import Cider as PCider
-
-    from vlkernels.captioning import Cider
 
     allp = _golden("coco_val2014_captions_ptb.json.gz")
     if allp is None:
@@ -108,13 +118,9 @@ def _cider_val2014(images: int, device: str):
     # Held-out protocol: the last caption of each image is the candidate, the others the references.
     gts = {k: allp[k][:-1] for k in ids}
     res = {k: [allp[k][-1]] for k in ids}
-    return Bench(
-        providers={
-            "vlkernels": lambda: Cider().compute_score(gts, res),
-            "pycocoevalcap": lambda: PCider().compute_score(gts, res),
-        },
-        baseline="pycocoevalcap",
-        check=_check_scores,
+    return _tokenized_bench(
+        gts,
+        res,
         repeats=1,
         label="CIDEr-D val2014 held-out human caption",
         notes=f"{images} val2014 images x 4-5 refs, tokenized input",
