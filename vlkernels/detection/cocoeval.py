@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import datetime
-from collections.abc import Sequence
 
 import numpy as np
 
@@ -33,30 +32,6 @@ class Params:
         self.useCats = 1
         self.iouType = iouType
         self.useSegm = None
-
-
-class EvalImgs(Sequence):
-    """pycocotools' ``evalImgs`` (a list over category x area range x image of dicts or None), built on access."""
-
-    def __init__(self, owner: COCOeval):
-        self._owner = owner
-        self._ev: engine.Evaluated | None = None
-
-    def __len__(self) -> int:
-        p = self._owner._paramsEval
-        return len(self._owner._eval_cat_ids()) * len(p.areaRng) * len(p.imgIds)
-
-    def __getitem__(self, n):
-        if isinstance(n, slice):
-            return [self[i] for i in range(*n.indices(len(self)))]
-        n = int(n)
-        if n < 0:
-            n += len(self)
-        if not 0 <= n < len(self):
-            raise IndexError("evalImgs index out of range")
-        if self._ev is None:
-            self._ev = self._owner._run(full=True)
-        return self._owner._eval_img(self._ev, n)
 
 
 class COCOeval:
@@ -91,7 +66,7 @@ class COCOeval:
         self.stats: np.ndarray | list = []
         self._paramsEval = None
         self._evaluated: engine.Evaluated | None = None
-        self._evalImgs: EvalImgs | list = []
+        self._evalImgs: engine.EvalImgs | list = []
         self._gt: inputs.GroundTruth | None = None
         self._dt: inputs.Anns | None = None
         if cocoGt is not None:
@@ -162,16 +137,17 @@ class COCOeval:
         self.params = p
         self._paramsEval = copy.deepcopy(p)
         self._evaluated = self._run(full=False)
-        self._evalImgs = EvalImgs(self)
+        self._evalImgs = engine.EvalImgs(self, "evalImgs")
         self.eval = {}
 
-    def _eval_img(self, ev: engine.Evaluated, n: int) -> dict | None:
+    def _eval_imgs_shape(self) -> tuple[int, int, int]:
+        p = self._paramsEval
+        return len(self._eval_cat_ids()), len(p.areaRng), len(p.imgIds)
+
+    def _eval_img(self, ev: engine.Evaluated, k: int, a: int, i: int) -> dict | None:
         p = self._paramsEval
         cats = self._eval_cat_ids()
-        n_img, n_area = len(p.imgIds), len(p.areaRng)
-        k, rest = divmod(n, n_area * n_img)
-        a, i = divmod(rest, n_img)
-        parts = engine.eval_img(ev, k * n_img + i, a, self._gt.anns, self._dt)
+        parts = engine.eval_img(ev, k * len(p.imgIds) + i, a, self._gt.anns, self._dt)
         if parts is None:
             return None
         dt_ids, gt_ids, dt_m, gt_m, scores, gt_ig, dt_ig = parts

@@ -3,6 +3,7 @@ per-cell matching at every IoU threshold and area range, and the C++ accumulatio
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -235,3 +236,36 @@ def eval_img(ev: Evaluated, key: int, a: int, gt: inputs.Anns, dt: inputs.Anns) 
         gt_ig,
         ev.status[a, :, d0:d1] == 2,
     )
+
+
+class EvalImgs(Sequence):
+    """The anchors' per-image evaluation list (category x area range x image: a dict or None), built on access.
+
+    ``owner`` is the evaluator: ``owner._eval_imgs_shape()`` gives (categories, area ranges, images),
+    ``owner._run(full=True)`` the full matching (run once, at the first item), ``owner._eval_img(ev, k, a, i)`` the
+    entry of category slot k, area range a and image i. ``name`` is the attribute's name in the anchor's API.
+    """
+
+    def __init__(self, owner, name: str):
+        self._owner = owner
+        self._name = name
+        self._ev: Evaluated | None = None
+
+    def __len__(self) -> int:
+        n_cat, n_area, n_img = self._owner._eval_imgs_shape()
+        return n_cat * n_area * n_img
+
+    def __getitem__(self, n):
+        if isinstance(n, slice):
+            return [self[i] for i in range(*n.indices(len(self)))]
+        n = int(n)
+        if n < 0:
+            n += len(self)
+        if not 0 <= n < len(self):
+            raise IndexError(f"{self._name} index out of range")
+        if self._ev is None:
+            self._ev = self._owner._run(full=True)
+        _, n_area, n_img = self._owner._eval_imgs_shape()
+        k, rest = divmod(n, n_area * n_img)
+        a, i = divmod(rest, n_img)
+        return self._owner._eval_img(self._ev, k, a, i)

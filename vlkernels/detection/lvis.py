@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime
 from collections import OrderedDict
-from collections.abc import Sequence
 
 import numpy as np
 
@@ -152,7 +151,32 @@ class LVISEval:
                 raise ValueError(f"category {c} has frequency {self._cats[int(c)].get('frequency')!r}, not r/c/f")
         self._evaluated = self._run(full=False)
         self._cat_order = np.asarray(p.cat_ids, dtype=np.int64)
-        self.eval_imgs = _LvisEvalImgs(self)
+        self.eval_imgs = engine.EvalImgs(self, "eval_imgs")
+
+    def _eval_imgs_shape(self) -> tuple[int, int, int]:
+        p = self.params
+        return len(self._cat_order), len(p.area_rng), len(p.img_ids)
+
+    def _eval_img(self, ev: engine.Evaluated, k: int, a: int, i: int) -> dict | None:
+        p = self.params
+        cat = self._cat_order[k]
+        k_sorted = int(np.searchsorted(np.sort(self._cat_order), cat))
+        parts = engine.eval_img(ev, k_sorted * len(p.img_ids) + i, a, self._gt.anns, self._dt)
+        if parts is None:
+            return None
+        dt_ids, gt_ids, dt_m, gt_m, scores, gt_ig, dt_ig = parts
+        return {
+            "image_id": p.img_ids[i],
+            "category_id": p.cat_ids[k],
+            "area_rng": p.area_rng[a],
+            "dt_ids": dt_ids,
+            "gt_ids": gt_ids,
+            "dt_matches": dt_m,
+            "gt_matches": gt_m,
+            "dt_scores": scores,
+            "gt_ignore": gt_ig,
+            "dt_ignore": dt_ig,
+        }
 
     def accumulate(self) -> None:
         """precision [T, R, K, A] and recall [T, K, A] (-1 where a category has no ground truth)."""
@@ -247,47 +271,3 @@ def _subset(a: inputs.Anns, keep: np.ndarray) -> inputs.Anns:
     has), so row numbers and ``raw`` stay aligned."""
     img = np.where(keep, a.image_id, np.int64(np.iinfo(np.int64).min))
     return inputs.Anns(img, a.category_id, a.id, a.area, a.iscrowd, a.ignore, a.score, a.bbox, a.raw)
-
-
-class _LvisEvalImgs(Sequence):
-    """lvis-api's ``eval_imgs`` (category x area range x image: dict or None), built on first access."""
-
-    def __init__(self, owner: LVISEval):
-        self._owner = owner
-        self._ev: engine.Evaluated | None = None
-
-    def __len__(self) -> int:
-        p = self._owner.params
-        return len(self._owner._cat_order) * len(p.area_rng) * len(p.img_ids)
-
-    def __getitem__(self, n):
-        if isinstance(n, slice):
-            return [self[i] for i in range(*n.indices(len(self)))]
-        n = int(n) + (len(self) if int(n) < 0 else 0)
-        if not 0 <= n < len(self):
-            raise IndexError("eval_imgs index out of range")
-        o = self._owner
-        if self._ev is None:
-            self._ev = o._run(full=True)
-        p = o.params
-        n_img, n_area = len(p.img_ids), len(p.area_rng)
-        k, rest = divmod(n, n_area * n_img)
-        a, i = divmod(rest, n_img)
-        cat = o._cat_order[k]
-        k_sorted = int(np.searchsorted(np.sort(o._cat_order), cat))
-        parts = engine.eval_img(self._ev, k_sorted * n_img + i, a, o._gt.anns, o._dt)
-        if parts is None:
-            return None
-        dt_ids, gt_ids, dt_m, gt_m, scores, gt_ig, dt_ig = parts
-        return {
-            "image_id": p.img_ids[i],
-            "category_id": p.cat_ids[k],
-            "area_rng": p.area_rng[a],
-            "dt_ids": dt_ids,
-            "gt_ids": gt_ids,
-            "dt_matches": dt_m,
-            "gt_matches": gt_m,
-            "dt_scores": scores,
-            "gt_ignore": gt_ig,
-            "dt_ignore": dt_ig,
-        }
