@@ -1,7 +1,8 @@
-"""Output helpers shared by the family subcommands of the `vlkernels` command line."""
+"""Helpers shared by the family subcommands of the `vlkernels` command line: their parser and their JSON output."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -16,3 +17,11 @@ def write_json(path: Path, obj) -> int:
         return 2
     print(f"wrote {path}")
     return 0
+
+
+def add_family_parser(subparsers, name: str, summary: str, doc: str | None) -> argparse.ArgumentParser:
+    """The subcommand ``name``: ``summary`` in the command list, ``doc`` (the module docstring, with its formats and
+    examples laid out by hand) as its --help text, kept as written."""
+    return subparsers.add_parser(
+        name, help=summary, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )

@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from vlkernels._cli_io import write_json
+from vlkernels._cli_io import add_family_parser, write_json
 
 _COCO_NAMES = ("AP", "AP50", "AP75", "APs", "APm", "APl", "AR1", "AR10", "AR100", "ARs", "ARm", "ARl")
 
@@ -39,12 +39,8 @@ def cmd_detection(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "detection",
-        help="COCO / LVIS detection and instance-segmentation mAP (pycocotools / lvis-api numbers)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    summary = "COCO / LVIS detection and instance-segmentation mAP (pycocotools / lvis-api numbers)"
+    p = add_family_parser(subparsers, "detection", summary, __doc__)
     p.add_argument("gt", type=Path, help="ground truth (COCO / LVIS annotation JSON)")
     p.add_argument("results", type=Path, help="detections (COCO results JSON: a list of dicts)")
     p.add_argument("--iou-type", choices=("bbox", "segm"), default="bbox", help="boxes or masks (default bbox)")

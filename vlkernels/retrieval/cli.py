@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from vlkernels._cli_io import write_json
+from vlkernels._cli_io import add_family_parser, write_json
 
 
 def _int(v, where: str) -> int:
@@ -121,12 +121,8 @@ def cmd_retrieval(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "retrieval",
-        help="exact image-text retrieval metrics (R@K, MeanR, MedianR, MRR, mAP, mAP@R, R-Precision, NDCG)",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    summary = "exact image-text retrieval metrics (R@K, MeanR, MedianR, MRR, mAP, mAP@R, R-Precision, NDCG)"
+    p = add_family_parser(subparsers, "retrieval", summary, __doc__)
     p.add_argument("--images", type=Path, required=True, help="image embeddings (N_img, D): .npy or .safetensors")
     p.add_argument("--texts", type=Path, required=True, help="text embeddings (N_txt, D): .npy or .safetensors")
     p.add_argument("--gt", type=Path, required=True, help="ground truth JSON (format above)")
