@@ -13,31 +13,28 @@
 
 namespace vlk {
 
-inline bool cpu_has_popcnt() {
+// What the CPU supports, asked once (CPUID) at first use; all false where the build has no multiversioning.
+struct CpuFeatures {
+  bool popcnt = false;
+  bool avx2 = false;
+  bool avx512bw = false;
+};
+
+inline const CpuFeatures& cpu_features() {
+  static const CpuFeatures features = [] {
+    CpuFeatures f;
 #if VLK_X86_MULTIVERSION
-  static const bool has = __builtin_cpu_supports("popcnt");
-  return has;
-#else
-  return false;
+    f.popcnt = __builtin_cpu_supports("popcnt");
+    f.avx2 = __builtin_cpu_supports("avx2");
+    f.avx512bw = __builtin_cpu_supports("avx512bw");
 #endif
+    return f;
+  }();
+  return features;
 }
 
-inline bool cpu_has_avx512bw() {
-#if VLK_X86_MULTIVERSION
-  static const bool has = __builtin_cpu_supports("avx512bw");
-  return has;
-#else
-  return false;
-#endif
-}
-
-inline bool cpu_has_avx2() {
-#if VLK_X86_MULTIVERSION
-  static const bool has = __builtin_cpu_supports("avx2");
-  return has;
-#else
-  return false;
-#endif
-}
+inline bool cpu_has_popcnt() { return cpu_features().popcnt; }
+inline bool cpu_has_avx2() { return cpu_features().avx2; }
+inline bool cpu_has_avx512bw() { return cpu_features().avx512bw; }
 
 }  // namespace vlk
