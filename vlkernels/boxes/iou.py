@@ -22,7 +22,8 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-def box_iou_fwd(
+@torch.library.custom_op("vlkernels::box_iou", mutates_args=())
+def _box_iou_op(
     boxes1: torch.Tensor,
     boxes2: torch.Tensor,
     fmt: int,
@@ -96,20 +97,6 @@ def _box_iou_torch(b1, b2, fmt, kind, aligned, eps, valid1, valid2, *, safe: boo
         b2 = torch.where(m_ok[..., None], b2, unit)
     out = box_iou_ref(b1, b2, fmts[fmt], kinds[kind], aligned, eps)
     return out if ok is None else torch.where(ok, out, torch.zeros((), dtype=out.dtype, device=out.device))
-
-
-@torch.library.custom_op("vlkernels::box_iou", mutates_args=())
-def _box_iou_op(
-    boxes1: torch.Tensor,
-    boxes2: torch.Tensor,
-    fmt: int,
-    kind: int,
-    aligned: bool,
-    eps: float,
-    valid1: torch.Tensor | None,
-    valid2: torch.Tensor | None,
-) -> torch.Tensor:
-    return box_iou_fwd(boxes1, boxes2, fmt, kind, aligned, eps, valid1, valid2)
 
 
 @_box_iou_op.register_fake
