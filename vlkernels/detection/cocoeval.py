@@ -13,6 +13,9 @@ import numpy as np
 
 from vlkernels.detection import engine, inputs
 
+# The arrays of an evalImgs entry, in engine.eval_img's order.
+_EVAL_IMG_KEYS = ("dtIds", "gtIds", "dtMatches", "gtMatches", "dtScores", "gtIgnore", "dtIgnore")
+
 
 class Params:
     """pycocotools ``Params`` for bbox / segm: imgIds, catIds, iouThrs, recThrs, maxDets, areaRng, areaRngLbl,
@@ -108,8 +111,7 @@ class COCOeval:
         cells = engine.build_cells(gt, dt, img_ids, cat_ids, bool(p.useCats), int(p.maxDets[-1]))
         gm = dm = None
         if p.iouType == "segm":
-            gm = inputs.segmentations(gt, cells.gt_rows, self._gt, "annotations")
-            dm = inputs.segmentations(dt, cells.dt_rows, self._gt, "results", engine.dt_meets_gt(cells))
+            gm, dm = engine.cell_masks(cells, gt, dt, self._gt)
         else:
             inputs.gt_boxes(self._gt)
             if dt.bbox is None:
@@ -137,33 +139,17 @@ class COCOeval:
         self.params = p
         self._paramsEval = copy.deepcopy(p)
         self._evaluated = self._run(full=False)
-        self._evalImgs = engine.EvalImgs(self, "evalImgs")
+        self._evalImgs = engine.EvalImgs(self, "evalImgs", _EVAL_IMG_KEYS)
         self.eval = {}
 
     def _eval_imgs_shape(self) -> tuple[int, int, int]:
         p = self._paramsEval
         return len(self._eval_cat_ids()), len(p.areaRng), len(p.imgIds)
 
-    def _eval_img(self, ev: engine.Evaluated, k: int, a: int, i: int) -> dict | None:
+    def _eval_img_head(self, k: int, a: int, i: int) -> tuple[int, dict]:
         p = self._paramsEval
-        cats = self._eval_cat_ids()
-        parts = engine.eval_img(ev, k * len(p.imgIds) + i, a, self._gt.anns, self._dt)
-        if parts is None:
-            return None
-        dt_ids, gt_ids, dt_m, gt_m, scores, gt_ig, dt_ig = parts
-        return {
-            "image_id": p.imgIds[i],
-            "category_id": cats[k],
-            "aRng": p.areaRng[a],
-            "maxDet": p.maxDets[-1],
-            "dtIds": dt_ids,
-            "gtIds": gt_ids,
-            "dtMatches": dt_m,
-            "gtMatches": gt_m,
-            "dtScores": scores,
-            "gtIgnore": gt_ig,
-            "dtIgnore": dt_ig,
-        }
+        head = {"image_id": p.imgIds[i], "category_id": self._eval_cat_ids()[k], "aRng": p.areaRng[a]}
+        return k * len(p.imgIds) + i, {**head, "maxDet": p.maxDets[-1]}
 
     def accumulate(self, p: Params | None = None) -> None:
         """Precision at each recall threshold and maximal recall, per IoU threshold, category, area range and

@@ -205,6 +205,16 @@ def accumulate(
     return precision, recall, scores
 
 
+def cell_masks(
+    cells: Cells, gt: inputs.Anns, dt: inputs.Anns, data: inputs.GroundTruth
+) -> tuple[inputs.Masks, inputs.Masks]:
+    """The ground-truth and detection masks of the cells' rows, for a segm evaluation (a detection that meets no
+    ground truth is validated but left empty)."""
+    gm = inputs.segmentations(gt, cells.gt_rows, data, "annotations")
+    dm = inputs.segmentations(dt, cells.dt_rows, data, "results", dt_meets_gt(cells))
+    return gm, dm
+
+
 def eval_img(ev: Evaluated, key: int, a: int, gt: inputs.Anns, dt: inputs.Anns) -> tuple | None:
     """One evalImgs entry's arrays for cell ``key`` and area range ``a`` (None for an empty cell): dt ids, gt ids
     (regular first), dtMatches [T, D] and gtMatches [T, G] as float64 ids (0 = none), dt scores, gtIgnore,
@@ -242,13 +252,16 @@ class EvalImgs(Sequence):
     """The anchors' per-image evaluation list (category x area range x image: a dict or None), built on access.
 
     ``owner`` is the evaluator: ``owner._eval_imgs_shape()`` gives (categories, area ranges, images),
-    ``owner._run(full=True)`` the full matching (run once, at the first item), ``owner._eval_img(ev, k, a, i)`` the
-    entry of category slot k, area range a and image i. ``name`` is the attribute's name in the anchor's API.
+    ``owner._run(full=True)`` the full matching (run once, at the first item), ``owner._eval_img_head(k, a, i)`` the
+    cell key of category slot k and image i and the entry's leading fields (ids, area range...); the arrays of
+    :func:`eval_img` (on ``owner._gt.anns`` and ``owner._dt``) follow under ``keys``. ``name`` is the attribute's
+    name in the anchor's API.
     """
 
-    def __init__(self, owner, name: str):
+    def __init__(self, owner, name: str, keys: tuple[str, ...]):
         self._owner = owner
         self._name = name
+        self._keys = keys
         self._ev: Evaluated | None = None
 
     def __len__(self) -> int:
@@ -263,9 +276,12 @@ class EvalImgs(Sequence):
             n += len(self)
         if not 0 <= n < len(self):
             raise IndexError(f"{self._name} index out of range")
+        o = self._owner
         if self._ev is None:
-            self._ev = self._owner._run(full=True)
-        _, n_area, n_img = self._owner._eval_imgs_shape()
+            self._ev = o._run(full=True)
+        _, n_area, n_img = o._eval_imgs_shape()
         k, rest = divmod(n, n_area * n_img)
         a, i = divmod(rest, n_img)
-        return self._owner._eval_img(self._ev, k, a, i)
+        key, head = o._eval_img_head(k, a, i)
+        parts = eval_img(self._ev, key, a, o._gt.anns, o._dt)
+        return None if parts is None else {**head, **dict(zip(self._keys, parts))}

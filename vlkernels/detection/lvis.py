@@ -9,6 +9,9 @@ import numpy as np
 
 from vlkernels.detection import engine, inputs
 
+# The arrays of an eval_imgs entry, in engine.eval_img's order.
+_EVAL_IMG_KEYS = ("dt_ids", "gt_ids", "dt_matches", "gt_matches", "dt_scores", "gt_ignore", "dt_ignore")
+
 
 class LVISParams:
     """lvis-api ``Params``: img_ids, cat_ids, iou_thrs, rec_thrs, max_dets (300), area_rng, area_rng_lbl, use_cats,
@@ -127,8 +130,7 @@ class LVISEval:
         cells = engine.build_cells(gt_sel, dt, img_ids, sorted_cats, True, None, dt_keep=keep & dsel)
         gm = dm = None
         if p.iou_type == "segm":
-            gm = inputs.segmentations(gt_sel, cells.gt_rows, self._gt, "annotations")
-            dm = inputs.segmentations(dt, cells.dt_rows, self._gt, "results", engine.dt_meets_gt(cells))
+            gm, dm = engine.cell_masks(cells, gt_sel, dt, self._gt)
         else:
             inputs.gt_boxes(self._gt)
             gt_sel.bbox = self._gt.anns.bbox
@@ -151,32 +153,18 @@ class LVISEval:
                 raise ValueError(f"category {c} has frequency {self._cats[int(c)].get('frequency')!r}, not r/c/f")
         self._evaluated = self._run(full=False)
         self._cat_order = np.asarray(p.cat_ids, dtype=np.int64)
-        self.eval_imgs = engine.EvalImgs(self, "eval_imgs")
+        self.eval_imgs = engine.EvalImgs(self, "eval_imgs", _EVAL_IMG_KEYS)
 
     def _eval_imgs_shape(self) -> tuple[int, int, int]:
         p = self.params
         return len(self._cat_order), len(p.area_rng), len(p.img_ids)
 
-    def _eval_img(self, ev: engine.Evaluated, k: int, a: int, i: int) -> dict | None:
+    def _eval_img_head(self, k: int, a: int, i: int) -> tuple[int, dict]:
         p = self.params
-        cat = self._cat_order[k]
-        k_sorted = int(np.searchsorted(np.sort(self._cat_order), cat))
-        parts = engine.eval_img(ev, k_sorted * len(p.img_ids) + i, a, self._gt.anns, self._dt)
-        if parts is None:
-            return None
-        dt_ids, gt_ids, dt_m, gt_m, scores, gt_ig, dt_ig = parts
-        return {
-            "image_id": p.img_ids[i],
-            "category_id": p.cat_ids[k],
-            "area_rng": p.area_rng[a],
-            "dt_ids": dt_ids,
-            "gt_ids": gt_ids,
-            "dt_matches": dt_m,
-            "gt_matches": gt_m,
-            "dt_scores": scores,
-            "gt_ignore": gt_ig,
-            "dt_ignore": dt_ig,
-        }
+        # The engine's cells are keyed by the category's slot among the sorted ids.
+        k_sorted = int(np.searchsorted(np.sort(self._cat_order), self._cat_order[k]))
+        head = {"image_id": p.img_ids[i], "category_id": p.cat_ids[k], "area_rng": p.area_rng[a]}
+        return k_sorted * len(p.img_ids) + i, head
 
     def accumulate(self) -> None:
         """precision [T, R, K, A] and recall [T, K, A] (-1 where a category has no ground truth)."""
