@@ -68,28 +68,18 @@ def _coco_rles(n: int, h: int, w: int, seed: int) -> list:
 _RLE_SIZES = {"quick": {"n": 300, "m": 300, "h": 480, "w": 640}, "full": {"n": 1000, "m": 1000, "h": 480, "w": 640}}
 
 
-def _rle_inputs(n: int, m: int, h: int, w: int, device: str) -> tuple:
-    """Detections, ground truths (pycocotools RLEs), crowd flags, and the same masks as RleCounts on the device."""
-    dt, gt = _coco_rles(n, h, w, 1), _coco_rles(m, h, w, 2)
-    return dt, gt, [0] * m, RleCounts.from_coco(dt, device=device), RleCounts.from_coco(gt, device=device)
-
-
-@register("boxes", "rle_iou", **_RLE_SIZES, devices=("cpu",))
-def _rle_iou(n: int, m: int, h: int, w: int, device: str) -> Bench:
+def _rle_bench(n: int, m: int, h: int, w: int, device: str, strings: bool, notes: str) -> Bench:
+    """N x M RLE IoU of COCO-like masks against pycocotools, bit-identical: RleCounts on ``device``
+    (``vlkernels-counts``), and with ``strings`` also the compressed strings themselves (``vlkernels``)."""
     from pycocotools import mask as coco_mask
 
-    dt, gt, crowd, dc, gc = _rle_inputs(n, m, h, w, device)
-    return Bench(
-        providers={
-            "vlkernels": lambda: rle_iou(dt, gt, crowd),
-            "vlkernels-counts": lambda: rle_iou(dc, gc, crowd),
-            "pycocotools": lambda: coco_mask.iou(dt, gt, crowd),
-        },
-        baseline="pycocotools",
-        check=_check_bit_identical,
-        notes="vlkernels: compressed-string RLEs in (string decoding included), column-plane C++ kernel; "
-        "vlkernels-counts: RleCounts in, C++ twin of the CUDA per-pair kernel; float64 IoU out; check: bit-identical",
-    )
+    dt, gt = _coco_rles(n, h, w, 1), _coco_rles(m, h, w, 2)
+    crowd = [0] * m
+    dc, gc = RleCounts.from_coco(dt, device=device), RleCounts.from_coco(gt, device=device)
+    providers = {"vlkernels": lambda: rle_iou(dt, gt, crowd)} if strings else {}
+    providers["vlkernels-counts"] = lambda: rle_iou(dc, gc, crowd)
+    providers["pycocotools"] = lambda: coco_mask.iou(dt, gt, crowd)
+    return Bench(providers=providers, baseline="pycocotools", check=_check_bit_identical, notes=notes)
 
 
 def _check_bit_identical(out):
@@ -101,20 +91,19 @@ def _check_bit_identical(out):
             )
 
 
+@register("boxes", "rle_iou", **_RLE_SIZES, devices=("cpu",))
+def _rle_iou(n: int, m: int, h: int, w: int, device: str) -> Bench:
+    notes = (
+        "vlkernels: compressed-string RLEs in (string decoding included), column-plane C++ kernel; "
+        "vlkernels-counts: RleCounts in, C++ twin of the CUDA per-pair kernel; float64 IoU out; check: bit-identical"
+    )
+    return _rle_bench(n, m, h, w, device, strings=True, notes=notes)
+
+
 @register("boxes", "rle_iou_counts", **_RLE_SIZES, devices=("cuda",))
 def _rle_iou_counts(n: int, m: int, h: int, w: int, device: str) -> Bench:
-    from pycocotools import mask as coco_mask
-
-    dt, gt, crowd, dc, gc = _rle_inputs(n, m, h, w, device)
-    return Bench(
-        providers={
-            "vlkernels-counts": lambda: rle_iou(dc, gc, crowd),
-            "pycocotools": lambda: coco_mask.iou(dt, gt, crowd),
-        },
-        baseline="pycocotools",
-        check=_check_bit_identical,
-        notes="RleCounts on the GPU (warp per pair) vs pycocotools on the host CPU; check: bit-identical",
-    )
+    notes = "RleCounts on the GPU (warp per pair) vs pycocotools on the host CPU; check: bit-identical"
+    return _rle_bench(n, m, h, w, device, strings=False, notes=notes)
 
 
 # The layouts users hold. pycocotools encodes only (H, W, N) Fortran-order uint8; any other layout is converted for
