@@ -297,6 +297,7 @@ def interrupt_latency(
     return the seconds until KeyboardInterrupt reached Python, with every ``key value`` line the child printed
     (``lines["after"]`` is ``"True"`` when the expression ``after``, evaluated after the interruption, is true).
     Fails when the call was not interrupted."""
+    import select
     import signal
     import subprocess
     import sys
@@ -313,6 +314,9 @@ def interrupt_latency(
         text=True,
     )
     try:
+        # The child's setup may itself hang (a deadlock is what these tests look for): wait for "ready" with a limit.
+        if not select.select([proc.stdout], [], [], timeout)[0]:
+            raise AssertionError(f"the child printed nothing within {timeout:.0f} s of starting")
         first = proc.stdout.readline().strip()
         assert first == "ready", f"{first}\n{proc.stderr.read()[-3000:]}"
         time.sleep(wait)
