@@ -30,6 +30,19 @@ const char* kind_name(Kind k) {
   }
 }
 
+// Appends a caption of image `key` (its index from `index`, a new one for a key not seen yet).
+void append_caption(CaptionRecords& out, std::unordered_map<std::string, int64_t>& index, const std::string& key,
+                    const std::string& caption) {
+  auto it = index.find(key);
+  if (it == index.end()) {
+    it = index.emplace(key, static_cast<int64_t>(out.keys.size())).first;
+    out.keys.push_back(key);
+  }
+  out.text.append(caption);
+  out.off.push_back(static_cast<int64_t>(out.text.size()));
+  out.image.push_back(it->second);
+}
+
 class Parser {
  public:
   Parser(const char* data, int64_t size, bool results, KeepImage keep, void* ctx, CaptionRecords& out)
@@ -281,15 +294,7 @@ class Parser {
 
   void add_caption(const std::string& key, const std::string& caption) {
     poll_.spend(static_cast<int64_t>(caption.size()) + 32);
-    if (keep_ != nullptr && !keep_(key, ctx_)) return;
-    auto it = index_.find(key);
-    if (it == index_.end()) {
-      it = index_.emplace(key, static_cast<int64_t>(out_.keys.size())).first;
-      out_.keys.push_back(key);
-    }
-    out_.text.append(caption);
-    out_.off.push_back(static_cast<int64_t>(out_.text.size()));
-    out_.image.push_back(it->second);
+    if (keep_ == nullptr || keep_(key, ctx_)) append_caption(out_, index_, key, caption);
   }
 
   std::string where(int64_t i) const { return name_ + "[" + std::to_string(i) + "]"; }
@@ -420,16 +425,7 @@ class Parser {
                   poll_.spend(static_cast<int64_t>(caption.size()) + 8);
                   if (!annotations) {
                     const std::string key = "s" + field;
-                    if (keep_ == nullptr || keep_(key, ctx_)) {
-                      auto it = layout_index.find(key);
-                      if (it == layout_index.end()) {
-                        it = layout_index.emplace(key, static_cast<int64_t>(layout.keys.size())).first;
-                        layout.keys.push_back(key);
-                      }
-                      layout.text.append(caption);
-                      layout.off.push_back(static_cast<int64_t>(layout.text.size()));
-                      layout.image.push_back(it->second);
-                    }
+                    if (keep_ == nullptr || keep_(key, ctx_)) append_caption(layout, layout_index, key, caption);
                   }
                 } else {
                   const Kind k = skip_value(1);
@@ -496,11 +492,12 @@ struct Mapped {
   }
 };
 
-// Releases the mapped pages behind the parse position in 8 MiB steps (they are clean file pages: dropping them
-// costs nothing, and a later error message that needs the line number reads them back).
+// Releases the mapped pages behind the parse position in 1 MiB steps (they are clean file pages: dropping them
+// costs nothing, and a later error message that needs the line number reads them back). Mapped pages count in the
+// process's resident memory, so the step bounds what the file itself adds to the peak (~2 MiB).
 void release_behind(const char* at, void* arg) {
   auto* m = static_cast<Mapped*>(arg);
-  constexpr size_t kStep = size_t{8} << 20;
+  constexpr size_t kStep = size_t{1} << 20;
   const size_t pos = static_cast<size_t>(at - m->data);
   if (pos < m->released + 2 * kStep) return;
   const size_t upto = (pos - kStep) & ~(kStep - 1);

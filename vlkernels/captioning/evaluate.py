@@ -12,9 +12,8 @@ from vlkernels.captioning._common import load, score_images
 from vlkernels.captioning.cider import _NO_REFERENCE_WORDS, _read_json
 from vlkernels.captioning.metrics import bleu_totals
 
-# Captions PTB-tokenized per call, and images per document-frequency step, on the file path: bounded scratch.
-_BLOCK_CAPTIONS = 65536
-_BLOCK_IMAGES = 4096
+# Captions PTB-tokenized per call on the file path: bounded scratch.
+_BLOCK_CAPTIONS = 8192
 
 
 def _loaded(obj: Any, name: str) -> tuple[Any, str]:
@@ -118,7 +117,7 @@ def evaluate_captions(
     """
     if isinstance(annotations, (str, os.PathLike)) and isinstance(results, (str, os.PathLike)):
         C = load()
-        scores = C.cap_evaluate_files(str(annotations), str(results), tokenize, _BLOCK_CAPTIONS, _BLOCK_IMAGES)
+        scores = C.cap_evaluate_files(str(annotations), str(results), tokenize, _BLOCK_CAPTIONS)
         return _report(scores, scores["keys"], per_image)
     gts_all = _references(*_loaded(annotations, "annotations"))
     ress = _results(*_loaded(results, "results"))
