@@ -12,6 +12,7 @@
 #include <mutex>
 #include <shared_mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "captioning/cider.h"
@@ -589,7 +590,7 @@ py::dict evaluate_files(const std::string& refs, const std::string& preds, bool 
     vlk::cap::coco_release_text(e);
     any_ref_words = words.off[e.ref_caps.size()] > 0;
     vlk::cap::bleu_images(words, e.cand.data(), e.ref_off.data(), e.ref_caps.data(), m, 4, ps, pb);
-    if (any_ref_words) vlk::cap::coco_cider_d(e, words, logdf.data(), logdf.size(), ref_len, pc);
+    if (any_ref_words) vlk::cap::coco_cider_d(e, std::move(words), logdf.data(), logdf.size(), ref_len, pc);
   }
   py::list keys;
   for (const std::string& k : ev->keys) {

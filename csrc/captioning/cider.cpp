@@ -512,27 +512,28 @@ class PairIds {
   size_t count_ = 0;
 };
 
-// Caption c's n-grams of length k+2 from those of length k+1 (`grams`, ids < num_ids) and the words: the n-gram at
-// position i is the pair (grams id at i, word i+k+1), interned exactly. An n-gram whose prefix occurs once in all
-// captions occurs once too: it gets a fresh id without entering the table (on distinct-heavy text nearly all do, so
-// the table stays small). `grams` is rewritten in place; returns the number of ids.
-uint32_t extend_grams(const Tokens& words, int k, uint32_t num_ids, Tokens& grams) {
+// The captions' n-grams of length k+1 from those of length k (`grams`, ids < num_ids, rewritten in place): the n-gram
+// at position i is the pair (id at i, id at i+1) of the two length-k n-grams it overlaps, interned exactly. When
+// either occurs once in all captions, so does the pair: it gets a fresh id without entering the table (on
+// distinct-heavy text nearly all do, so the table stays small). Returns the number of ids.
+uint32_t extend_grams(uint32_t num_ids, Tokens& grams) {
   InterruptPoll poll;
   std::vector<uint8_t> occ(num_ids, 0);  // occurrences of each id, saturated at 2
   for (uint32_t id : grams.ids) occ[id] = static_cast<uint8_t>(occ[id] < 2 ? occ[id] + 1 : 2);
   PairIds pairs;
   uint64_t next = 0;
-  const int64_t count = words.size();
+  const int64_t count = grams.size();
+  uint32_t* ids = grams.ids.data();
   int64_t j = 0;
   for (int64_t c = 0; c < count; ++c) {
-    const uint32_t* w = words.begin(c) + k + 1;
-    const int64_t src = grams.off[c], len = words.len(c) - k - 1;
+    // off[c] is read before it is rewritten, off[c+1] before the next caption rewrites it.
+    const int64_t src = grams.off[c], len = grams.off[c + 1] - src - 1;
+    grams.off[c] = j;
     poll.spend(len + 1);
-    grams.off[c] = j;  // the entries of caption c-1 end here (off[c] is read before it is written)
     for (int64_t i = 0; i < len; ++i) {
-      const uint32_t p = grams.ids[src + i];
-      // j <= src + i: ids are written at or before the position they are read from.
-      grams.ids[j++] = occ[p] == 1 ? static_cast<uint32_t>(next++) : pairs.intern((uint64_t{p} << 32) | w[i], next);
+      const uint32_t p = ids[src + i], q = ids[src + i + 1];
+      // j <= src + i: an id is written at or before the first position it was read from.
+      ids[j++] = occ[p] == 1 || occ[q] == 1 ? static_cast<uint32_t>(next++) : pairs.intern((uint64_t{p} << 32) | q, next);
     }
     if (next >= UINT32_MAX) throw std::length_error("too many distinct n-grams");
   }
@@ -550,14 +551,16 @@ struct ScoreScratch {
 
 }  // namespace
 
-void cider_by_length(const Tokens& words, const int64_t* cand, const int64_t* ref_off, const int64_t* ref_caps,
+void cider_by_length(Tokens grams, const int64_t* cand, const int64_t* ref_off, const int64_t* ref_caps,
                      int64_t n_images, const CiderOpts& opts, double* out) {
   validate_opts(opts);
   const int n = opts.n;
   std::vector<double> sums(static_cast<size_t>(n_images) * kMaxN, 0.0);
-  Tokens grams = words;  // n-gram ids of the current length, caption by caption
+  // The length penalty's length of each caption: its bigram count (0 when n = 1), as bigram_length.
+  std::vector<int64_t> length(static_cast<size_t>(grams.size()));
+  for (int64_t c = 0; c < grams.size(); ++c) length[c] = n < 2 ? 0 : std::max<int64_t>(0, grams.len(c) - 1);
   uint32_t num_ids = 0;
-  for (uint32_t id : words.ids) num_ids = std::max(num_ids, id + 1);
+  for (uint32_t id : grams.ids) num_ids = std::max(num_ids, id + 1);
   for (int k = 0; k < n; ++k) {
     // Document frequency of each n-gram: +1 per image whose references hold it (threads add atomically).
     std::vector<uint32_t> df(num_ids, 0);
@@ -577,17 +580,15 @@ void cider_by_length(const Tokens& words, const int64_t* cand, const int64_t* re
                      const int nref = static_cast<int>(caps.size()) - 1;
                      RefVecs& rv = t.rv;
                      build_ref_vecs(im, 1, nref, 1, idf, rv);
-                     // The penalty's length: the bigram count (0 when n = 1), as bigram_length.
-                     auto length = [&](int64_t c) { return n < 2 ? 0 : std::max<int64_t>(0, words.len(c) - 1); };
-                     for (int r = 0; r < nref; ++r) rv.len[r] = length(caps[1 + r]);
-                     rv.cand_len.assign(1, length(caps[0]));
+                     for (int r = 0; r < nref; ++r) rv.len[r] = length[caps[1 + r]];
+                     rv.cand_len.assign(1, length[caps[0]]);
                      const int cand0 = 0;
                      score_candidates(im, &cand0, 1, 1, nref, 1, idf, rv, opts, t.poll, t.acc);
                      sums[static_cast<size_t>(i) * kMaxN + k] = t.acc[kMaxN];
                    });
     if (k + 1 < n) {
       std::vector<uint32_t>().swap(df);
-      num_ids = extend_grams(words, k, num_ids, grams);
+      num_ids = extend_grams(num_ids, grams);
     }
   }
   for (int64_t i = 0; i < n_images; ++i)

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "captioning/cider.h"
 #include "captioning/ptb_tokenizer.h"
@@ -159,7 +160,7 @@ void coco_release_text(CocoEval& ev) {
   std::vector<TextView>().swap(ev.views);
 }
 
-void coco_cider_d(const CocoEval& ev, const Tokens& words, const double* logdf, int64_t logdf_size, double ref_len,
+void coco_cider_d(const CocoEval& ev, Tokens words, const double* logdf, int64_t logdf_size, double ref_len,
                   double* out) {
   CiderOpts o;
   o.n = 4;
@@ -168,7 +169,7 @@ void coco_cider_d(const CocoEval& ev, const Tokens& words, const double* logdf, 
   o.ref_len = ref_len;
   o.logdf = logdf;
   o.logdf_size = logdf_size;
-  cider_by_length(words, ev.cand.data(), ev.ref_off.data(), ev.ref_caps.data(), ev.num_images(), o, out);
+  cider_by_length(std::move(words), ev.cand.data(), ev.ref_off.data(), ev.ref_caps.data(), ev.num_images(), o, out);
 }
 
 }  // namespace vlk::cap

@@ -33,10 +33,10 @@ void coco_prepare(const std::string& refs_path, const std::string& preds_path, b
 // Frees the caption text (after the last split_captions).
 void coco_release_text(CocoEval& ev);
 
-// CIDEr-D of every image (`words`: the captions split on whitespace) with document frequencies over all of them,
+// CIDEr-D of every image (`words`, consumed: the captions split on whitespace) with document frequencies over all of them,
 // one n-gram length at a time (cider_by_length). logdf[d] = np.log(max(1.0, d)) for d in [0, num_images];
 // ref_len = np.log(num_images).
-void coco_cider_d(const CocoEval& ev, const Tokens& words, const double* logdf, int64_t logdf_size, double ref_len,
+void coco_cider_d(const CocoEval& ev, Tokens words, const double* logdf, int64_t logdf_size, double ref_len,
                   double* out);
 
 }  // namespace vlk::cap
