@@ -101,8 +101,9 @@ def evaluate_captions(
         ``{"Bleu_1".."Bleu_4", "ROUGE_L", "CIDEr": float, "images": int, "per_image": {image_id: {metric: float}}}``.
 
     Note:
-        Two file paths are read by C++ into compact buffers (no Python object per caption; captions tokenized and
-        CIDEr-D's document frequencies counted in blocks): peak memory stays near twice the files' size.
+        Two file paths are read by C++ into compact buffers (no Python object per caption; words and n-grams interned
+        compactly, CIDEr-D one n-gram length at a time): peak memory stays under 3x the files' size (about 2x
+        measured), on distinct-heavy text too.
         ``1`` and ``"1"`` are distinct image ids on both paths.
 
     Raises:
