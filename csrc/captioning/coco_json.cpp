@@ -92,6 +92,15 @@ class Parser {
     ws();
     return p_ < end_ && *p_ == c;
   }
+  // After an item of a list or object: true past a ',' (another item follows), false past the closing `close`.
+  bool more(char close) {
+    if (peek(',')) {
+      ++p_;
+      return true;
+    }
+    expect(close);
+    return false;
+  }
 
   static int hexval(char c) {
     if (c >= '0' && c <= '9') return c - '0';
@@ -261,11 +270,7 @@ class Parser {
           string(nullptr);
           expect(':');
           skip_value(depth + 1);
-          if (peek(',')) {
-            ++p_;
-            continue;
-          }
-          expect('}');
+          if (more('}')) continue;
           return Kind::kObject;
         }
       case '[':
@@ -276,11 +281,7 @@ class Parser {
         }
         for (;;) {
           skip_value(depth + 1);
-          if (peek(',')) {
-            ++p_;
-            continue;
-          }
-          expect(']');
+          if (more(']')) continue;
           return Kind::kArray;
         }
       case '"': string(nullptr); return Kind::kString;
@@ -350,11 +351,7 @@ class Parser {
           } else {
             skip_value(1);
           }
-          if (peek(',')) {
-            ++p_;
-            continue;
-          }
-          expect('}');
+          if (more('}')) continue;
           break;
         }
       } else {
@@ -366,11 +363,7 @@ class Parser {
       if (caption_kind != Kind::kString)
         throw JsonError(where(i) + " (image " + shown(key) + "): caption must be str, got " + kind_name(caption_kind));
       add_caption(key, caption);
-      if (peek(',')) {
-        ++p_;
-        continue;
-      }
-      expect(']');
+      if (more(']')) continue;
       return;
     }
   }
@@ -431,11 +424,7 @@ class Parser {
                   const Kind k = skip_value(1);
                   if (k != Kind::kString) all_str = false;
                 }
-                if (peek(',')) {
-                  ++p_;
-                  continue;
-                }
-                expect(']');
+                if (more(']')) continue;
                 break;
               }
             } else {
@@ -447,11 +436,7 @@ class Parser {
             }
           }
         }
-        if (peek(',')) {
-          ++p_;
-          continue;
-        }
-        expect('}');
+        if (more('}')) continue;
         break;
       }
     }
