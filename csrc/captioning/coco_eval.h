@@ -1,6 +1,7 @@
 // COCO-format caption evaluation from files with bounded memory: the files are parsed into compact buffers
-// (coco_json.h), the captions PTB-tokenized in blocks, and CIDEr-D computed in two passes over blocks of images
-// (document frequencies, then scores), so peak memory follows the captions' text, not per-caption objects.
+// (coco_json.h), the captions PTB-tokenized in blocks, and CIDEr-D computed one n-gram length at a time on exact
+// n-gram ids (cider_by_length), so peak memory follows the captions' words (under 3x the files, distinct-heavy text
+// included), not per-caption objects or per-distinct-n-gram tables.
 #pragma once
 
 #include <cstdint>
