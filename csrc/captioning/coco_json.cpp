@@ -92,6 +92,20 @@ class Parser {
     ws();
     return p_ < end_ && *p_ == c;
   }
+  // An object member's name into `field`, then past the ':' and the whitespace before the value.
+  void member_name(std::string& field) {
+    ws();
+    field.clear();
+    string(&field);
+    expect(':');
+    ws();
+  }
+  // True past the closing `close` of an empty list or object (its opening bracket consumed).
+  bool closes(char close) {
+    if (!peek(close)) return false;
+    ++p_;
+    return true;
+  }
   // After an item of a list or object: true past a ',' (another item follows), false past the closing `close`.
   bool more(char close) {
     if (peek(',')) {
@@ -261,10 +275,7 @@ class Parser {
     switch (*p_) {
       case '{':
         ++p_;
-        if (peek('}')) {
-          ++p_;
-          return Kind::kObject;
-        }
+        if (closes('}')) return Kind::kObject;
         for (;;) {
           ws();
           string(nullptr);
@@ -275,10 +286,7 @@ class Parser {
         }
       case '[':
         ++p_;
-        if (peek(']')) {
-          ++p_;
-          return Kind::kArray;
-        }
+        if (closes(']')) return Kind::kArray;
         for (;;) {
           skip_value(depth + 1);
           if (more(']')) continue;
@@ -304,10 +312,7 @@ class Parser {
   void records(const std::string& prefix) {
     name_ = prefix;
     expect('[');
-    if (peek(']')) {
-      ++p_;
-      return;
-    }
+    if (closes(']')) return;
     std::string key, caption, field;
     for (int64_t i = 0;; ++i) {
       ws();
@@ -320,11 +325,7 @@ class Parser {
       Kind id_kind = Kind::kNull, caption_kind = Kind::kNull;
       if (!peek('}')) {
         for (;;) {
-          ws();
-          field.clear();
-          string(&field);
-          expect(':');
-          ws();
+          member_name(field);
           if (p_ == end_) fail("malformed JSON: expecting value");
           if (field == "image_id") {
             has_id = true;
@@ -383,11 +384,7 @@ class Parser {
       ++p_;
     } else {
       for (;;) {
-        ws();
-        field.clear();
-        string(&field);
-        expect(':');
-        ws();
+        member_name(field);
         if (field == "annotations" && !results_) {
           if (!peek('[')) {
             const Kind k = skip_value(1);
