@@ -12,6 +12,7 @@
 #include <mutex>
 #include <shared_mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "captioning/cider.h"
@@ -557,9 +558,7 @@ R locked(DfScorer& d, R (vlk::cap::CiderDf::*get)() const) {
 // COCO-format evaluation of two files (BLEU-1..4 counts, ROUGE-L, CIDEr-D per image, results order) with bounded
 // memory: nothing per caption becomes a Python object. Returns {"keys": [image ids], "cider", "bleu_stats",
 // "bleu", "rouge", "any_ref_words"}; every input problem is a ValueError naming the file.
-py::dict evaluate_files(const std::string& refs, const std::string& preds, bool tokenize, int64_t block_captions,
-                        int64_t block_images) {
-  if (block_images < 1) throw py::value_error("block_images must be positive");
+py::dict evaluate_files(const std::string& refs, const std::string& preds, bool tokenize, int64_t block_captions) {
   auto ev = std::make_unique<vlk::cap::CocoEval>();
   try {
     py::gil_scoped_release release;
@@ -582,21 +581,16 @@ py::dict evaluate_files(const std::string& refs, const std::string& preds, bool 
     py::gil_scoped_release release;
     vlk::cap::CocoEval& e = *ev;
     {
-      vlk::cap::Vocab vocab;
       Tokens spaces;
-      vlk::cap::tokenize_texts(e.views, vlk::cap::Split::kSpace, vocab, spaces);
+      vlk::cap::tokenize_texts_compact(e.views, vlk::cap::Split::kSpace, spaces);
       vlk::cap::rouge_l_images(spaces, e.cand.data(), e.ref_off.data(), e.ref_caps.data(), m, 1.2, pr);
     }
     Tokens words;
-    {
-      // The vocabulary only serves the interning: freed with the text, before the document-frequency table grows.
-      vlk::cap::Vocab vocab;
-      vlk::cap::tokenize_texts(e.views, vlk::cap::Split::kWhitespace, vocab, words);
-    }
+    vlk::cap::tokenize_texts_compact(e.views, vlk::cap::Split::kWhitespace, words);
     vlk::cap::coco_release_text(e);
     any_ref_words = words.off[e.ref_caps.size()] > 0;
     vlk::cap::bleu_images(words, e.cand.data(), e.ref_off.data(), e.ref_caps.data(), m, 4, ps, pb);
-    if (any_ref_words) vlk::cap::coco_cider_d(e, words, logdf.data(), logdf.size(), ref_len, block_images, pc);
+    if (any_ref_words) vlk::cap::coco_cider_d(e, std::move(words), logdf.data(), logdf.size(), ref_len, pc);
   }
   py::list keys;
   for (const std::string& k : ev->keys) {

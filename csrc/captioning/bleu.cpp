@@ -14,20 +14,16 @@ void bleu_images(const Tokens& tok, const int64_t* cand, const int64_t* ref_off,
                  int64_t n_images, int n, int64_t* stats, double* per_image) {
   if (n < 1 || n > kMaxN) throw std::invalid_argument("n must be in [1, 4]");
   const int width = 2 + 2 * n;
-  vlk::parallel_for(n_images, 64, [&](int64_t b, int64_t e) {
-    NgramBuilder builder;
-    Arena arena;
-    ImageNgrams im;
-    std::vector<int64_t> caps;
+  struct Scratch {
     std::vector<uint32_t> maxcount;
     InterruptPoll poll;
-    for (int64_t i = b; i < e; ++i) {
-      caps.assign(1, cand[i]);
-      caps.insert(caps.end(), ref_caps + ref_off[i], ref_caps + ref_off[i + 1]);
+  };
+  for_each_image<Scratch>(tok, n, cand, ref_off, ref_caps, n_images,
+                          [&](int64_t i, const std::vector<int64_t>& caps, const NgramBuilder&, const ImageNgrams& im,
+                              Scratch& t) {
       const int ncap = static_cast<int>(caps.size());
-      arena.reset();
-      builder.build(tok, caps.data(), ncap, n, 1, ncap, im, arena);
-      poll.spend(static_cast<int64_t>(im.entries.size()) + ncap);
+      t.poll.spend(static_cast<int64_t>(im.entries.size()) + ncap);
+      std::vector<uint32_t>& maxcount = t.maxcount;
       maxcount.assign(im.num_ngrams, 0);
       for (int c = 1; c < ncap; ++c)
         for (int k = 0; k < n; ++k)
@@ -62,7 +58,6 @@ void bleu_images(const Tokens& tok, const int64_t* cand, const int64_t* ref_off,
       if (ratio < 1) {
         for (int k = 0; k < n; ++k) out[k] *= std::exp(1 - 1 / ratio);
       }
-    }
   });
 }
 

@@ -54,20 +54,19 @@ void build_ref_vecs(const ImageNgrams& im, int ref_begin, int nref, int n, const
   }
 }
 
-// CiderScorer.compute_cider for candidates cands[0..ncand) against the references ref_begin .. ref_begin+nref-1:
-// sim() per reference summed per n (references in order, as pycocoevalcap), mean over n, divided by the number of
-// references, times 10. out[j] = score of cands[j].
-void score_candidates(const ImageNgrams& im, const int* cands, int ncand, int ref_begin, int nref,
+// CiderScorer.compute_cider's per-n sums for candidates cands[0..ncand) against the references ref_begin ..
+// ref_begin+nref-1, over the nk n-gram lengths `im` holds: sim() per reference summed per n (references in order, as
+// pycocoevalcap). The caller sets rv.cand_len and rv.len (the length penalty's lengths). acc[j * 2 * kMaxN + kMaxN + k]
+// = the sum of length k+1 of cands[j].
+void score_candidates(const ImageNgrams& im, const int* cands, int ncand, int ref_begin, int nref, int nk,
                       const std::vector<double>& idf, RefVecs& rv, const CiderOpts& o, InterruptPoll& poll,
-                      std::vector<double>& acc, double* out) {
-  const int n = o.n;
+                      std::vector<double>& acc) {
   // Per candidate: norms [kMaxN] and the per-n score sums [kMaxN].
   acc.assign(static_cast<size_t>(ncand) * 2 * kMaxN, 0.0);
-  rv.cand_len.resize(ncand);
   int64_t cand_entries = 0;
   for (int j = 0; j < ncand; ++j) {
     double* a = acc.data() + static_cast<size_t>(j) * 2 * kMaxN;
-    for (int k = 0; k < n; ++k) {
+    for (int k = 0; k < nk; ++k) {
       double s = 0.0;
       for (const auto* e = im.begin(cands[j], k); e != im.end(cands[j], k); ++e) {
         const double v = static_cast<double>(e->tf) * idf[e->local];
@@ -76,20 +75,19 @@ void score_candidates(const ImageNgrams& im, const int* cands, int ncand, int re
       a[k] = std::sqrt(s);
       cand_entries += im.end(cands[j], k) - im.begin(cands[j], k);
     }
-    rv.cand_len[j] = bigram_length(im, cands[j], n);
   }
   const double two_sigma2 = 2.0 * (o.sigma * o.sigma);
   double* row = rv.row.data();
   for (int r = 0; r < nref; ++r) {
     const int rc = ref_begin + r;
-    for (int k = 0; k < n; ++k)
+    for (int k = 0; k < nk; ++k)
       for (const auto* e = im.begin(rc, k); e != im.end(rc, k); ++e)
         row[e->local] = static_cast<double>(e->tf) * idf[e->local];
     for (int j = 0; j < ncand; ++j) {
       double* a = acc.data() + static_cast<size_t>(j) * 2 * kMaxN;
       const double delta = static_cast<double>(rv.cand_len[j] - rv.len[r]);
       const double penalty = o.cider_d ? std::pow(kE, -(delta * delta) / two_sigma2) : 1.0;
-      for (int k = 0; k < n; ++k) {
+      for (int k = 0; k < nk; ++k) {
         double val = 0.0;
         for (const auto* e = im.begin(cands[j], k); e != im.end(cands[j], k); ++e) {
           const double vh = static_cast<double>(e->tf) * idf[e->local];
@@ -107,20 +105,31 @@ void score_candidates(const ImageNgrams& im, const int* cands, int ncand, int re
         a[kMaxN + k] += val;
       }
     }
-    for (int k = 0; k < n; ++k)
+    for (int k = 0; k < nk; ++k)
       for (const auto* e = im.begin(rc, k); e != im.end(rc, k); ++e) row[e->local] = 0.0;
-    poll.spend(cand_entries + (im.end(rc, n - 1) - im.begin(rc, 0)) + 8);
+    poll.spend(cand_entries + (im.end(rc, nk - 1) - im.begin(rc, 0)) + 8);
   }
-  for (int j = 0; j < ncand; ++j) {
-    const double* a = acc.data() + static_cast<size_t>(j) * 2 * kMaxN;
-    // np.mean over the n values sums left to right, then divides.
-    double mean = a[kMaxN];
-    for (int k = 1; k < n; ++k) mean += a[kMaxN + k];
-    mean /= static_cast<double>(n);
-    mean /= static_cast<double>(nref);
-    mean *= 10.0;
-    out[j] = mean;
-  }
+}
+
+// The image's score from its per-n sums: np.mean over the n values (summed left to right, then divided), divided by
+// the number of references, times 10.
+double cider_of_sums(const double* sums, int n, int nref) {
+  double mean = sums[0];
+  for (int k = 1; k < n; ++k) mean += sums[k];
+  mean /= static_cast<double>(n);
+  mean /= static_cast<double>(nref);
+  mean *= 10.0;
+  return mean;
+}
+
+// score_candidates over all n lengths held in `im`, the lengths taken from its bigrams; out[j] = score of cands[j].
+void score_all_lengths(const ImageNgrams& im, const int* cands, int ncand, int ref_begin, int nref,
+                       const std::vector<double>& idf, RefVecs& rv, const CiderOpts& o, InterruptPoll& poll,
+                       std::vector<double>& acc, double* out) {
+  rv.cand_len.resize(ncand);
+  for (int j = 0; j < ncand; ++j) rv.cand_len[j] = bigram_length(im, cands[j], o.n);
+  score_candidates(im, cands, ncand, ref_begin, nref, o.n, idf, rv, o, poll, acc);
+  for (int j = 0; j < ncand; ++j) out[j] = cider_of_sums(acc.data() + static_cast<size_t>(j) * 2 * kMaxN + kMaxN, o.n, nref);
 }
 
 // A distinct n-gram of one image bound for its df shard, and where its document frequency goes (index into the
@@ -371,7 +380,7 @@ void cider_corpus(const Tokens& tok, const int64_t* cand, const int64_t* ref_off
       const int nref = im.ncap - 1;
       if (nref < 1) throw std::invalid_argument("an image has no references");
       build_ref_vecs(im, 1, nref, opts.n, idf, rv);
-      score_candidates(im, &cand0, 1, 1, nref, idf, rv, opts, poll, acc, out + i);
+      score_all_lengths(im, &cand0, 1, 1, nref, idf, rv, opts, poll, acc, out + i);
     }
   });
   PartCache::get().give(parts);
@@ -454,10 +463,136 @@ void CiderDf::score(const Tokens& tok, const int64_t* cand, int64_t n_cand, cons
       cands.resize(ncand);
       for (int j = 0; j < ncand; ++j) cands[j] = nref + j;
       scores.resize(ncand);
-      score_candidates(im, cands.data(), ncand, 0, nref, idf, rv, opts, poll, acc, scores.data());
+      score_all_lengths(im, cands.data(), ncand, 0, nref, idf, rv, opts, poll, acc, scores.data());
       for (int j = 0; j < ncand; ++j) out[order[start[g] + j]] = scores[j];
     }
   });
+}
+
+namespace {
+
+// Exact ids of (prefix id, word id) pairs: open addressing over the 64-bit pair itself (never a hash of it).
+class PairIds {
+ public:
+  PairIds() { rehash(1024); }
+  // The id of `key`, given `next` (and `next` advanced) when it is new.
+  uint32_t intern(uint64_t key, uint64_t& next) {
+    if (2 * (count_ + 1) > keys_.size()) rehash(keys_.size() * 2);
+    for (uint64_t i = mix(key) & mask_;; i = (i + 1) & mask_) {
+      if (keys_[i] == kEmpty) {
+        keys_[i] = key;
+        vals_[i] = static_cast<uint32_t>(next++);
+        ++count_;
+        return vals_[i];
+      }
+      if (keys_[i] == key) return vals_[i];
+    }
+  }
+
+ private:
+  static constexpr uint64_t kEmpty = UINT64_MAX;  // a prefix id is < UINT32_MAX, so no pair is all ones
+  static uint64_t mix(uint64_t k) { return finish_hash(k * 0x9E3779B97F4A7C15ull); }
+  void rehash(size_t cap) {
+    std::vector<uint64_t> keys(cap, kEmpty);
+    std::vector<uint32_t> vals(cap);
+    mask_ = cap - 1;
+    for (size_t j = 0; j < keys_.size(); ++j) {
+      if (keys_[j] == kEmpty) continue;
+      uint64_t i = mix(keys_[j]) & mask_;
+      while (keys[i] != kEmpty) i = (i + 1) & mask_;
+      keys[i] = keys_[j];
+      vals[i] = vals_[j];
+    }
+    keys_.swap(keys);
+    vals_.swap(vals);
+  }
+  std::vector<uint64_t> keys_;
+  std::vector<uint32_t> vals_;
+  uint64_t mask_ = 0;
+  size_t count_ = 0;
+};
+
+// The captions' n-grams of length k+1 from those of length k (`grams`, ids < num_ids, rewritten in place): the n-gram
+// at position i is the pair (id at i, id at i+1) of the two length-k n-grams it overlaps, interned exactly. When
+// either occurs once in all captions, so does the pair: it gets a fresh id without entering the table (on
+// distinct-heavy text nearly all do, so the table stays small). Returns the number of ids.
+uint32_t extend_grams(uint32_t num_ids, Tokens& grams) {
+  InterruptPoll poll;
+  std::vector<uint8_t> occ(num_ids, 0);  // occurrences of each id, saturated at 2
+  for (uint32_t id : grams.ids) occ[id] = static_cast<uint8_t>(occ[id] < 2 ? occ[id] + 1 : 2);
+  PairIds pairs;
+  uint64_t next = 0;
+  const int64_t count = grams.size();
+  uint32_t* ids = grams.ids.data();
+  int64_t j = 0;
+  for (int64_t c = 0; c < count; ++c) {
+    // off[c] is read before it is rewritten, off[c+1] before the next caption rewrites it.
+    const int64_t src = grams.off[c], len = grams.off[c + 1] - src - 1;
+    grams.off[c] = j;
+    poll.spend(len + 1);
+    for (int64_t i = 0; i < len; ++i) {
+      const uint32_t p = ids[src + i], q = ids[src + i + 1];
+      // j <= src + i: an id is written at or before the first position it was read from.
+      ids[j++] = occ[p] == 1 || occ[q] == 1 ? static_cast<uint32_t>(next++) : pairs.intern((uint64_t{p} << 32) | q, next);
+    }
+    if (next >= UINT32_MAX) throw std::length_error("too many distinct n-grams");
+  }
+  grams.off[count] = j;
+  grams.ids.resize(static_cast<size_t>(j));
+  return static_cast<uint32_t>(next);
+}
+
+// One thread's scratch while it scores images.
+struct ScoreScratch {
+  std::vector<double> idf, acc;
+  RefVecs rv;
+  InterruptPoll poll;
+};
+
+}  // namespace
+
+void cider_by_length(Tokens grams, const int64_t* cand, const int64_t* ref_off, const int64_t* ref_caps,
+                     int64_t n_images, const CiderOpts& opts, double* out) {
+  validate_opts(opts);
+  const int n = opts.n;
+  std::vector<double> sums(static_cast<size_t>(n_images) * kMaxN, 0.0);
+  // The length penalty's length of each caption: its bigram count (0 when n = 1), as bigram_length.
+  std::vector<int64_t> length(static_cast<size_t>(grams.size()));
+  for (int64_t c = 0; c < grams.size(); ++c) length[c] = n < 2 ? 0 : std::max<int64_t>(0, grams.len(c) - 1);
+  uint32_t num_ids = 0;
+  for (uint32_t id : grams.ids) num_ids = std::max(num_ids, id + 1);
+  for (int k = 0; k < n; ++k) {
+    // Document frequency of each n-gram: +1 per image whose references hold it (threads add atomically).
+    std::vector<uint32_t> df(num_ids, 0);
+    for_each_image<ScoreScratch>(grams, 1, cand, ref_off, ref_caps, n_images,
+                   [&](int64_t, const std::vector<int64_t>&, const NgramBuilder& b, const ImageNgrams&, ScoreScratch&) {
+                     for (uint32_t u = 0; u < b.size(); ++u)
+                       if (b.in_ref()[u]) __atomic_fetch_add(&df[b.keys()[u].lo - 1], 1u, __ATOMIC_RELAXED);
+                   });
+    // Per image, the sum over references of this length's similarity.
+    for_each_image<ScoreScratch>(grams, 1, cand, ref_off, ref_caps, n_images,
+                   [&](int64_t i, const std::vector<int64_t>& caps, const NgramBuilder& b, const ImageNgrams& im,
+                       ScoreScratch& t) {
+                     std::vector<double>& idf = t.idf;
+                     idf.resize(b.size());
+                     for (uint32_t u = 0; u < b.size(); ++u)
+                       idf[u] = opts.ref_len - logdf_of(opts, df[b.keys()[u].lo - 1]);
+                     const int nref = static_cast<int>(caps.size()) - 1;
+                     RefVecs& rv = t.rv;
+                     build_ref_vecs(im, 1, nref, 1, idf, rv);
+                     for (int r = 0; r < nref; ++r) rv.len[r] = length[caps[1 + r]];
+                     rv.cand_len.assign(1, length[caps[0]]);
+                     const int cand0 = 0;
+                     score_candidates(im, &cand0, 1, 1, nref, 1, idf, rv, opts, t.poll, t.acc);
+                     sums[static_cast<size_t>(i) * kMaxN + k] = t.acc[kMaxN];
+                   });
+    if (k + 1 < n) {
+      std::vector<uint32_t>().swap(df);
+      num_ids = extend_grams(num_ids, grams);
+    }
+  }
+  for (int64_t i = 0; i < n_images; ++i)
+    out[i] = cider_of_sums(sums.data() + static_cast<size_t>(i) * kMaxN, n, static_cast<int>(ref_off[i + 1] - ref_off[i]));
 }
 
 }  // namespace vlk::cap

@@ -26,6 +26,12 @@ struct CiderOpts {
 void cider_corpus(const Tokens& tok, const int64_t* cand, const int64_t* ref_off, const int64_t* ref_caps,
                   int64_t n_images, const CiderOpts& opts, double* out);
 
+// cider_corpus computed one n-gram length at a time on exact n-gram ids (a length-(k+1) id interns the pair of the two
+// length-k ids it overlaps), rewritten in place over `words`: memory linear in the number of words with a small
+// constant, whatever the share of distinct words (vlkernels/captioning/README.md). Same numbers as cider_corpus.
+void cider_by_length(Tokens words, const int64_t* cand, const int64_t* ref_off, const int64_t* ref_caps,
+                     int64_t n_images, const CiderOpts& opts, double* out);
+
 // Document frequencies of a fixed corpus (SCST rewards with precomputed df, as ruotianluo CiderD).
 class CiderDf {
  public:

@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "captioning/cider.h"
 #include "captioning/ptb_tokenizer.h"
@@ -159,17 +160,8 @@ void coco_release_text(CocoEval& ev) {
   std::vector<TextView>().swap(ev.views);
 }
 
-void coco_cider_d(const CocoEval& ev, const Tokens& words, const double* logdf, int64_t logdf_size, double ref_len,
-                  int64_t block, double* out) {
-  // Pass 1 adds the references' n-grams to one document-frequency table, `block` images at a time (only the table
-  // and one block's n-grams are alive); pass 2 scores each image against it. Same arithmetic as cider_corpus: the
-  // df of an n-gram is the number of images whose references hold it, candidate-only n-grams have df 0.
-  const int64_t m = ev.num_images();
-  CiderDf df(4);
-  for (int64_t a = 0; a < m; a += block) {
-    const int64_t b = std::min(m, a + block);
-    df.add_documents(words, ev.ref_off.data() + a, ev.ref_caps.data(), b - a);
-  }
+void coco_cider_d(const CocoEval& ev, Tokens words, const double* logdf, int64_t logdf_size, double ref_len,
+                  double* out) {
   CiderOpts o;
   o.n = 4;
   o.cider_d = true;
@@ -177,9 +169,7 @@ void coco_cider_d(const CocoEval& ev, const Tokens& words, const double* logdf, 
   o.ref_len = ref_len;
   o.logdf = logdf;
   o.logdf_size = logdf_size;
-  std::vector<int64_t> group(static_cast<size_t>(m));
-  std::iota(group.begin(), group.end(), int64_t{0});
-  df.score(words, ev.cand.data(), m, group.data(), ev.ref_off.data(), ev.ref_caps.data(), m, o, out);
+  cider_by_length(std::move(words), ev.cand.data(), ev.ref_off.data(), ev.ref_caps.data(), ev.num_images(), o, out);
 }
 
 }  // namespace vlk::cap

@@ -1,6 +1,7 @@
 // COCO-format caption evaluation from files with bounded memory: the files are parsed into compact buffers
-// (coco_json.h), the captions PTB-tokenized in blocks, and CIDEr-D computed in two passes over blocks of images
-// (document frequencies, then scores), so peak memory follows the captions' text, not per-caption objects.
+// (coco_json.h), the captions PTB-tokenized in blocks, and CIDEr-D computed one n-gram length at a time on exact
+// n-gram ids (cider_by_length), so peak memory follows the captions' words (under 3x the files, distinct-heavy text
+// included), not per-caption objects or per-distinct-n-gram tables.
 #pragma once
 
 #include <cstdint>
@@ -33,9 +34,10 @@ void coco_prepare(const std::string& refs_path, const std::string& preds_path, b
 // Frees the caption text (after the last split_captions).
 void coco_release_text(CocoEval& ev);
 
-// CIDEr-D of every image (`words`: the captions split on whitespace) with document frequencies over all of them,
-// `block` images per pass step. logdf[d] = np.log(max(1.0, d)) for d in [0, num_images]; ref_len = np.log(num_images).
-void coco_cider_d(const CocoEval& ev, const Tokens& words, const double* logdf, int64_t logdf_size, double ref_len,
-                  int64_t block, double* out);
+// CIDEr-D of every image (`words`, consumed: the captions split on whitespace) with document frequencies over all of them,
+// one n-gram length at a time (cider_by_length). logdf[d] = np.log(max(1.0, d)) for d in [0, num_images];
+// ref_len = np.log(num_images).
+void coco_cider_d(const CocoEval& ev, Tokens words, const double* logdf, int64_t logdf_size, double ref_len,
+                  double* out);
 
 }  // namespace vlk::cap

@@ -30,6 +30,19 @@ const char* kind_name(Kind k) {
   }
 }
 
+// Appends a caption of image `key` (its index from `index`, a new one for a key not seen yet).
+void append_caption(CaptionRecords& out, std::unordered_map<std::string, int64_t>& index, const std::string& key,
+                    const std::string& caption) {
+  auto it = index.find(key);
+  if (it == index.end()) {
+    it = index.emplace(key, static_cast<int64_t>(out.keys.size())).first;
+    out.keys.push_back(key);
+  }
+  out.text.append(caption);
+  out.off.push_back(static_cast<int64_t>(out.text.size()));
+  out.image.push_back(it->second);
+}
+
 class Parser {
  public:
   Parser(const char* data, int64_t size, bool results, KeepImage keep, void* ctx, CaptionRecords& out)
@@ -78,6 +91,29 @@ class Parser {
   bool peek(char c) {
     ws();
     return p_ < end_ && *p_ == c;
+  }
+  // An object member's name into `field`, then past the ':' and the whitespace before the value.
+  void member_name(std::string& field) {
+    ws();
+    field.clear();
+    string(&field);
+    expect(':');
+    ws();
+  }
+  // True past the closing `close` of an empty list or object (its opening bracket consumed).
+  bool closes(char close) {
+    if (!peek(close)) return false;
+    ++p_;
+    return true;
+  }
+  // After an item of a list or object: true past a ',' (another item follows), false past the closing `close`.
+  bool more(char close) {
+    if (peek(',')) {
+      ++p_;
+      return true;
+    }
+    expect(close);
+    return false;
   }
 
   static int hexval(char c) {
@@ -239,35 +275,21 @@ class Parser {
     switch (*p_) {
       case '{':
         ++p_;
-        if (peek('}')) {
-          ++p_;
-          return Kind::kObject;
-        }
+        if (closes('}')) return Kind::kObject;
         for (;;) {
           ws();
           string(nullptr);
           expect(':');
           skip_value(depth + 1);
-          if (peek(',')) {
-            ++p_;
-            continue;
-          }
-          expect('}');
+          if (more('}')) continue;
           return Kind::kObject;
         }
       case '[':
         ++p_;
-        if (peek(']')) {
-          ++p_;
-          return Kind::kArray;
-        }
+        if (closes(']')) return Kind::kArray;
         for (;;) {
           skip_value(depth + 1);
-          if (peek(',')) {
-            ++p_;
-            continue;
-          }
-          expect(']');
+          if (more(']')) continue;
           return Kind::kArray;
         }
       case '"': string(nullptr); return Kind::kString;
@@ -281,15 +303,7 @@ class Parser {
 
   void add_caption(const std::string& key, const std::string& caption) {
     poll_.spend(static_cast<int64_t>(caption.size()) + 32);
-    if (keep_ != nullptr && !keep_(key, ctx_)) return;
-    auto it = index_.find(key);
-    if (it == index_.end()) {
-      it = index_.emplace(key, static_cast<int64_t>(out_.keys.size())).first;
-      out_.keys.push_back(key);
-    }
-    out_.text.append(caption);
-    out_.off.push_back(static_cast<int64_t>(out_.text.size()));
-    out_.image.push_back(it->second);
+    if (keep_ == nullptr || keep_(key, ctx_)) append_caption(out_, index_, key, caption);
   }
 
   std::string where(int64_t i) const { return name_ + "[" + std::to_string(i) + "]"; }
@@ -298,10 +312,7 @@ class Parser {
   void records(const std::string& prefix) {
     name_ = prefix;
     expect('[');
-    if (peek(']')) {
-      ++p_;
-      return;
-    }
+    if (closes(']')) return;
     std::string key, caption, field;
     for (int64_t i = 0;; ++i) {
       ws();
@@ -314,11 +325,7 @@ class Parser {
       Kind id_kind = Kind::kNull, caption_kind = Kind::kNull;
       if (!peek('}')) {
         for (;;) {
-          ws();
-          field.clear();
-          string(&field);
-          expect(':');
-          ws();
+          member_name(field);
           if (p_ == end_) fail("malformed JSON: expecting value");
           if (field == "image_id") {
             has_id = true;
@@ -345,11 +352,7 @@ class Parser {
           } else {
             skip_value(1);
           }
-          if (peek(',')) {
-            ++p_;
-            continue;
-          }
-          expect('}');
+          if (more('}')) continue;
           break;
         }
       } else {
@@ -361,11 +364,7 @@ class Parser {
       if (caption_kind != Kind::kString)
         throw JsonError(where(i) + " (image " + shown(key) + "): caption must be str, got " + kind_name(caption_kind));
       add_caption(key, caption);
-      if (peek(',')) {
-        ++p_;
-        continue;
-      }
-      expect(']');
+      if (more(']')) continue;
       return;
     }
   }
@@ -385,11 +384,7 @@ class Parser {
       ++p_;
     } else {
       for (;;) {
-        ws();
-        field.clear();
-        string(&field);
-        expect(':');
-        ws();
+        member_name(field);
         if (field == "annotations" && !results_) {
           if (!peek('[')) {
             const Kind k = skip_value(1);
@@ -420,26 +415,13 @@ class Parser {
                   poll_.spend(static_cast<int64_t>(caption.size()) + 8);
                   if (!annotations) {
                     const std::string key = "s" + field;
-                    if (keep_ == nullptr || keep_(key, ctx_)) {
-                      auto it = layout_index.find(key);
-                      if (it == layout_index.end()) {
-                        it = layout_index.emplace(key, static_cast<int64_t>(layout.keys.size())).first;
-                        layout.keys.push_back(key);
-                      }
-                      layout.text.append(caption);
-                      layout.off.push_back(static_cast<int64_t>(layout.text.size()));
-                      layout.image.push_back(it->second);
-                    }
+                    if (keep_ == nullptr || keep_(key, ctx_)) append_caption(layout, layout_index, key, caption);
                   }
                 } else {
                   const Kind k = skip_value(1);
                   if (k != Kind::kString) all_str = false;
                 }
-                if (peek(',')) {
-                  ++p_;
-                  continue;
-                }
-                expect(']');
+                if (more(']')) continue;
                 break;
               }
             } else {
@@ -451,11 +433,7 @@ class Parser {
             }
           }
         }
-        if (peek(',')) {
-          ++p_;
-          continue;
-        }
-        expect('}');
+        if (more('}')) continue;
         break;
       }
     }
@@ -496,11 +474,12 @@ struct Mapped {
   }
 };
 
-// Releases the mapped pages behind the parse position in 8 MiB steps (they are clean file pages: dropping them
-// costs nothing, and a later error message that needs the line number reads them back).
+// Releases the mapped pages behind the parse position in 1 MiB steps (they are clean file pages: dropping them
+// costs nothing, and a later error message that needs the line number reads them back). Mapped pages count in the
+// process's resident memory, so the step bounds what the file itself adds to the peak (~2 MiB).
 void release_behind(const char* at, void* arg) {
   auto* m = static_cast<Mapped*>(arg);
-  constexpr size_t kStep = size_t{8} << 20;
+  constexpr size_t kStep = size_t{1} << 20;
   const size_t pos = static_cast<size_t>(at - m->data);
   if (pos < m->released + 2 * kStep) return;
   const size_t upto = (pos - kStep) & ~(kStep - 1);

@@ -55,6 +55,47 @@ void split_all(const std::vector<TextView>& texts, Split mode, Tokens& out, std:
   out.ids.resize(out.off[m]);
 }
 
+// Word -> dense id for words that stay readable where they are (no copy): open addressing over ids, the words
+// compared in place. ~24 bytes per distinct word, against ~56 for Vocab (which owns its strings).
+class InPlaceVocab {
+ public:
+  InPlaceVocab() : slots_(1024, 0), mask_(1023) {}
+  // The id of the word, and whether it is new.
+  uint32_t intern(const char* p, int64_t n, uint64_t h, bool* added) {
+    for (uint64_t i = h & mask_;; i = (i + 1) & mask_) {
+      const uint32_t s = slots_[i];
+      if (s == 0) {
+        const uint32_t id = static_cast<uint32_t>(words_.size());
+        words_.push_back(TextView{p, n});
+        slots_[i] = id + 1;
+        if (2 * words_.size() > slots_.size()) grow();
+        *added = true;
+        return id;
+      }
+      const TextView& w = words_[s - 1];
+      if (w.n == n && std::memcmp(w.p, p, static_cast<size_t>(n)) == 0) {
+        *added = false;
+        return s - 1;
+      }
+    }
+  }
+
+ private:
+  void grow() {
+    std::vector<uint32_t> slots(slots_.size() * 2, 0);
+    mask_ = slots.size() - 1;
+    for (size_t id = 0; id < words_.size(); ++id) {
+      uint64_t i = hash_bytes(words_[id].p, words_[id].n) & mask_;
+      while (slots[i] != 0) i = (i + 1) & mask_;
+      slots[i] = static_cast<uint32_t>(id + 1);
+    }
+    slots_.swap(slots);
+  }
+  std::vector<uint32_t> slots_;  // id + 1, 0 = empty
+  uint64_t mask_;
+  std::vector<TextView> words_;
+};
+
 }  // namespace
 
 void tokenize_texts(const std::vector<TextView>& texts, Split mode, Vocab& vocab, Tokens& out) {
@@ -110,6 +151,66 @@ void tokenize_texts(const std::vector<TextView>& texts, Split mode, Vocab& vocab
       for (size_t j = 0; j < c.ids.size(); ++j) dst[j] = c.to_global[c.ids[j]];
     }
   });
+}
+
+void tokenize_texts_compact(const std::vector<TextView>& texts, Split mode, Tokens& out) {
+  // Pass 1 counts the words of each text; pass 2 marks the hash buckets the words fall in (seen once, seen again);
+  // pass 3 gives a word alone in its bucket a fresh id (no other occurrence of it exists) and interns the others.
+  // The vocabulary holds only the words that may repeat: on distinct-heavy text it is a small fraction of the words.
+  const int64_t m = static_cast<int64_t>(texts.size());
+  out.off.assign(m + 1, 0);
+  vlk::parallel_for(m, 4096, [&](int64_t b, int64_t e) {
+    InterruptPoll poll;
+    for (int64_t i = b; i < e; ++i) {
+      int64_t words = 0;
+      split_words(texts[i], mode, [&](const char*, int64_t) { ++words; });
+      out.off[i + 1] = words;
+      poll.spend(texts[i].n + 16);
+    }
+  });
+  for (int64_t i = 0; i < m; ++i) out.off[i + 1] += out.off[i];
+  const int64_t total = out.off[m];
+  int shift = 64 - 6;  // buckets: a power of two >= 8 per word, as bits in 64-bit words
+  while (shift > 1 && (uint64_t{1} << (64 - shift)) < static_cast<uint64_t>(8 * total)) --shift;
+  std::vector<uint64_t> once(size_t{1} << (64 - shift - 6), 0), again(once.size(), 0);
+  vlk::parallel_for(m, 4096, [&](int64_t b, int64_t e) {
+    InterruptPoll poll;
+    for (int64_t i = b; i < e; ++i) {
+      split_words(texts[i], mode, [&](const char* p, int64_t n) {
+        const uint64_t bucket = hash_bytes(p, n) >> shift;
+        const uint64_t bit = uint64_t{1} << (bucket & 63);
+        if (__atomic_fetch_or(&once[bucket >> 6], bit, __ATOMIC_RELAXED) & bit)
+          __atomic_fetch_or(&again[bucket >> 6], bit, __ATOMIC_RELAXED);
+      });
+      poll.spend(texts[i].n + 16);
+    }
+  });
+  std::vector<uint64_t>().swap(once);
+  out.ids.resize(static_cast<size_t>(total));
+  InPlaceVocab vocab;
+  std::vector<uint32_t> to_id;  // vocabulary id -> word id
+  uint32_t next = 0;
+  int64_t j = 0;
+  InterruptPoll poll;
+  for (int64_t i = 0; i < m; ++i) {
+    split_words(texts[i], mode, [&](const char* p, int64_t n) {
+      const uint64_t h = hash_bytes(p, n);
+      const uint64_t bucket = h >> shift;
+      if ((again[bucket >> 6] >> (bucket & 63) & 1) == 0) {
+        if (next >= kMaxWords) throw std::length_error("vocabulary exceeds 16,777,214 distinct words");
+        out.ids[j++] = next++;
+        return;
+      }
+      bool added;
+      const uint32_t v = vocab.intern(p, n, h, &added);
+      if (added) {
+        if (next >= kMaxWords) throw std::length_error("vocabulary exceeds 16,777,214 distinct words");
+        to_id.push_back(next++);
+      }
+      out.ids[j++] = to_id[v];
+    });
+    poll.spend(texts[i].n + 16);
+  }
 }
 
 void tokenize_texts_frozen(const std::vector<TextView>& texts, Split mode, const Vocab& vocab, Vocab& extra,

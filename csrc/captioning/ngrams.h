@@ -106,6 +106,14 @@ inline void split_words(TextView t, Split mode, F&& emit) {
   }
 }
 
+// The last mixing steps of every hash here (splitmix64's finalizer, halved).
+inline uint64_t finish_hash(uint64_t h) {
+  h ^= h >> 29;
+  h *= 0xBF58476D1CE4E5B9ull;
+  h ^= h >> 32;
+  return h;
+}
+
 inline uint64_t hash_bytes(const char* p, int64_t n) {
   // FNV-1a over 8-byte words then a final mix: fast for short words, only used to place words in the table.
   uint64_t h = 0xcbf29ce484222325ull ^ static_cast<uint64_t>(n);
@@ -118,11 +126,7 @@ inline uint64_t hash_bytes(const char* p, int64_t n) {
   }
   uint64_t w = 0;
   std::memcpy(&w, p + i, static_cast<size_t>(n - i));
-  h = (h ^ w) * 0x9E3779B97F4A7C15ull;
-  h ^= h >> 29;
-  h *= 0xBF58476D1CE4E5B9ull;
-  h ^= h >> 32;
-  return h;
+  return finish_hash((h ^ w) * 0x9E3779B97F4A7C15ull);
 }
 
 // Word -> dense id. Open addressing over (hash, id); strings live in one arena.
@@ -197,6 +201,9 @@ struct Tokens {
 void tokenize_texts(const std::vector<TextView>& texts, Split mode, Vocab& vocab, Tokens& out);
 void tokenize_texts_frozen(const std::vector<TextView>& texts, Split mode, const Vocab& vocab, Vocab& extra,
                            Tokens& out);
+// tokenize_texts with a private vocabulary (the same ids: dense, in first-occurrence order) that holds only words that
+// may occur more than once: memory ~4 bytes per word plus the repeated words, for very large inputs.
+void tokenize_texts_compact(const std::vector<TextView>& texts, Split mode, Tokens& out);
 
 // Exact n-gram key: up to four (word id + 1) in 24-bit fields; lo != 0 for every real n-gram.
 struct Key {
@@ -211,11 +218,8 @@ inline Key make_key(const uint32_t* w, int k) {
 }
 
 inline uint64_t key_hash(const Key& k) {
-  uint64_t h = k.lo * 0x9E3779B97F4A7C15ull ^ (static_cast<uint64_t>(k.hi) + 0x632BE59BD9B4E019ull) * 0xC2B2AE3D27D4EB4Full;
-  h ^= h >> 29;
-  h *= 0xBF58476D1CE4E5B9ull;
-  h ^= h >> 32;
-  return h;
+  return finish_hash(k.lo * 0x9E3779B97F4A7C15ull ^
+                     (static_cast<uint64_t>(k.hi) + 0x632BE59BD9B4E019ull) * 0xC2B2AE3D27D4EB4Full);
 }
 
 // Key -> value with open addressing; a table of one shard. Not thread-safe for writes.
@@ -472,6 +476,29 @@ class NgramBuilder {
   std::vector<ImageNgrams::Entry> entries_;
   std::vector<uint32_t> group_;
 };
+
+// Calls f(i, caps, builder, im, scratch) for every image i, in parallel: caps = {cand[i], its references...}, `im`
+// the image's n-grams of lengths 1..n (references: caps[1..]) from `builder`, `scratch` one Scratch per thread.
+template <typename Scratch, typename F>
+void for_each_image(const Tokens& tok, int n, const int64_t* cand, const int64_t* ref_off, const int64_t* ref_caps,
+                    int64_t n_images, F&& f) {
+  vlk::parallel_for(n_images, 64, [&](int64_t b, int64_t e) {
+    NgramBuilder builder;
+    Arena arena;
+    ImageNgrams im;
+    std::vector<int64_t> caps;
+    Scratch scratch;
+    for (int64_t i = b; i < e; ++i) {
+      caps.assign(1, cand[i]);
+      caps.insert(caps.end(), ref_caps + ref_off[i], ref_caps + ref_off[i + 1]);
+      const int ncap = static_cast<int>(caps.size());
+      if (ncap < 2) throw std::invalid_argument("an image has no references");
+      arena.reset();
+      builder.build(tok, caps.data(), ncap, n, 1, ncap, im, arena);
+      f(i, caps, builder, im, scratch);
+    }
+  });
+}
 
 }  // namespace vlk::cap
 
