@@ -250,3 +250,21 @@ def test_bindings_check_what_they_receive():
         df.score(["a", "b"], ["a b"], np.array([0, 1], i64), np.array([0], i64), 6.0)
     with pytest.raises(ValueError, match=r"outside \[0, num_docs = 2\]"):
         C.CapCiderDf.from_items(4, ["a"], np.array([3], i64), 2)
+
+
+@pytest.mark.slow
+def test_cli_ctrl_c_while_scoring_files_subprocess(tmp_path):
+    # Issue 12 item 8 on the file path: reading, tokenizing and the per-length CIDEr-D passes all poll Ctrl-C, so
+    # SIGINT 1 s into a multi-second evaluation of files is a KeyboardInterrupt within 0.5 s, and the next call works.
+    from vlkernels.testing import interrupt_latency
+
+    refs, preds = _write_big(tmp_path, 40_000, random_words=True)
+    tiny = '[{"image_id": 1, "caption": "a dog"}]'
+    warm = f"evaluate_captions(json.loads({tiny!r}), json.loads({tiny!r}))"
+    setup = f"import json\nfrom vlkernels.captioning import evaluate_captions\n{warm}"
+    call = f"evaluate_captions({str(refs)!r}, {str(preds)!r}, tokenize=True)"
+    after = f"{warm}['CIDEr'] >= 0"
+    latency, lines = interrupt_latency(setup, call, after, wait=1.0)
+    assert latency < 0.5, f"KeyboardInterrupt {latency:.3f} s after SIGINT"
+    print(f"files: KeyboardInterrupt {latency * 1000:.0f} ms after SIGINT")
+    assert lines.get("after") == "True"
