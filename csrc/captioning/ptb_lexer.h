@@ -531,6 +531,7 @@ class Lexer {
   Ends acro(int i) const;
 
   int abbrev1(int i) const;
+  int sentend(int j) const;
   static const WordSet& abbrev1_words();
   static const WordSet& abbrev1_cap_first_words();
 
@@ -569,7 +570,7 @@ class Lexer {
   enum Rule {
     kProgLang, kAssim3, kAssim2, kSgml, kSpmdash, kSpamp, kSppunc, kWordRedaux, kSwordSredaux, kWord, kApoword,
     kApoword2, kFullUrl, kLikelyUrl, kEmail, kTwitter, kRedauxCtx, kSredaux, kDate, kNumber, kSubSupNum, kFrac,
-    kFrac2, kTbspec, kThing3, kDolsign, kDolsign2, kAcronymEnd, kAbbrev1, kAbbrev3, kAbbrev2, kTbspec2, kWordDot, kPhone, kDblquotLeft,
+    kFrac2, kTbspec, kThing3, kDolsign, kDolsign2, kAcronymEnd, kAbbrev1Back, kAbbrev1, kAbbrev3, kAbbrev2, kTbspec2, kWordDot, kPhone, kDblquotLeft,
     kDblquot, kDel, kLrb, kRrb, kLsb, kRsb, kLcb, kRcb, kLess, kGreater, kSmiley, kAsianSmiley, kFilename, kHyphens, kLdots, kFnmarks, kAsts,
     kInsentp, kBang, kPunct, kEquals, kSlash, kHthingDot, kHthing, kThingDot, kThing, kThingaDot, kThinga,
     kQuoteLeft, kRedaux, kQuotes, kDuckFeet, kMisc, kIgnore, kAny
@@ -699,11 +700,19 @@ class Lexer {
       int total, tok;
       if (acro_possible) acronym_sentence_end(i, total, tok);
       if (acro_possible && total > 0) cand(kAcronymEnd, total, tok);
-      // {ABBREV1}/[^][^]: two characters of any kind (line breaks included) after the abbreviation lengthen its
-      // match, so "Inc.R&D" gives "Inc." rather than the word "Inc.R".
+      // {ABBREV1}/{SENTEND}, {ABBREV1}/[^][^] and {ABBREV1}: two characters of any kind (line breaks included)
+      // after the abbreviation lengthen its match, so "Inc.R&D" gives "Inc." rather than the word "Inc.R". Before a
+      // sentence end, and at the end of the text (fewer than two characters left), the token keeps its period but
+      // Java pushes the period back to be read again: a final "sq.2" gives "sq." then the number ".2".
       const int a1 = abbrev1(i);
-      if (a1 > 0 && i + a1 + 2 <= n_) cand(kAbbrev1, a1 + 2, a1);
-      cand1(kAbbrev1, a1);
+      if (a1 > 0) {
+        if (i + a1 + 2 <= n_) {
+          const int e = sentend(i + a1);
+          if (e > 0) cand(kAbbrev1Back, a1 + e, a1);
+          cand(kAbbrev1, a1 + 2, a1);
+        }
+        cand(kAbbrev1Back, a1, a1);
+      }
       abbrev3(i, total, tok);
       if (total > 0) cand(kAbbrev3, total, tok);
       cand1(kAbbrev2, abbrev2(i, acro_possible));
@@ -921,7 +930,7 @@ class Lexer {
       default:
         emit(text);
     }
-    return i + best_tok;
+    return i + best_tok - (best_rule == kAbbrev1Back ? 1 : 0);
   }
 };
 

@@ -257,6 +257,16 @@ int Lexer<CharT>::abbrev1(int i) const {
   return best;
 }
 
+// SENTEND = {SPACENL}({SPACENL}|([A-Z]|{SGML})) at j: its length, or 0.
+template <typename CharT>
+int Lexer<CharT>::sentend(int j) const {
+  auto spacenl = [&](int k) { return has(k) && (is_space(s_[k]) || is_newline_char(s_[k])); };
+  if (!spacenl(j)) return 0;
+  if (spacenl(j + 1) || ascii_upper(at(j + 1))) return 2;
+  const int g = at(j + 1) == '<' ? sgml(j + 1) : 0;
+  return g > 0 ? 1 + g : 0;
+}
+
 template <typename CharT>
 const WordSet& Lexer<CharT>::abbrev1_words() {
   static const WordSet words = {
