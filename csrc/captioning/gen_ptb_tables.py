@@ -7,6 +7,7 @@ Run from the repository root: `python csrc/captioning/gen_ptb_tables.py`. The ta
   final-sigma rule; its few Other_Lowercase/Other_Uppercase additions are listed in code),
 - spacing-mark ranges: category Mc (letters for the JDK's word boundaries, which the final-sigma rule uses),
 - ignorable ranges: categories Mn, Me, Cf (transparent to the JDK's word boundaries),
+- format ranges: category Cf (transparent also right after a mid-word character, where a mark is not),
 - numeric ranges: categories Nd, Nl, No (numbers for the JDK's word boundaries),
 - lower-case map: one-to-one str.lower() mappings (java.lang.String.toLowerCase; the two context/length
   special cases, U+0130 and final sigma, are handled in code).
@@ -45,6 +46,7 @@ def main() -> None:
     cased = ranges(lambda ch: unicodedata.category(ch) in ("Lu", "Ll", "Lt"))
     spacing_marks = ranges(lambda ch: unicodedata.category(ch) == "Mc")
     ignorable = ranges(lambda ch: unicodedata.category(ch) in ("Mn", "Me", "Cf"))
+    fmt = ranges(lambda ch: unicodedata.category(ch) == "Cf")
     numeric = ranges(lambda ch: unicodedata.category(ch) in ("Nd", "Nl", "No"))
     lower = []
     for c in range(0x10000):
@@ -61,6 +63,7 @@ def main() -> None:
         + fmt_ranges("kCasedRanges", cased)
         + fmt_ranges("kSpacingMarkRanges", spacing_marks)
         + fmt_ranges("kIgnorableRanges", ignorable)
+        + fmt_ranges("kFormatRanges", fmt)
         + fmt_ranges("kNumericRanges", numeric)
         + "static const CpRange kLowerMap[] = {\n"
         + ",\n".join(f"  {{0x{a:04X}, 0x{b:04X}}}" for a, b in lower)

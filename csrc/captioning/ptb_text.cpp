@@ -90,14 +90,16 @@ void java_lower_append(const char16_t* in, size_t n, Str& out) {
         return x == '_' || x == 0x203F || x == 0x2040 || x == 0x2054 || x == 0xFE33 || x == 0xFE34 ||
                (x >= 0xFE4D && x <= 0xFE4F) || x == 0xFF3F;
       };
-      auto transparent = [](char16_t x) { return in_table(kIgnorableRanges, x); };
+      auto transparent = [](char16_t x) { return in_table(kIgnorableRanges, x); };  // Mn, Me, Cf
       auto numeric = [](char16_t x) { return in_table(kNumericRanges, x); };
       auto mid_num = [](char16_t m) { return m == '"' || m == '\'' || m == ',' || m == '.' || m == 0x066B; };
-      // in[a] between two letters (or, for mid_num, two digits), marks and format characters skipped.
+      // in[a] between two letters (or, for mid_num, two digits), marks and format characters skipped before it,
+      // format characters only after it: a non-spacing or enclosing mark after it attaches to it and ends the word
+      // ("b_\u0301\u03a3" -> σ, "b_\u200d\u03a3" -> ς; checked against the jar).
       auto joins = [&](size_t a) {
         size_t p = a, q = a + 1;
         while (p > 0 && transparent(in[p - 1])) --p;
-        while (q < n && transparent(in[q])) ++q;
+        while (q < n && in_table(kFormatRanges, in[q])) ++q;
         if (p == 0 || q >= n) return false;
         const char16_t l = in[p - 1], r = in[q], m = in[a];
         return ((mid_word(m) || connector(m)) && is_letter(l) && is_letter(r)) ||
