@@ -105,7 +105,12 @@ void java_lower_append(const char16_t* in, size_t n, Str& out) {
         return ((mid_word(m) || connector(m)) && is_letter(l) && is_letter(r)) ||
                (mid_num(m) && numeric(l) && numeric(r));
       };
-      auto cjk = [](char16_t x) { return (x >= 0x3040 && x <= 0x9FFF) || (x >= 0xAC00 && x <= 0xD7AF) || (x >= 0xF900 && x <= 0xFAFF); };
+      // The JDK's kanji, hiragana and katakana classes (words of their own); other ideographs and Hangul are
+      // letters to it (checked against the jar code point by code point at the class edges).
+      auto cjk = [](char16_t x) {
+        return x == 0x3005 || (x >= 0x4E00 && x <= 0x9FA5) || (x >= 0xF900 && x <= 0xFA2D) ||
+               (x >= 0x3041 && x <= 0x3094) || x == 0x309D || x == 0x309E || (x >= 0x30A1 && x <= 0x30FE);
+      };
       // Cased: categories Lu, Ll, Lt, and the Other_Lowercase/Other_Uppercase characters the JDK lists.
       auto cased = [](char16_t x) {
         return in_table(kCasedRanges, x) || (x >= 0x02B0 && x <= 0x02B8) || x == 0x02C0 || x == 0x02C1 ||
@@ -117,12 +122,20 @@ void java_lower_append(const char16_t* in, size_t n, Str& out) {
         return (is_letter(x) && !cjk(x)) || numeric(x) || in_table(kSpacingMarkRanges, x) || transparent(x) ||
                joins(a);
       };
+      // Backwards, a run of marks and format characters belongs to the character before it: in the word with it,
+      // outside it with it, and outside every word at the start of the token ("!\u0345Σ", "\u0345Σ" -> σ).
       bool before = false, after = false;
-      for (size_t b = k; b-- > 0 && in_word(b);)
-        if (cased(in[b])) {
+      for (size_t b = k; b > 0;) {
+        size_t p = b;
+        bool cased_mark = false;
+        while (p > 0 && transparent(in[p - 1])) cased_mark |= cased(in[--p]);
+        if (p == 0 || !in_word(p - 1)) break;
+        if (cased_mark || cased(in[p - 1])) {
           before = true;
           break;
         }
+        b = p - 1;
+      }
       for (size_t a = k + 1; a < n && in_word(a); ++a)
         if (cased(in[a])) {
           after = true;
