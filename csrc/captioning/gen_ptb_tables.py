@@ -6,8 +6,9 @@ Run from the repository root: `python csrc/captioning/gen_ptb_tables.py`. The ta
 - cased-letter ranges: categories Lu, Ll, Lt (the letters java.lang.ConditionalSpecialCasing calls cased, for the
   final-sigma rule; its few Other_Lowercase/Other_Uppercase additions are listed in code),
 - spacing-mark ranges: category Mc (letters for the JDK's word boundaries, which the final-sigma rule uses),
-- ignorable ranges: categories Mn, Me, Cf (transparent to the JDK's word boundaries),
-- format ranges: category Cf (transparent also right after a mid-word character, where a mark is not),
+- ignorable ranges: categories Mn, Me, Cf (transparent to the JDK's word boundaries) but U+00AD, which the JDK's
+  word rules list as a mid-word character,
+- format ranges: category Cf but U+00AD (transparent also right after a mid-word character, where a mark is not),
 - numeric ranges: categories Nd, Nl, No (numbers for the JDK's word boundaries),
 - lower-case map: one-to-one str.lower() mappings (java.lang.String.toLowerCase; the two context/length
   special cases, U+0130 and final sigma, are handled in code).
@@ -45,8 +46,8 @@ def main() -> None:
     digits = ranges(lambda ch: unicodedata.category(ch) == "Nd")
     cased = ranges(lambda ch: unicodedata.category(ch) in ("Lu", "Ll", "Lt"))
     spacing_marks = ranges(lambda ch: unicodedata.category(ch) == "Mc")
-    ignorable = ranges(lambda ch: unicodedata.category(ch) in ("Mn", "Me", "Cf"))
-    fmt = ranges(lambda ch: unicodedata.category(ch) == "Cf")
+    ignorable = ranges(lambda ch: unicodedata.category(ch) in ("Mn", "Me", "Cf") and ch != "\u00ad")
+    fmt = ranges(lambda ch: unicodedata.category(ch) == "Cf" and ch != "\u00ad")
     numeric = ranges(lambda ch: unicodedata.category(ch) in ("Nd", "Nl", "No"))
     lower = []
     for c in range(0x10000):

@@ -295,7 +295,10 @@ int Lexer<CharT>::abbrev2(int i, bool acro_possible) const {
   int best = -1;
   if (j > i && at(j) == '.') {
     const uint64_t w = pack_letters(s_ + i, j - i);
-    if (abbrev2_words().has(w) || (s_[i] == 'M' && w == pack_letters("miss"))) best = j + 1 - i;
+    // [M]iss and M[ft]g: a character class keeps its case under %caseless ("MFG." is no abbreviation, "mFg." no).
+    const bool mfg = w == pack_letters("mfg") || w == pack_letters("mtg");
+    if ((abbrev2_words().has(w) && !(mfg && ascii_upper(s_[i + 1]))) || (s_[i] == 'M' && w == pack_letters("miss")))
+      best = j + 1 - i;
   }
   if (lit(i, "a.k.a.") > 0) best = std::max(best, 6);
   if (acro_possible)

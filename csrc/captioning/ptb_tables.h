@@ -630,7 +630,6 @@ static const CpRange kSpacingMarkRanges[] = {
   {0xABEC, 0xABEC}
 };
 static const CpRange kIgnorableRanges[] = {
-  {0x00AD, 0x00AD},
   {0x0300, 0x036F},
   {0x0483, 0x0489},
   {0x0591, 0x05BD},
@@ -850,7 +849,6 @@ static const CpRange kIgnorableRanges[] = {
   {0xFFF9, 0xFFFB}
 };
 static const CpRange kFormatRanges[] = {
-  {0x00AD, 0x00AD},
   {0x0600, 0x0605},
   {0x061C, 0x061C},
   {0x06DD, 0x06DD},

@@ -75,7 +75,7 @@ void java_lower_append(const char16_t* in, size_t n, Str& out) {
     } else if (c == 0x03A3) {
       // Final sigma, as java.lang.ConditionalSpecialCasing decides it: a cased letter before it and none after it
       // within the same word, words as the JDK's word BreakIterator delimits them (all checked against the jar):
-      // - letters (not ideographs, kana or hangul, which form words of their own), spacing marks and numbers
+      // - letters (not the JDK's kanji and kana classes, which form words of their own), spacing marks and numbers
       //   (digits, "½", "Ⅻ") are inside a word;
       // - non-spacing and enclosing marks and format characters are transparent ("áΣ-" -> "áς", "aΣ\u0301é" -> σ);
       // - a mid-word character (a dash, U+00AD, U+2027, '"', '\'', '.') or a connector ('_', U+203F, ...) joins two
@@ -90,9 +90,17 @@ void java_lower_append(const char16_t* in, size_t n, Str& out) {
         return x == '_' || x == 0x203F || x == 0x2040 || x == 0x2054 || x == 0xFE33 || x == 0xFE34 ||
                (x >= 0xFE4D && x <= 0xFE4F) || x == 0xFF3F;
       };
-      auto transparent = [](char16_t x) { return in_table(kIgnorableRanges, x); };  // Mn, Me, Cf
+      auto transparent = [](char16_t x) { return in_table(kIgnorableRanges, x); };  // Mn, Me, Cf but U+00AD
       auto numeric = [](char16_t x) { return in_table(kNumericRanges, x); };
       auto mid_num = [](char16_t m) { return m == '"' || m == '\'' || m == ',' || m == '.' || m == 0x066B; };
+      // The JDK's kanji, hiragana and katakana classes (words of their own); other ideographs and Hangul are
+      // letters to it (checked against the jar code point by code point at the class edges).
+      auto cjk = [](char16_t x) {
+        return x == 0x3005 || (x >= 0x4E00 && x <= 0x9FA5) || (x >= 0xF900 && x <= 0xFA2D) ||
+               (x >= 0x3041 && x <= 0x3094) || x == 0x309D || x == 0x309E || (x >= 0x30A1 && x <= 0x30FE);
+      };
+      // The JDK's $let: letters (not those) and spacing marks.
+      auto jdk_letter = [&](char16_t x) { return (is_letter(x) && !cjk(x)) || in_table(kSpacingMarkRanges, x); };
       // in[a] between two letters (or, for mid_num, two digits), marks and format characters skipped before it,
       // format characters only after it: a non-spacing or enclosing mark after it attaches to it and ends the word
       // ("b_\u0301\u03a3" -> σ, "b_\u200d\u03a3" -> ς; checked against the jar).
@@ -102,14 +110,8 @@ void java_lower_append(const char16_t* in, size_t n, Str& out) {
         while (q < n && in_table(kFormatRanges, in[q])) ++q;
         if (p == 0 || q >= n) return false;
         const char16_t l = in[p - 1], r = in[q], m = in[a];
-        return ((mid_word(m) || connector(m)) && is_letter(l) && is_letter(r)) ||
+        return ((mid_word(m) || connector(m)) && jdk_letter(l) && jdk_letter(r)) ||
                (mid_num(m) && numeric(l) && numeric(r));
-      };
-      // The JDK's kanji, hiragana and katakana classes (words of their own); other ideographs and Hangul are
-      // letters to it (checked against the jar code point by code point at the class edges).
-      auto cjk = [](char16_t x) {
-        return x == 0x3005 || (x >= 0x4E00 && x <= 0x9FA5) || (x >= 0xF900 && x <= 0xFA2D) ||
-               (x >= 0x3041 && x <= 0x3094) || x == 0x309D || x == 0x309E || (x >= 0x30A1 && x <= 0x30FE);
       };
       // Cased: categories Lu, Ll, Lt, and the Other_Lowercase/Other_Uppercase characters the JDK lists.
       auto cased = [](char16_t x) {
@@ -119,8 +121,7 @@ void java_lower_append(const char16_t* in, size_t n, Str& out) {
       };
       auto in_word = [&](size_t a) {
         const char16_t x = in[a];
-        return (is_letter(x) && !cjk(x)) || numeric(x) || in_table(kSpacingMarkRanges, x) || transparent(x) ||
-               joins(a);
+        return jdk_letter(x) || numeric(x) || transparent(x) || joins(a);
       };
       // Backwards, a run of marks and format characters belongs to the character before it: in the word with it,
       // outside it with it, and outside every word at the start of the token ("!\u0345Σ", "\u0345Σ" -> σ).
