@@ -93,6 +93,19 @@ HARD_CASES = [
     "Z\u00bd\u03a3", "\u03a3\u0391\u03a3\u00bdbar.edu", "a.b.net/x\u03a312.34.567.890M",
     "#1&\u039f\u0394\u039f\u03a3\u200b'Z@", "PC@A\u0301\u2014\u03a3", "\u2019Mrs. 2\u20443", "-3\u2019Mrs.1st", "rs. 2",
     "sec.2", "Pt. 2", "arts. 2", "approx. 5", "<Z_>", "<a_b c>", "</a_b>", "<a b_c='x'>", "<_a>",
+    # Session 5: final sigma after a mid-word character and a mark, Hangul and non-kana ideographs, spacing marks,
+    # U+00AD, a leading mark; M[ft]g's case; ABBREV1 before a sentence end.
+    "\u2018>n@\u02bc\u2018\u00abo_!b\u02bc_\u0301\u03a31", "n@b_\u0301\u03a31", "n@b_\u200d\u03a3", "n@b-\u0301\u03a3",
+    "a\u03a3_\u0301b", "n@b_\u200d\u0301\u03a3", "B\uac00\u03a3", "B\u30a2\u03a3", "B\u65e5\u03a3", "B\u9fa6\u03a3",
+    "B\u3006\u03a3", "B\uff71\u03a3", "\u03a3\uac00b", "\u0345\u03a3", "x!\u0345\u03a3", "n@1\u0345\u03a3",
+    "\u01c5x\u03a3\u0903\u094d\u0301.x", "www.\u03a3.\u0903\u04162.de", "Ab\u00ad.\u03a3&eacute;\u03a3",
+    "\u0391\u03a3\u00ad.net", "www.\u00ad\u03a3\u00ab", "b_\u00ad\u03a3", "MFG. <b> x", "Mfg. x", "mFg. x", "MtG. x",
+    "etc. The", "Inc. <b> x", "etc.\u00a0A", "etc.  . . .",
+]  # fmt: skip
+# Cases whose Java output depends on being the last caption of the file (tokenized alone in the corpus).
+ALONE_CASES = [
+    "sq.2", "a sq.2", "Inc.2", "etc.5", "ph.d.2", "Mass.1", "etc.", "sq.", "etc.\u0661", "1.txt", "a 9b.x", "file 1.c",
+    "we'll", "a P.", "Jan.a", "x Ph.D.", "sq. 2", "no.5", "fig.2", "Mr.2",
 ]  # fmt: skip
 # Characters that start a new output line under -preserveLines (documented deliberate difference).
 LINE_BREAKS = "\r\x0b\x0c\u2028\u2029"
@@ -296,7 +309,11 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=100000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch", type=int, default=50000)
-    ap.add_argument("--write-corpus", help="write [[input, java_output], ...] (HARD_CASES + generated) as JSON")
+    ap.add_argument(
+        "--write-corpus",
+        help="write {'in_order': [[input, java_output], ...] (HARD_CASES + generated), 'alone': [...] (ALONE_CASES + "
+        "every 50th generated string, each the whole file)} as JSON",
+    )
     args = ap.parse_args()
     t0 = time.time()
     n, bad = run(args.n, args.seed, args.batch)
@@ -307,9 +324,13 @@ def main() -> None:
     )
     if args.write_corpus:
         caps = HARD_CASES + generate(args.seed, args.n)
-        pairs = [[c, w] for c, w in zip(caps, java_tokenize(caps))]
+        alone = ALONE_CASES + generate(args.seed, args.n)[::50]
+        corpus = {
+            "in_order": [[c, w] for c, w in zip(caps, java_tokenize(caps))],
+            "alone": [[c, w] for c, w in zip(alone, java_alone(alone))],
+        }
         with open(args.write_corpus, "w", encoding="utf-8") as f:
-            json.dump(pairs, f, ensure_ascii=True, indent=0)
+            json.dump(corpus, f, ensure_ascii=True, indent=0)
     sys.exit(1 if bad else 0)
 
 

@@ -10,10 +10,15 @@ namespace {
 struct CpRange {
   uint32_t lo, hi;
 };
+struct CpClassRange {
+  uint16_t lo, hi;
+  uint8_t classes;
+};
 #include "captioning/ptb_tables.h"
 
-template <size_t N>
-bool in_table(const CpRange (&t)[N], uint32_t c) {
+// The range of the sorted, disjoint table t holding c, or nullptr.
+template <typename Range, size_t N>
+const Range* find_range(const Range (&t)[N], uint32_t c) {
   size_t lo = 0, hi = N;
   while (lo < hi) {
     size_t mid = (lo + hi) / 2;
@@ -22,16 +27,27 @@ bool in_table(const CpRange (&t)[N], uint32_t c) {
     } else if (c > t[mid].hi) {
       lo = mid + 1;
     } else {
-      return true;
+      return &t[mid];
     }
   }
-  return false;
+  return nullptr;
+}
+
+template <size_t N>
+bool in_table(const CpRange (&t)[N], uint32_t c) {
+  return find_range(t, c) != nullptr;
+}
+
+// Whether c is in class k (one of the CpClass bits).
+bool in_class(char16_t c, CpClass k) {
+  const CpClassRange* r = find_range(kClassRanges, c);
+  return r != nullptr && (r->classes & k) != 0;
 }
 
 }  // namespace
 
-bool in_letter_table(char16_t c) { return in_table(kLetterRanges, c); }
-bool in_digit_table(char16_t c) { return in_table(kDigitRanges, c); }
+bool in_letter_table(char16_t c) { return in_class(c, kLetter); }
+bool in_digit_table(char16_t c) { return in_class(c, kDigit); }
 
 // Letters outside Character.isLetter that the Java WORD rule accepts (combining marks, modifier letters, ...).
 bool is_extra_word_char(char16_t c) {
@@ -90,8 +106,8 @@ void java_lower_append(const char16_t* in, size_t n, Str& out) {
         return x == '_' || x == 0x203F || x == 0x2040 || x == 0x2054 || x == 0xFE33 || x == 0xFE34 ||
                (x >= 0xFE4D && x <= 0xFE4F) || x == 0xFF3F;
       };
-      auto transparent = [](char16_t x) { return in_table(kIgnorableRanges, x); };  // Mn, Me, Cf but U+00AD
-      auto numeric = [](char16_t x) { return in_table(kNumericRanges, x); };
+      auto transparent = [](char16_t x) { return in_class(x, kIgnorable); };  // Mn, Me, Cf but U+00AD
+      auto numeric = [](char16_t x) { return in_class(x, kNumeric); };
       auto mid_num = [](char16_t m) { return m == '"' || m == '\'' || m == ',' || m == '.' || m == 0x066B; };
       // The JDK's kanji, hiragana and katakana classes (words of their own); other ideographs and Hangul are
       // letters to it (checked against the jar code point by code point at the class edges).
@@ -100,14 +116,14 @@ void java_lower_append(const char16_t* in, size_t n, Str& out) {
                (x >= 0x3041 && x <= 0x3094) || x == 0x309D || x == 0x309E || (x >= 0x30A1 && x <= 0x30FE);
       };
       // The JDK's $let: letters (not those) and spacing marks.
-      auto jdk_letter = [&](char16_t x) { return (is_letter(x) && !cjk(x)) || in_table(kSpacingMarkRanges, x); };
+      auto jdk_letter = [&](char16_t x) { return (is_letter(x) && !cjk(x)) || in_class(x, kSpacingMark); };
       // in[a] between two letters (or, for mid_num, two digits), marks and format characters skipped before it,
       // format characters only after it: a non-spacing or enclosing mark after it attaches to it and ends the word
       // ("b_\u0301\u03a3" -> σ, "b_\u200d\u03a3" -> ς; checked against the jar).
       auto joins = [&](size_t a) {
         size_t p = a, q = a + 1;
         while (p > 0 && transparent(in[p - 1])) --p;
-        while (q < n && in_table(kFormatRanges, in[q])) ++q;
+        while (q < n && in_class(in[q], kFormat)) ++q;
         if (p == 0 || q >= n) return false;
         const char16_t l = in[p - 1], r = in[q], m = in[a];
         return ((mid_word(m) || connector(m)) && jdk_letter(l) && jdk_letter(r)) ||
@@ -115,7 +131,7 @@ void java_lower_append(const char16_t* in, size_t n, Str& out) {
       };
       // Cased: categories Lu, Ll, Lt, and the Other_Lowercase/Other_Uppercase characters the JDK lists.
       auto cased = [](char16_t x) {
-        return in_table(kCasedRanges, x) || (x >= 0x02B0 && x <= 0x02B8) || x == 0x02C0 || x == 0x02C1 ||
+        return in_class(x, kCased) || (x >= 0x02B0 && x <= 0x02B8) || x == 0x02C0 || x == 0x02C1 ||
                (x >= 0x02E0 && x <= 0x02E4) || x == 0x0345 || x == 0x037A || (x >= 0x1D2C && x <= 0x1D61) ||
                (x >= 0x2160 && x <= 0x217F) || (x >= 0x24B6 && x <= 0x24E9);
       };
