@@ -101,6 +101,12 @@ HARD_CASES = [
     "\u01c5x\u03a3\u0903\u094d\u0301.x", "www.\u03a3.\u0903\u04162.de", "Ab\u00ad.\u03a3&eacute;\u03a3",
     "\u0391\u03a3\u00ad.net", "www.\u00ad\u03a3\u00ab", "b_\u00ad\u03a3", "MFG. <b> x", "Mfg. x", "mFg. x", "MtG. x",
     "etc. The", "Inc. <b> x", "etc.\u00a0A", "etc.  . . .",
+    # %caseless literals also match U+0130/U+0131 (i), U+017F (s), U+212A (k); ACRONYM's sentence start is followed by
+    # a space or line break only (not "?"/"!").
+    "--@won'tİSTANBUL@\u00a0.o_O-y`<<,1st&", "'t\u0130s", "'t\u0131s", "'ti\u017f", "\u0130nc. x", "a.\u212a.a. x",
+    "M\u0131ss. x", "S\u0130NO-U.S. x", "1.g\u0130f x", "&mda\u017fh; x", "l\u0130'l x", "\u017f'mores x",
+    "St._A. A!!\u2019^.^&", "we'll sq.  a", "A. A!! x", "A. <b>! x", "A. About? x", "x A. A x", "U.S. The! x",
+    "&\u00c9*\u03a3=\x91z\u03a3-<b.", "</a>?\u00a7\u2014", "x b.", "<b>?x",
 ]  # fmt: skip
 # Cases whose Java output depends on being the last caption of the file (tokenized alone in the corpus).
 ALONE_CASES = [

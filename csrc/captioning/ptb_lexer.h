@@ -373,13 +373,20 @@ class Lexer {
   bool has(int i) const { return i < n_; }
 
   // Case-insensitive ASCII literal at i (JFlex %caseless applies to literals, not to character classes).
+  // pack_letters() key of s_[i, j) read as a %caseless literal (caseless_ascii letters), or 0.
+  uint64_t pack_caseless(int i, int j) const {
+    if (j <= i || j - i > 8) return 0;
+    uint64_t key = 0;
+    for (int k = i; k < j; ++k) key = (key << 8) | caseless_ascii(s_[k]);
+    return key;
+  }
   int lit(int i, const char* w) const {
     int k = 0;
     for (; w[k]; ++k) {
       if (i + k >= n_) return -1;
       char16_t c = s_[i + k];
       char16_t x = static_cast<char16_t>(static_cast<unsigned char>(w[k]));
-      if (ascii_alpha(x) ? (c | 0x20) != (x | 0x20) : c != x) return -1;
+      if (ascii_alpha(x) ? caseless_ascii(c) != (x | 0x20) : c != x) return -1;
     }
     return k;
   }
@@ -694,9 +701,17 @@ class Lexer {
     }
     if (in_set(c, u"\u00A2\u00A3\u00A4\u00A5\u0080\u20A0\u20AC\u060B\u0E3F\u20A4\uFFE0\uFFE1\uFFE5\uFFE6"))
       cand1(kDolsign2, 1);
-    if (ascii_alpha(c) && (at(ja) == '.' || at(ja) == '-')) {
+    // (The abbreviation lists and ACRO's hyphenated forms are %caseless literals: a run with U+0130, U+0131,
+    // U+017F or U+212A is read again.)
+    int jc = ja;
+    if (caseless_special(c) || (ascii_alpha(c) && caseless_special(at(ja)))) {
+      jc = i;
+      while (jc < n_ && caseless_ascii(s_[jc])) ++jc;
+    }
+    const bool dot_or_hyphen = at(ja) == '.' || at(ja) == '-' || at(jc) == '.' || at(jc) == '-';
+    if ((ascii_alpha(c) || caseless_special(c)) && dot_or_hyphen) {
       // ACRO needs a period right after its first letter, or one of its hyphenated special forms.
-      const bool acro_possible = at(i + 1) == '.' || at(ja) == '-';
+      const bool acro_possible = at(i + 1) == '.' || at(ja) == '-' || at(jc) == '-';
       int total, tok;
       if (acro_possible) acronym_sentence_end(i, total, tok);
       if (acro_possible && total > 0) cand(kAcronymEnd, total, tok);
