@@ -63,12 +63,15 @@ FRAGMENTS = [
     "\u3001", "\u3002", "\u30fb", "\uff01", "\uff0c", "\u2022", "\u00b7", "\u2219", "\u203c", "\u2122", "\u00a9",
     "dog", "Dogs", "A", "a", "the", "The", "I", "x", "X", "Z", "n", "o", "O", "l", "d", "y", "Y",
 ]  # fmt: skip
+# The non-ASCII characters JFlex's %caseless matches for an ASCII letter of a literal (see swap_caseless).
+CASELESS = {"i": "\u0130", "I": "\u0131", "s": "\u017f", "k": "\u212a"}
 SEPARATORS = [" ", " ", " ", "", "", "-", ".", ",", "'", "`", "_", ". ", ", ", "/", "@", ":", "\u00a0", "\u2019", "&"]
 CHARS = (
     list(" .,;:!?'\"`()[]{}<>-_/\\@#$%&*+=|~^019abcdnotxyzACDIMNOPSTXZ\t")
     + APOSTROPHES[:-1]
     + list("\u201c\u201d\u00ab\u00bb\u00e9\u00c9\u03a3\u03c3\u0130\u00df\u0301\u2026\u2013\u2014\u00a0\u3000\u00ad")
     + ["\U0001f600", "\u65e5", "\u0661", "\x00", "\x1f", "\x7f", "\x85", "\u200b", "\u00bd", "\u20ac"]
+    + list(CASELESS.values())
 )
 # Cases found by hand or by fuzzing (issues 12 and 13), kept in the committed corpus ahead of the generated ones.
 HARD_CASES = [
@@ -137,7 +140,8 @@ UNI = [
     "\u0130", "\u01c5", "\u02bc", "\u02b0", "\u0345", "\u0301", "\u0301", "\u0488", "\u180b", "\u0903", "\u200d",
     "\u200b", "\u200e", "\ufeff", "\u00ad", "_", "_", "\u203f", "-", ".", ",", "'", "\u2019", "\u2018", "`", '"',
     "\u2027", "\u066b", "\u00bd", "\u2162", "\u0661", "\u65e5", "\u30a2", "\uac00", "\u05e9", "\u0416",
-    "\u0915", "\u094d", "&eacute;", "!", "@", "#", "/", ":", "\u00ab", "\u2013", "\u2160",
+    "\u0915", "\u094d", "&eacute;", "!", "@", "#", "/", ":", "\u00ab", "\u2013", "\u2160", "\u0130", "\u0131",
+    "\u017f", "\u212a",
 ]  # fmt: skip
 TLDS = ["com", "org", "net", "edu", "de", "\u03a3\u03a3", "co.uk", "txt", "x"]
 
@@ -181,6 +185,8 @@ def abbreviation_case(rng: random.Random) -> str:
     a = rng.choice(ABBREVIATIONS)
     if rng.random() < 0.3:
         a = a.upper() if rng.random() < 0.5 else a.lower()
+    if rng.random() < 0.1:
+        a = "".join(CASELESS.get(ch, ch) for ch in a)
     s = a + "." + rng.choice(AFTER_ABBREVIATION)
     if rng.random() < 0.5:
         s = rng.choice(FRAGMENTS) + rng.choice([" ", "", "-", "\u00a0"]) + s
@@ -205,6 +211,8 @@ def generate(seed: int, n: int) -> list[str]:
                     frag = frag.upper() if rng.random() < 0.5 else frag.capitalize()
                 if rng.random() < 0.15:  # swap the apostrophe / quote variant
                     frag = frag.replace("'", rng.choice(APOSTROPHES)).replace('"', rng.choice(QUOTES))
+                if rng.random() < 0.05:  # a letter of a %caseless literal by its non-ASCII case partner
+                    frag = "".join(CASELESS.get(ch, ch) if rng.random() < 0.5 else ch for ch in frag)
                 parts += [frag, rng.choice(SEPARATORS)]
             s = "".join(parts)
         elif r < 0.85:
