@@ -8,6 +8,11 @@ same list (same order, so the cross-caption context is the same).
     python tools/ptb_differential.py --n 1000000 --seed 0          # the million-string run
     python tools/ptb_differential.py --n 20000 --write-corpus F    # also write (input, java_output) pairs as JSON
 
+Rules with trailing context read past a caption into the next one, and behave differently at the end of the file
+(``{ABBREV1}`` pushes its period back there: a final ``sq.2`` is ``sq. .2``): besides the batches, every 50th string
+is also tokenized alone, as the whole file, by the jar's own ``PTBTokenizer.main`` called once per file in one JVM
+(a small harness compiled on the fly; the command line stops after its first file).
+
 Characters that start a new line in Java's ``-preserveLines`` mode (``\\r``, U+000B, U+000C, U+2028, U+2029) are
 not generated: pycocoevalcap misaligns the captions after them, a documented deliberate difference.
 """
@@ -58,12 +63,15 @@ FRAGMENTS = [
     "\u3001", "\u3002", "\u30fb", "\uff01", "\uff0c", "\u2022", "\u00b7", "\u2219", "\u203c", "\u2122", "\u00a9",
     "dog", "Dogs", "A", "a", "the", "The", "I", "x", "X", "Z", "n", "o", "O", "l", "d", "y", "Y",
 ]  # fmt: skip
+# The non-ASCII characters JFlex's %caseless matches for an ASCII letter of a literal (see swap_caseless).
+CASELESS = {"i": "\u0130", "I": "\u0131", "s": "\u017f", "k": "\u212a"}
 SEPARATORS = [" ", " ", " ", "", "", "-", ".", ",", "'", "`", "_", ". ", ", ", "/", "@", ":", "\u00a0", "\u2019", "&"]
 CHARS = (
     list(" .,;:!?'\"`()[]{}<>-_/\\@#$%&*+=|~^019abcdnotxyzACDIMNOPSTXZ\t")
     + APOSTROPHES[:-1]
     + list("\u201c\u201d\u00ab\u00bb\u00e9\u00c9\u03a3\u03c3\u0130\u00df\u0301\u2026\u2013\u2014\u00a0\u3000\u00ad")
     + ["\U0001f600", "\u65e5", "\u0661", "\x00", "\x1f", "\x7f", "\x85", "\u200b", "\u00bd", "\u20ac"]
+    + list(CASELESS.values())
 )
 # Cases found by hand or by fuzzing (issues 12 and 13), kept in the committed corpus ahead of the generated ones.
 HARD_CASES = [
@@ -88,9 +96,101 @@ HARD_CASES = [
     "Z\u00bd\u03a3", "\u03a3\u0391\u03a3\u00bdbar.edu", "a.b.net/x\u03a312.34.567.890M",
     "#1&\u039f\u0394\u039f\u03a3\u200b'Z@", "PC@A\u0301\u2014\u03a3", "\u2019Mrs. 2\u20443", "-3\u2019Mrs.1st", "rs. 2",
     "sec.2", "Pt. 2", "arts. 2", "approx. 5", "<Z_>", "<a_b c>", "</a_b>", "<a b_c='x'>", "<_a>",
+    # Session 5: final sigma after a mid-word character and a mark, Hangul and non-kana ideographs, spacing marks,
+    # U+00AD, a leading mark; M[ft]g's case; ABBREV1 before a sentence end.
+    "\u2018>n@\u02bc\u2018\u00abo_!b\u02bc_\u0301\u03a31", "n@b_\u0301\u03a31", "n@b_\u200d\u03a3", "n@b-\u0301\u03a3",
+    "a\u03a3_\u0301b", "n@b_\u200d\u0301\u03a3", "B\uac00\u03a3", "B\u30a2\u03a3", "B\u65e5\u03a3", "B\u9fa6\u03a3",
+    "B\u3006\u03a3", "B\uff71\u03a3", "\u03a3\uac00b", "\u0345\u03a3", "x!\u0345\u03a3", "n@1\u0345\u03a3",
+    "\u01c5x\u03a3\u0903\u094d\u0301.x", "www.\u03a3.\u0903\u04162.de", "Ab\u00ad.\u03a3&eacute;\u03a3",
+    "\u0391\u03a3\u00ad.net", "www.\u00ad\u03a3\u00ab", "b_\u00ad\u03a3", "MFG. <b> x", "Mfg. x", "mFg. x", "MtG. x",
+    "etc. The", "Inc. <b> x", "etc.\u00a0A", "etc.  . . .",
+    # %caseless literals also match U+0130/U+0131 (i), U+017F (s), U+212A (k); ACRONYM's sentence start is followed by
+    # a space or line break only (not "?"/"!").
+    "--@won'tİSTANBUL@\u00a0.o_O-y`<<,1st&", "'t\u0130s", "'t\u0131s", "'ti\u017f", "\u0130nc. x", "a.\u212a.a. x",
+    "M\u0131ss. x", "S\u0130NO-U.S. x", "1.g\u0130f x", "&mda\u017fh; x", "l\u0130'l x", "\u017f'mores x",
+    "St._A. A!!\u2019^.^&", "we'll sq.  a", "A. A!! x", "A. <b>! x", "A. About? x", "x A. A x", "U.S. The! x",
+    "&\u00c9*\u03a3=\x91z\u03a3-<b.", "</a>?\u00a7\u2014", "x b.", "<b>?x",
+]  # fmt: skip
+# Cases whose Java output depends on being the last caption of the file (tokenized alone in the corpus).
+ALONE_CASES = [
+    "sq.2", "a sq.2", "Inc.2", "etc.5", "ph.d.2", "Mass.1", "etc.", "sq.", "etc.\u0661", "1.txt", "a 9b.x", "file 1.c",
+    "we'll", "a P.", "Jan.a", "x Ph.D.", "sq. 2", "no.5", "fig.2", "Mr.2",
 ]  # fmt: skip
 # Characters that start a new output line under -preserveLines (documented deliberate difference).
 LINE_BREAKS = "\r\x0b\x0c\u2028\u2029"
+
+# Abbreviations of every 3.4.1 list (ABBREV1, its capital-first states, ABBREV2/4, ABBREV3, acronyms) and what may
+# follow their period: digits (ABBREV3's number context, the ".2" a pushed-back period forms), sentence ends
+# ({SENTEND}: spaces, a capital, an SGML tag), letters, punctuation.
+ABBREVIATIONS = [
+    "sq", "ft", "Inc", "etc", "Jan", "Sept", "Thurs", "Calif", "Mass", "mass", "Ark", "Ph.D", "Ed.D", "al", "seq",
+    "Bldg", "Corp", "Ltd", "Jr", "Bros", "Esq", "est", "ext", "tel", "No", "Nos", "Prop", "fig", "figs", "ca", "art",
+    "pp", "op", "Mr", "Mrs", "Dr", "St", "vs", "v", "cf", "a.k.a", "Alex", "Wm", "U.S", "e.g", "i.e", "p", "A",
+    "Natl", "Mfg", "sec", "rs", "Pt", "approx",
+]  # fmt: skip
+AFTER_ABBREVIATION = [
+    "2", "25", "5a", ".5", " 2", "\u00a02", "  2", " A", "  a", " <b>", " <b> x", "\u00a0A", "\t ", " ", "",
+    ".", "..", "...", ". . .", ",", ",2", ";", "-2", "'s", "\u0661", "\u07c12", "\u0301", "\u03a3", "a", "x.com",
+    "@x.org", "-year", "/2",
+]  # fmt: skip
+# Final sigma in every token kind: cased and uncased letters, marks (non-spacing, enclosing, spacing), format
+# characters, connectors and mid-word characters, numbers, apostrophes, around U+03A3.
+UNI = [
+    "\u03a3", "\u03a3", "\u03a3", "\u03c3", "\u03c2", "\u0391", "\u039f", "a", "B", "x", "1", "2", "\u00e9", "\u00df",
+    "\u0130", "\u01c5", "\u02bc", "\u02b0", "\u0345", "\u0301", "\u0301", "\u0488", "\u180b", "\u0903", "\u200d",
+    "\u200b", "\u200e", "\ufeff", "\u00ad", "_", "_", "\u203f", "-", ".", ",", "'", "\u2019", "\u2018", "`", '"',
+    "\u2027", "\u066b", "\u00bd", "\u2162", "\u0661", "\u65e5", "\u30a2", "\uac00", "\u05e9", "\u0416",
+    "\u0915", "\u094d", "&eacute;", "!", "@", "#", "/", ":", "\u00ab", "\u2013", "\u2160", "\u0130", "\u0131",
+    "\u017f", "\u212a",
+]  # fmt: skip
+TLDS = ["com", "org", "net", "edu", "de", "\u03a3\u03a3", "co.uk", "txt", "x"]
+
+
+def _piece(rng: random.Random, lo: int = 1, hi: int = 6) -> str:
+    return "".join(rng.choice(UNI) for _ in range(rng.randint(lo, hi)))
+
+
+def unicode_token(rng: random.Random) -> str:
+    """One token-like string of a random kind (word, e-mail, URL, hashtag, hyphenated, apostrophe word, file
+    name, number, SGML tag, smiley neighbourhood) built of Unicode letters, marks and sigmas."""
+    p = lambda lo=1, hi=6: _piece(rng, lo, hi)
+    kind = rng.randrange(12)
+    if kind == 0:
+        return p()
+    if kind == 1:
+        return p() + "@" + p() + "." + rng.choice(TLDS)
+    if kind == 2:
+        return rng.choice(["<", "&lt;", ""]) + "a" + p() + "@" + p() + "." + p() + rng.choice([">", "&gt;", ""])
+    if kind == 3:
+        return rng.choice(["http://", "https://", "www."]) + p() + "." + rng.choice(TLDS) + "/" + p()
+    if kind == 4:
+        return p() + "." + rng.choice(TLDS) + rng.choice(["", "/" + p(), "/"])
+    if kind == 5:
+        return rng.choice("@#") + p()
+    if kind == 6:
+        return p() + rng.choice(["-", "\u2010", "_", "--"]) + p()
+    if kind == 7:
+        return p() + rng.choice(APOSTROPHES) + p()
+    if kind == 8:
+        return p() + "." + rng.choice(["txt", "c", "x", "pdf", "TXT"])
+    if kind == 9:
+        return rng.choice(["1", "12", "3.5", "1,000", ".5"]) + p()
+    if kind == 10:
+        return "<" + rng.choice(["a", "b", "x_"]) + p(0, 3) + rng.choice([">", "/>", " x=1>"])
+    return rng.choice(ABBREVIATIONS) + "." + p(0, 3)
+
+
+def abbreviation_case(rng: random.Random) -> str:
+    """An abbreviation (any case) and what follows its period, with a word or two around."""
+    a = rng.choice(ABBREVIATIONS)
+    if rng.random() < 0.3:
+        a = a.upper() if rng.random() < 0.5 else a.lower()
+    if rng.random() < 0.1:
+        a = "".join(CASELESS.get(ch, ch) for ch in a)
+    s = a + "." + rng.choice(AFTER_ABBREVIATION)
+    if rng.random() < 0.5:
+        s = rng.choice(FRAGMENTS) + rng.choice([" ", "", "-", "\u00a0"]) + s
+    return s
 
 
 def generate(seed: int, n: int) -> list[str]:
@@ -99,7 +199,11 @@ def generate(seed: int, n: int) -> list[str]:
     out = []
     for _ in range(n):
         r = rng.random()
-        if r < 0.55:
+        if r < 0.08:
+            s = abbreviation_case(rng)
+        elif r < 0.2:
+            s = rng.choice([" ", "", "\u00a0"]).join(unicode_token(rng) for _ in range(rng.randint(1, 3)))
+        elif r < 0.55:
             parts = []
             for _ in range(rng.randint(1, 8)):
                 frag = rng.choice(FRAGMENTS)
@@ -107,6 +211,8 @@ def generate(seed: int, n: int) -> list[str]:
                     frag = frag.upper() if rng.random() < 0.5 else frag.capitalize()
                 if rng.random() < 0.15:  # swap the apostrophe / quote variant
                     frag = frag.replace("'", rng.choice(APOSTROPHES)).replace('"', rng.choice(QUOTES))
+                if rng.random() < 0.05:  # a letter of a %caseless literal by its non-ASCII case partner
+                    frag = "".join(CASELESS.get(ch, ch) if rng.random() < 0.5 else ch for ch in frag)
                 parts += [frag, rng.choice(SEPARATORS)]
             s = "".join(parts)
         elif r < 0.85:
@@ -146,7 +252,54 @@ def java_tokenize(captions: list[str]) -> list[str]:
     return [" ".join(w for w in line.rstrip().split(" ") if w not in PUNCTUATIONS) for line in lines[: len(captions)]]
 
 
-def run(n: int, seed: int, batch: int = 50000, show: int = 20) -> tuple[int, list[tuple[str, str, str]]]:
+# Calls the jar's PTBTokenizer.main once per listed file in one JVM, each file's output followed by "\x01\n".
+HARNESS = """
+import java.io.*;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.*;
+public class PtbMainPerFile {
+  public static void main(String[] a) throws Exception {
+    PrintStream out = System.out;
+    for (String path : Files.readAllLines(Paths.get(a[0]), StandardCharsets.UTF_8)) {
+      ByteArrayOutputStream buf = new ByteArrayOutputStream();
+      System.setOut(new PrintStream(buf, true, "UTF-8"));  // main closes its output
+      edu.stanford.nlp.process.PTBTokenizer.main(new String[] {"-preserveLines", "-lowerCase", path});
+      out.write(buf.toByteArray());
+      out.write(new byte[] {1, 10});
+    }
+    out.flush();
+  }
+}
+"""
+
+
+def java_alone(captions: list[str]) -> list[str]:
+    """pycocoevalcap's output for each caption tokenized alone (the whole file: end-of-file trailing context)."""
+    from pycocoevalcap.tokenizer.ptbtokenizer import PUNCTUATIONS
+
+    with tempfile.TemporaryDirectory() as d:
+        with open(os.path.join(d, "PtbMainPerFile.java"), "w") as f:
+            f.write(HARNESS)
+        subprocess.run(["javac", "-cp", java_jar(), "-d", d, f.name], check=True)
+        paths = []
+        for k, c in enumerate(captions):
+            paths.append(os.path.join(d, f"{k}.txt"))
+            with open(paths[-1], "wb") as f:
+                f.write(c.encode())
+        with open(os.path.join(d, "list.txt"), "w", encoding="utf-8") as f:
+            f.write("\n".join(paths))
+        cmd = ["java", "-cp", java_jar() + os.pathsep + d, "PtbMainPerFile", f.name]
+        out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=True).stdout.decode()
+    outs = out.split("\x01\n")[: len(captions)]
+    if len(outs) < len(captions):
+        raise RuntimeError(f"Java returned {len(outs)} files for {len(captions)}")
+    return [" ".join(w for w in o.split("\n")[0].rstrip().split(" ") if w not in PUNCTUATIONS) for o in outs]
+
+
+def run(
+    n: int, seed: int, batch: int = 50000, show: int = 20, alone_every: int = 50
+) -> tuple[int, list[tuple[str, str, str]]]:
+    """Differences over n strings in batches, and over every alone_every-th string tokenized alone."""
     from vlkernels.captioning import ptb_tokenize
 
     caps = generate(seed, n)
@@ -155,6 +308,10 @@ def run(n: int, seed: int, batch: int = 50000, show: int = 20) -> tuple[int, lis
         chunk = caps[b : b + batch]
         want, got = java_tokenize(chunk), ptb_tokenize(chunk)
         bad += [(chunk[i], want[i], got[i]) for i in range(len(chunk)) if want[i] != got[i]]
+        alone = chunk[::alone_every] if alone_every else []
+        want = java_alone(alone)
+        got = [ptb_tokenize([c])[0] for c in alone]
+        bad += [(alone[i] + "  [alone]", want[i], got[i]) for i in range(len(alone)) if want[i] != got[i]]
         print(f"{b + len(chunk)} / {n}: {len(bad)} differences", file=sys.stderr, flush=True)
     for raw, w, g in bad[:show]:
         print(f"{raw!r}\n  java      {w!r}\n  vlkernels {g!r}")
@@ -166,7 +323,11 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=100000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch", type=int, default=50000)
-    ap.add_argument("--write-corpus", help="write [[input, java_output], ...] (HARD_CASES + generated) as JSON")
+    ap.add_argument(
+        "--write-corpus",
+        help="write {'in_order': [[input, java_output], ...] (HARD_CASES + generated), 'alone': [...] (ALONE_CASES + "
+        "every 50th generated string, each the whole file)} as JSON",
+    )
     args = ap.parse_args()
     t0 = time.time()
     n, bad = run(args.n, args.seed, args.batch)
@@ -177,9 +338,13 @@ def main() -> None:
     )
     if args.write_corpus:
         caps = HARD_CASES + generate(args.seed, args.n)
-        pairs = [[c, w] for c, w in zip(caps, java_tokenize(caps))]
+        alone = ALONE_CASES + generate(args.seed, args.n)[::50]
+        corpus = {
+            "in_order": [[c, w] for c, w in zip(caps, java_tokenize(caps))],
+            "alone": [[c, w] for c, w in zip(alone, java_alone(alone))],
+        }
         with open(args.write_corpus, "w", encoding="utf-8") as f:
-            json.dump(pairs, f, ensure_ascii=True, indent=0)
+            json.dump(corpus, f, ensure_ascii=True, indent=0)
     sys.exit(1 if bad else 0)
 
 

@@ -1,15 +1,19 @@
-"""Generates ptb_tables.h: BMP code point tables used by the PTB tokenizer (csrc/captioning/ptb_text.cpp).
+"""Generates ptb_tables.h: BMP code point classes used by the PTB tokenizer (csrc/captioning/ptb_text.cpp).
 
-Run from the repository root: `python csrc/captioning/gen_ptb_tables.py`. The tables come from Python's unicodedata:
-- letter ranges: general category L* (what java.lang.Character.isLetter and JFlex's [:letter:] test),
-- digit ranges: category Nd (Character.isDigit, JFlex's [:digit:]),
-- cased-letter ranges: categories Lu, Ll, Lt (the letters java.lang.ConditionalSpecialCasing calls cased, for the
-  final-sigma rule; its few Other_Lowercase/Other_Uppercase additions are listed in code),
-- spacing-mark ranges: category Mc (letters for the JDK's word boundaries, which the final-sigma rule uses),
-- ignorable ranges: categories Mn, Me, Cf (transparent to the JDK's word boundaries),
-- numeric ranges: categories Nd, Nl, No (numbers for the JDK's word boundaries),
-- lower-case map: one-to-one str.lower() mappings (java.lang.String.toLowerCase; the two context/length
-  special cases, U+0130 and final sigma, are handled in code).
+Run from the repository root: `python csrc/captioning/gen_ptb_tables.py`. The classes come from Python's unicodedata
+and are written once, as one table of ranges each with the set of classes its code points are in (a code point is
+often in several: written per class, the letter and cased-letter tables repeated long runs):
+- letter: general category L* (what java.lang.Character.isLetter and JFlex's [:letter:] test),
+- digit: category Nd (Character.isDigit, JFlex's [:digit:]),
+- cased: categories Lu, Ll, Lt (the letters java.lang.ConditionalSpecialCasing calls cased, for the final-sigma
+  rule; its few Other_Lowercase/Other_Uppercase additions are listed in code),
+- spacing mark: category Mc (letters for the JDK's word boundaries, which the final-sigma rule uses),
+- ignorable: categories Mn, Me, Cf (transparent to the JDK's word boundaries) but U+00AD, which the JDK's word rules
+  list as a mid-word character,
+- format: category Cf but U+00AD (transparent also right after a mid-word character, where a mark is not),
+- numeric: categories Nd, Nl, No (numbers for the JDK's word boundaries);
+and the lower-case map: one-to-one str.lower() mappings (java.lang.String.toLowerCase; the two context/length
+special cases, U+0130 and final sigma, are handled in code).
 Only the Basic Multilingual Plane is tabulated: the Java lexer reads UTF-16 units, so a supplementary code point
 reaches it as two surrogates, which it never puts in a token.
 """
@@ -18,34 +22,37 @@ import sys
 import unicodedata
 from pathlib import Path
 
+# (class bit name, test), in bit order.
+CLASSES = [
+    ("kLetter", lambda cat, ch: cat.startswith("L")),
+    ("kDigit", lambda cat, ch: cat == "Nd"),
+    ("kCased", lambda cat, ch: cat in ("Lu", "Ll", "Lt")),
+    ("kSpacingMark", lambda cat, ch: cat == "Mc"),
+    ("kIgnorable", lambda cat, ch: cat in ("Mn", "Me", "Cf") and ch != "\u00ad"),
+    ("kFormat", lambda cat, ch: cat == "Cf" and ch != "\u00ad"),
+    ("kNumeric", lambda cat, ch: cat in ("Nd", "Nl", "No")),
+]
 
-def ranges(pred):
-    out, start = [], None
+
+def class_ranges():
+    """[(lo, hi, bits)]: maximal runs of BMP code points (surrogates excluded) with the same non-empty class set."""
+    out = []
     for c in range(0x10000):
-        ok = 0xD800 > c or c > 0xDFFF
-        ok = ok and pred(chr(c))
-        if ok and start is None:
-            start = c
-        if not ok and start is not None:
-            out.append((start, c - 1))
-            start = None
-    if start is not None:
-        out.append((start, 0xFFFF))
+        ch = chr(c)
+        cat = unicodedata.category(ch)
+        bits = 0 if 0xD800 <= c <= 0xDFFF else sum(1 << k for k, (_, test) in enumerate(CLASSES) if test(cat, ch))
+        if out and bits and out[-1][2] == bits and out[-1][1] == c - 1:
+            out[-1][1] = c
+        elif bits:
+            out.append([c, c, bits])
     return out
 
 
-def fmt_ranges(name, rs):
-    body = ",\n".join(f"  {{0x{a:04X}, 0x{b:04X}}}" for a, b in rs)
-    return f"static const CpRange {name}[] = {{\n{body}\n}};\n"
+def rows_text(rows, per_line):
+    return ",\n".join("  " + ", ".join(rows[k : k + per_line]) for k in range(0, len(rows), per_line)) + "\n};\n"
 
 
 def main() -> None:
-    letters = ranges(lambda ch: unicodedata.category(ch).startswith("L"))
-    digits = ranges(lambda ch: unicodedata.category(ch) == "Nd")
-    cased = ranges(lambda ch: unicodedata.category(ch) in ("Lu", "Ll", "Lt"))
-    spacing_marks = ranges(lambda ch: unicodedata.category(ch) == "Mc")
-    ignorable = ranges(lambda ch: unicodedata.category(ch) in ("Mn", "Me", "Cf"))
-    numeric = ranges(lambda ch: unicodedata.category(ch) in ("Nd", "Nl", "No"))
     lower = []
     for c in range(0x10000):
         if 0xD800 <= c <= 0xDFFF:
@@ -53,18 +60,21 @@ def main() -> None:
         lo = chr(c).lower()
         if len(lo) == 1 and ord(lo) != c:
             lower.append((c, ord(lo)))
+    bits = "".join(f"  {name} = {1 << k},\n" for k, (name, _) in enumerate(CLASSES))
+    rows = [f"{{0x{a:04X}, 0x{b:04X}, {f}}}" for a, b, f in class_ranges()]
+    pairs = [f"{{0x{a:04X}, 0x{b:04X}}}" for a, b in lower]
     text = (
         f"// Generated by gen_ptb_tables.py from Python {sys.version.split()[0]} unicodedata "
         f"{unicodedata.unidata_version}; do not edit.\n"
-        + fmt_ranges("kLetterRanges", letters)
-        + fmt_ranges("kDigitRanges", digits)
-        + fmt_ranges("kCasedRanges", cased)
-        + fmt_ranges("kSpacingMarkRanges", spacing_marks)
-        + fmt_ranges("kIgnorableRanges", ignorable)
-        + fmt_ranges("kNumericRanges", numeric)
+        + "enum CpClass : uint8_t {\n"
+        + bits
+        + "};\n"
+        + "// Sorted, disjoint ranges and the CpClass bits of their code points (none: in no class).\n"
+        + "static const CpClassRange kClassRanges[] = {\n"
+        + rows_text(rows, 5)
+        + "// Code point -> its lower case (lo -> hi), sorted by code point.\n"
         + "static const CpRange kLowerMap[] = {\n"
-        + ",\n".join(f"  {{0x{a:04X}, 0x{b:04X}}}" for a, b in lower)
-        + "\n};\n"
+        + rows_text(pairs, 6)
     )
     Path(__file__).with_name("ptb_tables.h").write_text(text)
 

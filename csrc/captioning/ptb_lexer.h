@@ -373,13 +373,20 @@ class Lexer {
   bool has(int i) const { return i < n_; }
 
   // Case-insensitive ASCII literal at i (JFlex %caseless applies to literals, not to character classes).
+  // pack_letters() key of s_[i, j) read as a %caseless literal (caseless_ascii letters), or 0.
+  uint64_t pack_caseless(int i, int j) const {
+    if (j <= i || j - i > 8) return 0;
+    uint64_t key = 0;
+    for (int k = i; k < j; ++k) key = (key << 8) | caseless_ascii(s_[k]);
+    return key;
+  }
   int lit(int i, const char* w) const {
     int k = 0;
     for (; w[k]; ++k) {
       if (i + k >= n_) return -1;
       char16_t c = s_[i + k];
       char16_t x = static_cast<char16_t>(static_cast<unsigned char>(w[k]));
-      if (ascii_alpha(x) ? (c | 0x20) != (x | 0x20) : c != x) return -1;
+      if (ascii_alpha(x) ? caseless_ascii(c) != (x | 0x20) : c != x) return -1;
     }
     return k;
   }
@@ -531,6 +538,7 @@ class Lexer {
   Ends acro(int i) const;
 
   int abbrev1(int i) const;
+  int sentend(int j) const;
   static const WordSet& abbrev1_words();
   static const WordSet& abbrev1_cap_first_words();
 
@@ -569,7 +577,7 @@ class Lexer {
   enum Rule {
     kProgLang, kAssim3, kAssim2, kSgml, kSpmdash, kSpamp, kSppunc, kWordRedaux, kSwordSredaux, kWord, kApoword,
     kApoword2, kFullUrl, kLikelyUrl, kEmail, kTwitter, kRedauxCtx, kSredaux, kDate, kNumber, kSubSupNum, kFrac,
-    kFrac2, kTbspec, kThing3, kDolsign, kDolsign2, kAcronymEnd, kAbbrev1, kAbbrev3, kAbbrev2, kTbspec2, kWordDot, kPhone, kDblquotLeft,
+    kFrac2, kTbspec, kThing3, kDolsign, kDolsign2, kAcronymEnd, kAbbrev1Back, kAbbrev1, kAbbrev3, kAbbrev2, kTbspec2, kWordDot, kPhone, kDblquotLeft,
     kDblquot, kDel, kLrb, kRrb, kLsb, kRsb, kLcb, kRcb, kLess, kGreater, kSmiley, kAsianSmiley, kFilename, kHyphens, kLdots, kFnmarks, kAsts,
     kInsentp, kBang, kPunct, kEquals, kSlash, kHthingDot, kHthing, kThingDot, kThing, kThingaDot, kThinga,
     kQuoteLeft, kRedaux, kQuotes, kDuckFeet, kMisc, kIgnore, kAny
@@ -693,17 +701,33 @@ class Lexer {
     }
     if (in_set(c, u"\u00A2\u00A3\u00A4\u00A5\u0080\u20A0\u20AC\u060B\u0E3F\u20A4\uFFE0\uFFE1\uFFE5\uFFE6"))
       cand1(kDolsign2, 1);
-    if (ascii_alpha(c) && (at(ja) == '.' || at(ja) == '-')) {
+    // (The abbreviation lists and ACRO's hyphenated forms are %caseless literals: a run with U+0130, U+0131,
+    // U+017F or U+212A is read again.)
+    int jc = ja;
+    if (caseless_special(c) || (ascii_alpha(c) && caseless_special(at(ja)))) {
+      jc = i;
+      while (jc < n_ && caseless_ascii(s_[jc])) ++jc;
+    }
+    const bool dot_or_hyphen = at(ja) == '.' || at(ja) == '-' || at(jc) == '.' || at(jc) == '-';
+    if ((ascii_alpha(c) || caseless_special(c)) && dot_or_hyphen) {
       // ACRO needs a period right after its first letter, or one of its hyphenated special forms.
-      const bool acro_possible = at(i + 1) == '.' || at(ja) == '-';
+      const bool acro_possible = at(i + 1) == '.' || at(ja) == '-' || at(jc) == '-';
       int total, tok;
       if (acro_possible) acronym_sentence_end(i, total, tok);
       if (acro_possible && total > 0) cand(kAcronymEnd, total, tok);
-      // {ABBREV1}/[^][^]: two characters of any kind (line breaks included) after the abbreviation lengthen its
-      // match, so "Inc.R&D" gives "Inc." rather than the word "Inc.R".
+      // {ABBREV1}/{SENTEND}, {ABBREV1}/[^][^] and {ABBREV1}: two characters of any kind (line breaks included)
+      // after the abbreviation lengthen its match, so "Inc.R&D" gives "Inc." rather than the word "Inc.R". Before a
+      // sentence end, and at the end of the text (fewer than two characters left), the token keeps its period but
+      // Java pushes the period back to be read again: a final "sq.2" gives "sq." then the number ".2".
       const int a1 = abbrev1(i);
-      if (a1 > 0 && i + a1 + 2 <= n_) cand(kAbbrev1, a1 + 2, a1);
-      cand1(kAbbrev1, a1);
+      if (a1 > 0) {
+        if (i + a1 + 2 <= n_) {
+          const int e = sentend(i + a1);
+          if (e > 0) cand(kAbbrev1Back, a1 + e, a1);
+          cand(kAbbrev1, a1 + 2, a1);
+        }
+        cand(kAbbrev1Back, a1, a1);
+      }
       abbrev3(i, total, tok);
       if (total > 0) cand(kAbbrev3, total, tok);
       cand1(kAbbrev2, abbrev2(i, acro_possible));
@@ -921,7 +945,7 @@ class Lexer {
       default:
         emit(text);
     }
-    return i + best_tok;
+    return i + best_tok - (best_rule == kAbbrev1Back ? 1 : 0);
   }
 };
 

@@ -46,7 +46,8 @@ int Lexer<CharT>::filename(int i) const {
       j = seg;
       while ((u = filename_unit(j)) > 0) j += u;
       const char16_t ctx = at(j);
-      if (has(j) && !(is_space(ctx) || is_newline_char(ctx) || in_set(ctx, u".?!,"))) continue;  // (or the end)
+      // (the trailing context needs a character: at the end of the text "1.txt" is split, as in Java)
+      if (!has(j) || !(is_space(ctx) || is_newline_char(ctx) || in_set(ctx, u".?!,"))) continue;
       if (j - seg > 4) continue;
       for (const char* e : kExt)
         if (static_cast<int>(std::strlen(e)) == j - seg && lit(seg, e) > 0) {

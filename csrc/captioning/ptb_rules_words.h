@@ -247,14 +247,24 @@ int Lexer<CharT>::abbrev1(int i) const {
   const WordSet& caseless = abbrev1_words();
   const WordSet& cap_first = abbrev1_cap_first_words();
   int j = i;
-  while (j < n_ && ascii_alpha(s_[j])) ++j;
+  while (j < n_ && caseless_ascii(s_[j])) ++j;
   if (j == i || at(j) != '.') return -1;
-  const uint64_t w = pack_letters(s_ + i, j - i);
+  const uint64_t w = pack_caseless(i, j);
   int best = -1;
   if (caseless.has(w) || (ascii_upper(s_[i]) && cap_first.has(w))) best = j + 1 - i;
   for (const char* d : {"ed.d.", "ph.d."})
     if (lit(i, d) > 0) best = std::max(best, 5);
   return best;
+}
+
+// SENTEND = {SPACENL}({SPACENL}|([A-Z]|{SGML})) at j: its length, or 0.
+template <typename CharT>
+int Lexer<CharT>::sentend(int j) const {
+  auto spacenl = [&](int k) { return has(k) && (is_space(s_[k]) || is_newline_char(s_[k])); };
+  if (!spacenl(j)) return 0;
+  if (spacenl(j + 1) || ascii_upper(at(j + 1))) return 2;
+  const int g = at(j + 1) == '<' ? sgml(j + 1) : 0;
+  return g > 0 ? 1 + g : 0;
 }
 
 template <typename CharT>
@@ -281,11 +291,15 @@ const WordSet& Lexer<CharT>::abbrev1_cap_first_words() {
 template <typename CharT>
 int Lexer<CharT>::abbrev2(int i, bool acro_possible) const {
   int j = i;
-  while (j < n_ && ascii_alpha(s_[j])) ++j;
+  while (j < n_ && caseless_ascii(s_[j])) ++j;
   int best = -1;
   if (j > i && at(j) == '.') {
-    const uint64_t w = pack_letters(s_ + i, j - i);
-    if (abbrev2_words().has(w) || (s_[i] == 'M' && w == pack_letters("miss"))) best = j + 1 - i;
+    const uint64_t w = pack_caseless(i, j);
+    // [M]iss and M[ft]g: a character class keeps its case under %caseless ("MFG." is no abbreviation, "mFg." no).
+    const bool mfg = w == pack_letters("mfg") || w == pack_letters("mtg");
+    if ((abbrev2_words().has(w) && !(mfg && s_[i + 1] != 'f' && s_[i + 1] != 't')) ||
+        (s_[i] == 'M' && w == pack_letters("miss")))
+      best = j + 1 - i;
   }
   if (lit(i, "a.k.a.") > 0) best = std::max(best, 6);
   if (acro_possible)
@@ -312,9 +326,9 @@ template <typename CharT>
 void Lexer<CharT>::abbrev3(int i, int& total, int& tok) const {
   total = tok = -1;
   int j = i;
-  while (j < n_ && ascii_alpha(s_[j])) ++j;
+  while (j < n_ && caseless_ascii(s_[j])) ++j;
   if (j == i || at(j) != '.') return;
-  if (!abbrev3_words().has(pack_letters(s_ + i, j - i))) return;
+  if (!abbrev3_words().has(pack_caseless(i, j))) return;
   const int best = j + 1 - i;
   if (has(j + 1) && is_digit(s_[j + 1])) {
     total = best + 1;
@@ -344,7 +358,7 @@ const WordSet& Lexer<CharT>::any_abbreviation() {
   return words;
 }
 
-// {ACRONYM}/({SPACENLS})([A]bout|...|[Y]ou|{SGML})({SPACENL}|[?!]): an acronym (ACRO\.) before a sentence-initial
+// {ACRONYM}/({SPACENLS})([A]bout|...|[Y]ou|{SGML}){SPACENL}: an acronym (ACRO\.) before a sentence-initial
 // word.
 // A one-letter acronym ("P.") gives up its period: the token is the letter alone.
 template <typename CharT>
@@ -364,8 +378,7 @@ void Lexer<CharT>::acronym_sentence_end(int i, int& total, int& tok) const {
     const int g = sgml(k);
     if (g > 0) {
       const int q = k + g;
-      if (has(q) && (is_space(s_[q]) || is_newline_char(s_[q]) || s_[q] == '?' || s_[q] == '!') &&
-          q + 1 - i > total) {
+      if (has(q) && (is_space(s_[q]) || is_newline_char(s_[q])) && q + 1 - i > total) {
         total = q + 1 - i;
         tok = (e + 1 - i == 2) ? 1 : e + 1 - i;
       }
@@ -375,7 +388,7 @@ void Lexer<CharT>::acronym_sentence_end(int i, int& total, int& tok) const {
       int m = lit(k + 1, w + 1);
       if (m < 0) continue;
       int q = k + 1 + m;
-      if (has(q) && (is_space(s_[q]) || is_newline_char(s_[q]) || s_[q] == '?' || s_[q] == '!')) {
+      if (has(q) && (is_space(s_[q]) || is_newline_char(s_[q]))) {
         if (q + 1 - i > total) {
           total = q + 1 - i;
           tok = (e + 1 - i == 2) ? 1 : e + 1 - i;

@@ -10,10 +10,15 @@ namespace {
 struct CpRange {
   uint32_t lo, hi;
 };
+struct CpClassRange {
+  uint16_t lo, hi;
+  uint8_t classes;
+};
 #include "captioning/ptb_tables.h"
 
-template <size_t N>
-bool in_table(const CpRange (&t)[N], uint32_t c) {
+// The range of the sorted, disjoint table t holding c, or nullptr.
+template <typename Range, size_t N>
+const Range* find_range(const Range (&t)[N], uint32_t c) {
   size_t lo = 0, hi = N;
   while (lo < hi) {
     size_t mid = (lo + hi) / 2;
@@ -22,16 +27,27 @@ bool in_table(const CpRange (&t)[N], uint32_t c) {
     } else if (c > t[mid].hi) {
       lo = mid + 1;
     } else {
-      return true;
+      return &t[mid];
     }
   }
-  return false;
+  return nullptr;
+}
+
+template <size_t N>
+bool in_table(const CpRange (&t)[N], uint32_t c) {
+  return find_range(t, c) != nullptr;
+}
+
+// Whether c is in class k (one of the CpClass bits).
+bool in_class(char16_t c, CpClass k) {
+  const CpClassRange* r = find_range(kClassRanges, c);
+  return r != nullptr && (r->classes & k) != 0;
 }
 
 }  // namespace
 
-bool in_letter_table(char16_t c) { return in_table(kLetterRanges, c); }
-bool in_digit_table(char16_t c) { return in_table(kDigitRanges, c); }
+bool in_letter_table(char16_t c) { return in_class(c, kLetter); }
+bool in_digit_table(char16_t c) { return in_class(c, kDigit); }
 
 // Letters outside Character.isLetter that the Java WORD rule accepts (combining marks, modifier letters, ...).
 bool is_extra_word_char(char16_t c) {
@@ -75,7 +91,7 @@ void java_lower_append(const char16_t* in, size_t n, Str& out) {
     } else if (c == 0x03A3) {
       // Final sigma, as java.lang.ConditionalSpecialCasing decides it: a cased letter before it and none after it
       // within the same word, words as the JDK's word BreakIterator delimits them (all checked against the jar):
-      // - letters (not ideographs, kana or hangul, which form words of their own), spacing marks and numbers
+      // - letters (not the JDK's kanji and kana classes, which form words of their own), spacing marks and numbers
       //   (digits, "½", "Ⅻ") are inside a word;
       // - non-spacing and enclosing marks and format characters are transparent ("áΣ-" -> "áς", "aΣ\u0301é" -> σ);
       // - a mid-word character (a dash, U+00AD, U+2027, '"', '\'', '.') or a connector ('_', U+203F, ...) joins two
@@ -90,37 +106,53 @@ void java_lower_append(const char16_t* in, size_t n, Str& out) {
         return x == '_' || x == 0x203F || x == 0x2040 || x == 0x2054 || x == 0xFE33 || x == 0xFE34 ||
                (x >= 0xFE4D && x <= 0xFE4F) || x == 0xFF3F;
       };
-      auto transparent = [](char16_t x) { return in_table(kIgnorableRanges, x); };
-      auto numeric = [](char16_t x) { return in_table(kNumericRanges, x); };
+      auto transparent = [](char16_t x) { return in_class(x, kIgnorable); };  // Mn, Me, Cf but U+00AD
+      auto numeric = [](char16_t x) { return in_class(x, kNumeric); };
       auto mid_num = [](char16_t m) { return m == '"' || m == '\'' || m == ',' || m == '.' || m == 0x066B; };
-      // in[a] between two letters (or, for mid_num, two digits), marks and format characters skipped.
+      // The JDK's kanji, hiragana and katakana classes (words of their own); other ideographs and Hangul are
+      // letters to it (checked against the jar code point by code point at the class edges).
+      auto cjk = [](char16_t x) {
+        return x == 0x3005 || (x >= 0x4E00 && x <= 0x9FA5) || (x >= 0xF900 && x <= 0xFA2D) ||
+               (x >= 0x3041 && x <= 0x3094) || x == 0x309D || x == 0x309E || (x >= 0x30A1 && x <= 0x30FE);
+      };
+      // The JDK's $let: letters (not those) and spacing marks.
+      auto jdk_letter = [&](char16_t x) { return (is_letter(x) && !cjk(x)) || in_class(x, kSpacingMark); };
+      // in[a] between two letters (or, for mid_num, two digits), marks and format characters skipped before it,
+      // format characters only after it: a non-spacing or enclosing mark after it attaches to it and ends the word
+      // ("b_\u0301\u03a3" -> σ, "b_\u200d\u03a3" -> ς; checked against the jar).
       auto joins = [&](size_t a) {
         size_t p = a, q = a + 1;
         while (p > 0 && transparent(in[p - 1])) --p;
-        while (q < n && transparent(in[q])) ++q;
+        while (q < n && in_class(in[q], kFormat)) ++q;
         if (p == 0 || q >= n) return false;
         const char16_t l = in[p - 1], r = in[q], m = in[a];
-        return ((mid_word(m) || connector(m)) && is_letter(l) && is_letter(r)) ||
+        return ((mid_word(m) || connector(m)) && jdk_letter(l) && jdk_letter(r)) ||
                (mid_num(m) && numeric(l) && numeric(r));
       };
-      auto cjk = [](char16_t x) { return (x >= 0x3040 && x <= 0x9FFF) || (x >= 0xAC00 && x <= 0xD7AF) || (x >= 0xF900 && x <= 0xFAFF); };
       // Cased: categories Lu, Ll, Lt, and the Other_Lowercase/Other_Uppercase characters the JDK lists.
       auto cased = [](char16_t x) {
-        return in_table(kCasedRanges, x) || (x >= 0x02B0 && x <= 0x02B8) || x == 0x02C0 || x == 0x02C1 ||
+        return in_class(x, kCased) || (x >= 0x02B0 && x <= 0x02B8) || x == 0x02C0 || x == 0x02C1 ||
                (x >= 0x02E0 && x <= 0x02E4) || x == 0x0345 || x == 0x037A || (x >= 0x1D2C && x <= 0x1D61) ||
                (x >= 0x2160 && x <= 0x217F) || (x >= 0x24B6 && x <= 0x24E9);
       };
       auto in_word = [&](size_t a) {
         const char16_t x = in[a];
-        return (is_letter(x) && !cjk(x)) || numeric(x) || in_table(kSpacingMarkRanges, x) || transparent(x) ||
-               joins(a);
+        return jdk_letter(x) || numeric(x) || transparent(x) || joins(a);
       };
+      // Backwards, a run of marks and format characters belongs to the character before it: in the word with it,
+      // outside it with it, and outside every word at the start of the token ("!\u0345Σ", "\u0345Σ" -> σ).
       bool before = false, after = false;
-      for (size_t b = k; b-- > 0 && in_word(b);)
-        if (cased(in[b])) {
+      for (size_t b = k; b > 0;) {
+        size_t p = b;
+        bool cased_mark = false;
+        while (p > 0 && transparent(in[p - 1])) cased_mark |= cased(in[--p]);
+        if (p == 0 || !in_word(p - 1)) break;
+        if (cased_mark || cased(in[p - 1])) {
           before = true;
           break;
         }
+        b = p - 1;
+      }
       for (size_t a = k + 1; a < n && in_word(a); ++a)
         if (cased(in[a])) {
           after = true;

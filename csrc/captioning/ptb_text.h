@@ -26,6 +26,14 @@ inline bool ascii_alpha(char16_t c) { return (c | 0x20) >= 'a' && (c | 0x20) <= 
 inline bool ascii_upper(char16_t c) { return c >= 'A' && c <= 'Z'; }
 inline bool ascii_digit(char16_t c) { return c >= '0' && c <= '9'; }
 inline bool ascii_alnum(char16_t c) { return ascii_alpha(c) || ascii_digit(c); }
+// The non-ASCII characters JFlex's %caseless adds to ASCII letters of literals (their lower or upper case is one):
+// U+0130 and U+0131 (i), U+017F (s), U+212A (k). Java matches "'t\u0130s" as "'tis", "\u0130nc." as "Inc.".
+inline bool caseless_special(char16_t c) { return c == 0x0130 || c == 0x0131 || c == 0x017F || c == 0x212A; }
+// The lower-case ASCII letter c matches in a %caseless literal, or 0.
+inline char16_t caseless_ascii(char16_t c) {
+  if (c < 0x80) return ascii_alpha(c) ? static_cast<char16_t>(c | 0x20) : 0;
+  return c == 0x017F ? u's' : c == 0x212A ? u'k' : caseless_special(c) ? u'i' : 0;
+}
 inline bool in_set(char16_t c, const char16_t* set) {
   for (; *set; ++set)
     if (*set == c) return true;

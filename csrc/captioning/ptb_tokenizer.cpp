@@ -203,6 +203,27 @@ void write_latin1(const PtbText& t, uint8_t* dst) {
   for (int64_t k = 0; k < len; ++k) dst[k] = p[k] == '\n' ? uint8_t{' '} : p[k];
 }
 
+// The captions joined into buf as pycocoevalcap's file holds them (each written by `write`, a '\n' after each but
+// the last), then tokenized. buf is kept between calls and grown (left uninitialised: every unit is written here)
+// when smaller than `total` units.
+template <typename CharT, typename Write>
+void join_and_tokenize(const PtbText* texts, int64_t n, std::unique_ptr<CharT[]>& buf, size_t& capacity,
+                       size_t total, Write write, PtbResult& out, bool fast_paths) {
+  if (capacity < total) {
+    buf.reset(new CharT[total]);
+    capacity = total;
+  }
+  CharT* const text = buf.get();
+  const std::vector<int64_t>& start = out.start;
+  parallel_for(n, 2048, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      write(texts[i], text + start[i]);
+      if (i + 1 < n) text[start[i + 1] - 1] = CharT{'\n'};
+    }
+  });
+  tokenize_blocks(static_cast<const CharT*>(text), n, out, fast_paths);
+}
+
 }  // namespace
 
 int64_t ptb_tokenize_texts(const PtbText* texts, int64_t n, PtbResult& out, bool fast_paths) {
@@ -229,33 +250,10 @@ int64_t ptb_tokenize_texts(const PtbText* texts, int64_t n, PtbResult& out, bool
   if (n == 0) return -1;
   const size_t total = static_cast<size_t>(start[n] - 1);
   if (latin1) {
-    if (out.text8_capacity < total) {
-      // Written in full below (captions and the '\n' after each), so left uninitialised here.
-      out.text8.reset(new uint8_t[total]);
-      out.text8_capacity = total;
-    }
-    uint8_t* const buf = out.text8.get();
-    parallel_for(n, 2048, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        write_latin1(texts[i], buf + start[i]);
-        if (i + 1 < n) buf[start[i + 1] - 1] = '\n';
-      }
-    });
-    tokenize_blocks(static_cast<const uint8_t*>(buf), n, out, fast_paths);
-    return -1;
+    join_and_tokenize(texts, n, out.text8, out.text8_capacity, total, write_latin1, out, fast_paths);
+  } else {
+    join_and_tokenize(texts, n, out.text, out.text_capacity, total, write_utf16, out, fast_paths);
   }
-  if (out.text_capacity < total) {
-    out.text.reset(new char16_t[total]);
-    out.text_capacity = total;
-  }
-  char16_t* const buf = out.text.get();
-  parallel_for(n, 2048, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      write_utf16(texts[i], buf + start[i]);
-      if (i + 1 < n) buf[start[i + 1] - 1] = u'\n';
-    }
-  });
-  tokenize_blocks(static_cast<const char16_t*>(buf), n, out, fast_paths);
   return -1;
 }
 
