@@ -12,7 +12,10 @@ best median over the rounds, so a burst of load in one round does not count agai
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -59,6 +62,17 @@ def _round(checkout: Path, families: list[str]) -> dict[tuple[str, str], float]:
     return out
 
 
+def _machine() -> str:
+    """The CPU model and logical CPU count, recorded with every comparison (the CPU varies between machines)."""
+    model = platform.processor() or "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
+    except OSError:
+        pass
+    return f"{model}, {os.cpu_count()} logical CPUs"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("a", type=Path, help="the reference checkout (e.g. the last release)")
@@ -73,7 +87,10 @@ def main(argv: list[str] | None = None) -> int:
             for key, t in _round(checkout.resolve(), args.family).items():
                 best[side][key] = min(t, best[side].get(key, t))
     common = sorted(set(best["a"]) & set(best["b"]))
-    rows = [{"case": c, "provider": p, "a_s": best["a"][c, p], "b_s": best["b"][c, p]} for c, p in common]
+    stamp = {"machine": _machine(), "date": datetime.date.today().isoformat(), "rounds": args.rounds}
+    stamp |= {"a": str(args.a), "b": str(args.b)}
+    rows = [{"case": c, "provider": p, "a_s": best["a"][c, p], "b_s": best["b"][c, p], **stamp} for c, p in common]
+    print(f"{stamp['machine']} | {stamp['date']} | best of {args.rounds} alternating rounds | A={args.a} B={args.b}")
     print(f"{'case':52s} {'provider':22s} {'A ms':>10s} {'B ms':>10s} {'B/A':>6s}")
     for r in rows:
         ratio = r["b_s"] / r["a_s"]
