@@ -43,6 +43,8 @@ for fam in families:
                     continue
                 with harness._quiet_fds():
                     t = harness.time_runs(fn, "cpu", 1, b.repeats or 5)
+                    if t["median_s"] < 0.01:  # sub-10 ms calls: 5 runs leave the median at the mercy of one hiccup
+                        t = harness.time_runs(fn, "cpu", 1, 100)
                 print(json.dumps({"case": f"{fam}/{label}", "provider": name, "median_s": t["median_s"]}), flush=True)
 """
 
