@@ -14,8 +14,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
-import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +23,8 @@ _CHILD = """
 import json, sys
 from benchmarks import harness
 harness.discover()
+cpu = harness.cpu_info()
+print(json.dumps({"machine": f"{cpu['model']}, {cpu.get('logical_cpus')} logical CPUs"}), flush=True)
 families = json.loads(sys.argv[1]) or sorted(harness.REGISTRY)
 for fam in families:
     for case in harness.REGISTRY.get(fam, {}).values():
@@ -49,30 +49,20 @@ for fam in families:
 """
 
 
-def _round(checkout: Path, families: list[str]) -> dict[tuple[str, str], float]:
+def _round(checkout: Path, families: list[str]) -> tuple[dict[tuple[str, str], float], str]:
     r = subprocess.run(
         [sys.executable, "-c", _CHILD, json.dumps(families)], cwd=checkout, capture_output=True, text=True
     )
     if r.returncode != 0:
         raise SystemExit(f"{checkout}: the benchmark child failed:\n{r.stderr[-3000:]}")
-    out = {}
+    out, machine = {}, ""
     for line in r.stdout.splitlines():
         if line.startswith("{"):
             row = json.loads(line)
             if "median_s" in row:
                 out[(row["case"], row["provider"])] = row["median_s"]
-    return out
-
-
-def _machine() -> str:
-    """The CPU model and logical CPU count, recorded with every comparison (the CPU varies between machines)."""
-    model = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
-    except OSError:
-        pass
-    return f"{model}, {os.cpu_count()} logical CPUs"
+            machine = row.get("machine", machine)
+    return out, machine
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,12 +74,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, help="also write the rows as JSON lines")
     args = p.parse_args(argv)
     best: dict[str, dict[tuple[str, str], float]] = {"a": {}, "b": {}}
+    machine = ""
     for _ in range(args.rounds):
         for side, checkout in (("a", args.a), ("b", args.b)):
-            for key, t in _round(checkout.resolve(), args.family).items():
+            times, machine = _round(checkout.resolve(), args.family)
+            for key, t in times.items():
                 best[side][key] = min(t, best[side].get(key, t))
     common = sorted(set(best["a"]) & set(best["b"]))
-    stamp = {"machine": _machine(), "date": datetime.date.today().isoformat(), "rounds": args.rounds}
+    stamp = {"machine": machine, "date": datetime.date.today().isoformat(), "rounds": args.rounds}
     stamp |= {"a": str(args.a), "b": str(args.b)}
     rows = [{"case": c, "provider": p, "a_s": best["a"][c, p], "b_s": best["b"][c, p], **stamp} for c, p in common]
     print(f"{stamp['machine']} | {stamp['date']} | best of {args.rounds} alternating rounds | A={args.a} B={args.b}")
