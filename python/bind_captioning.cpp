@@ -508,44 +508,37 @@ py::array_t<double> df_score(DfScorer& self, const py::object& cands, const py::
   std::vector<int64_t> cand(n_cand), ref_caps(n_refs);
   for (int64_t i = 0; i < n_cand; ++i) cand[i] = i;
   for (int64_t i = 0; i < n_refs; ++i) ref_caps[i] = n_cand + i;
-  for (;;) {
-    bool scored = false;
-    std::shared_ptr<const std::vector<double>> logdf;
-    int64_t docs = -1;
-    {
-      std::lock_guard<std::mutex> c(self.cache_mu);
-      logdf = self.logdf;
-      docs = self.ref_len_docs;
-      o.ref_len = self.ref_len;
-    }
-    int64_t num_docs = 0, max_df = 0;
-    {
-      py::gil_scoped_release release;
-      std::shared_lock<std::shared_mutex> lock(self.df.mutex());
-      num_docs = self.df.num_docs();
-      max_df = self.df.max_df();
-      if (num_docs >= 1 && num_docs == docs && max_df < static_cast<int64_t>(logdf->size())) {
-        o.logdf = logdf->data();
-        o.logdf_size = static_cast<int64_t>(logdf->size());
-        Tokens tok;
-        vlk::cap::Vocab extra, unused;
-        tokenize_source(cs, &self.df.vocab(), unused, extra, tok);
-        tokenize_source(rs, &self.df.vocab(), unused, extra, tok);
-        self.df.score(tok, cand.data(), n_cand, group.data(), ref_off.data(), ref_caps.data(), n_groups, o, po);
-        scored = true;
-      }
-    }
-    if (scored) return out;
-    if (num_docs < 1) throw py::value_error("no document frequencies: build CiderD from refs, a dict, or load()");
-    // The table changed since the logarithms were taken (or never had them): fetch them for its current size.
-    py::module_ common = py::module_::import("vlkernels.captioning._common");
-    auto table = common.attr("log_table")(max_df).cast<std::vector<double>>();
-    const double ref_len = common.attr("ref_len_of")(num_docs).cast<double>();
+  py::gil_scoped_release release;
+  std::shared_lock<std::shared_mutex> lock(self.df.mutex());
+  const int64_t num_docs = self.df.num_docs(), max_df = self.df.max_df();
+  std::shared_ptr<const std::vector<double>> logdf;
+  {
     std::lock_guard<std::mutex> c(self.cache_mu);
-    self.logdf = std::make_shared<const std::vector<double>>(std::move(table));
-    self.ref_len_docs = num_docs;
-    self.ref_len = ref_len;
+    logdf = self.logdf;
+    if (num_docs == self.ref_len_docs) o.ref_len = self.ref_len;
   }
+  if (num_docs != self.ref_len_docs || max_df >= static_cast<int64_t>(logdf->size())) {
+    // The table changed since the logarithms were taken (or never had them): fetch them for its current size while
+    // holding the table's lock, so that a thread adding documents all the time cannot make this call start over
+    // forever (the lock order above allows taking the GIL here).
+    py::gil_scoped_acquire gil;
+    if (num_docs < 1) throw py::value_error("no document frequencies: build CiderD from refs, a dict, or load()");
+    py::module_ common = py::module_::import("vlkernels.captioning._common");
+    logdf = std::make_shared<const std::vector<double>>(common.attr("log_table")(max_df).cast<std::vector<double>>());
+    o.ref_len = common.attr("ref_len_of")(num_docs).cast<double>();
+    std::lock_guard<std::mutex> c(self.cache_mu);
+    self.logdf = logdf;
+    self.ref_len_docs = num_docs;
+    self.ref_len = o.ref_len;
+  }
+  o.logdf = logdf->data();
+  o.logdf_size = static_cast<int64_t>(logdf->size());
+  Tokens tok;
+  vlk::cap::Vocab extra, unused;
+  tokenize_source(cs, &self.df.vocab(), unused, extra, tok);
+  tokenize_source(rs, &self.df.vocab(), unused, extra, tok);
+  self.df.score(tok, cand.data(), n_cand, group.data(), ref_off.data(), ref_caps.data(), n_groups, o, po);
+  return out;
 }
 
 template <typename R>

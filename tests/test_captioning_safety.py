@@ -99,6 +99,39 @@ def test_ciderd_table_filled_while_scoring():
     assert not errors
 
 
+def test_ciderd_score_finishes_while_documents_keep_arriving(monkeypatch):
+    # Regression (a CI run hung here for 20 minutes): score fetched the numpy logarithms without the table's lock,
+    # and started over whenever documents had been added meanwhile, so a thread adding documents all the time
+    # could keep it looping forever. Here every fetch lets another thread add documents before it returns: the
+    # old code fetched again and again, the fixed one holds the table while it fetches and scores once.
+    from vlkernels.captioning import _common
+
+    rng = np.random.default_rng(4)
+    scorer = CiderD([[_caption(rng, 12)] for _ in range(20)])
+    original, fetches, adders = _common.log_table, [], []
+
+    def log_table_then_documents_arrive(max_df):
+        fetches.append(max_df)
+        if len(fetches) > 3:
+            raise RuntimeError("the log table was fetched again and again")
+        docs = [_caption(rng, 12) for _ in range(5)]
+        t = threading.Thread(target=scorer._df.add_documents, args=(docs, np.arange(6, dtype=np.int64)))
+        t.start()
+        adders.append(t)
+        t.join(timeout=0.3)  # the add either lands now (old code) or waits for the lock this call holds
+        return original(max_df)
+
+    monkeypatch.setattr(_common, "log_table", log_table_then_documents_arrive)
+    try:
+        out = scorer.score([_caption(rng, 12) for _ in range(3)], [[_caption(rng, 12)] for _ in range(3)])
+    finally:
+        for t in adders:
+            t.join()
+    assert out.shape == (3,) and np.isfinite(out).all()
+    assert len(fetches) == 1
+    assert scorer.num_docs == 25  # the document added during the call landed after it
+
+
 def test_images_without_a_word_like_pycocoevalcap():
     # An image whose captions are all empty (no n-gram at all) is legal input (UBSan: no memcpy from null).
     gts = {1: [""], 2: ["a b"], 3: ["a b c", ""]}
