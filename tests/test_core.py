@@ -93,6 +93,8 @@ def _bad_direct_cases():
         ((s, t, ro), ValueError, "out is read-only"),
         ((s.to("meta"), t, out), ValueError, "scores"),
         ((s.clone().requires_grad_(), t, out), ValueError, "scores cannot be exported.*detach"),
+        # DLPack cannot carry torch's negative bit: exported as is, the values would come out with the wrong sign.
+        ((torch.randn(4, 5, dtype=torch.complex64).conj().imag, t, out), ValueError, "scores .*negative bit"),
         (([[1.0]], t, out), TypeError, "scores must be a tensor or array supporting DLPack"),
     ]
 
@@ -114,11 +116,15 @@ def test_count_above_registered_op_validates_itself():
         torch.ops.vlkernels.count_above(torch.randn(3, 8)[:, ::2], torch.randn(3), False)
 
 
-def test_count_above_binding_accepts_numpy_and_strided_rows():
+@pytest.mark.parametrize("kind", ["numpy", "torch"])
+def test_count_above_binding_accepts_numpy_and_strided_rows(kind):
+    # numpy arrays arrive through __dlpack__, torch tensors through DLPack's C exchange API (torch >= 2.9): both
+    # must give the kernel the view's own offset and row stride.
     scores = np.random.default_rng(0).standard_normal((30, 50))
     view, thr = scores[::3, 5:45], np.zeros(10)
     out = np.zeros(10, dtype=np.int64)
-    _ext.load().count_above(view, thr, out, False)
+    as_kind = (lambda a: a) if kind == "numpy" else torch.from_numpy
+    _ext.load().count_above(as_kind(view), as_kind(thr), as_kind(out), False)
     np.testing.assert_array_equal(out, _np_count(view, thr, False))
 
 

@@ -1,7 +1,7 @@
 // Tensors crossing into C++: any DLPack-capable object (torch tensor, numpy array) becomes a TensorArg that holds
 // strong references to the object and its DLPack capsule for as long as it lives, and whose checks (dtype, device,
 // rank, shape, strides) throw a ValueError naming the argument. No libtorch: the DLPack ABI structs are declared
-// here (https://github.com/dmlc/dlpack, v1.0 layout).
+// here (https://github.com/dmlc/dlpack, v1.0 layout, and the C exchange API of v1.2 where the producer has it).
 //
 // Pattern for a binding (construct every TensorArg before releasing the GIL, so they are destroyed after it is
 // taken back):
@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -54,6 +55,18 @@ struct ManagedTensorVersioned {
   Tensor dl_tensor;
 };
 constexpr uint64_t kFlagReadOnly = 1;
+// DLPack's C exchange API (DLPack 1.2, torch >= 2.9), found on the producer's type as the capsule
+// __dlpack_c_exchange_api__: it fills a managed tensor from C, without the Python-level __dlpack__ call (about 6 us
+// per torch tensor, as much as a small kernel's whole run). Only the function used here is typed.
+struct ExchangeAPI {
+  uint32_t major, minor;
+  void* prev_api;
+  void* managed_tensor_allocator;
+  int (*managed_tensor_from_py_object_no_sync)(void* py_object, ManagedTensorVersioned** out);
+  void* managed_tensor_to_py_object_no_sync;
+  void* dltensor_from_py_object_no_sync;
+  void* current_work_stream;
+};
 enum Code : uint8_t { kInt = 0, kUInt = 1, kFloat = 2, kBfloat = 4, kBool = 6 };
 }  // namespace dlpack
 
@@ -116,44 +129,15 @@ class TensorArg {
     TensorArg a;
     a.name_ = name;
     a.owner_ = py::reinterpret_borrow<py::object>(obj);
-    if (!py::hasattr(obj, "__dlpack__") || !py::hasattr(obj, "__dlpack_device__")) {
-      throw py::type_error(std::string(name) + " must be a tensor or array supporting DLPack (torch.Tensor, "
-                           "numpy.ndarray), got " + std::string(py::str(py::type::handle_of(obj).attr("__name__"))));
+    // Neither DLPack path carries torch's negative bit: the data would be read with the wrong sign.
+    if (type_has(obj, "is_neg") && obj.attr("is_neg")().cast<bool>()) {
+      a.refuse("is a view with torch's negative bit set (e.g. x.conj().imag): call .resolve_neg()");
     }
-    int32_t dev_type = 0;
-    try {
-      dev_type = py::tuple(obj.attr("__dlpack_device__")())[0].cast<int32_t>();
-    } catch (py::error_already_set& e) {
-      a.refuse_export(e);
-    }
-    py::dict kwargs;
-    if (dev_type != kCPU) kwargs["stream"] = -1;  // the kernel runs on the producer's current stream: no sync
-    try {
-      kwargs["max_version"] = py::make_tuple(1, 0);
-      a.capsule_ = obj.attr("__dlpack__")(**kwargs);
-    } catch (py::error_already_set& e) {
-      if (!e.matches(PyExc_TypeError)) a.refuse_export(e);
-      // A producer from before DLPack 1.0 has no max_version keyword.
-      kwargs = py::dict();
-      if (dev_type != kCPU) kwargs["stream"] = -1;
-      try {
-        a.capsule_ = obj.attr("__dlpack__")(**kwargs);
-      } catch (py::error_already_set& e2) {
-        a.refuse_export(e2);
-      }
-    }
-    PyObject* cap = a.capsule_.ptr();
-    if (PyCapsule_IsValid(cap, "dltensor_versioned")) {
-      auto* m = static_cast<dlpack::ManagedTensorVersioned*>(PyCapsule_GetPointer(cap, "dltensor_versioned"));
-      if (m->major != 1) a.refuse("unsupported DLPack major version " + std::to_string(m->major));
-      a.t_ = m->dl_tensor;
-      a.read_only_ = (m->flags & dlpack::kFlagReadOnly) != 0;
-    } else if (PyCapsule_IsValid(cap, "dltensor")) {
-      a.t_ = static_cast<dlpack::ManagedTensor*>(PyCapsule_GetPointer(cap, "dltensor"))->dl_tensor;
+    if (const dlpack::ExchangeAPI* api = exchange_api(obj)) {
+      a.from_exchange_api(api);
     } else {
-      a.refuse("__dlpack__ did not return an unconsumed DLPack capsule");
+      a.from_capsule();
     }
-    // The capsule stays unconsumed: its destructor (run when capsule_ drops) releases the producer's reference.
     if (a.t_.ndim < 0) a.refuse("negative rank");
     a.shape_.assign(a.t_.shape, a.t_.shape + a.t_.ndim);
     if (a.t_.strides != nullptr) {
@@ -250,6 +234,90 @@ class TensorArg {
   [[noreturn]] void refuse(const std::string& why) const { throw pybind11::value_error(name_ + " " + why); }
 
  private:
+  // The Python-level protocol: owner_.__dlpack__(). The capsule stays unconsumed: its destructor (run when capsule_
+  // drops) releases the producer's reference.
+  void from_capsule() {
+    namespace py = pybind11;
+    if (!py::hasattr(owner_, "__dlpack__") || !py::hasattr(owner_, "__dlpack_device__")) {
+      throw py::type_error(name_ + " must be a tensor or array supporting DLPack (torch.Tensor, "
+                           "numpy.ndarray), got " + std::string(py::str(py::type::handle_of(owner_).attr("__name__"))));
+    }
+    int32_t dev_type = 0;
+    try {
+      dev_type = py::tuple(owner_.attr("__dlpack_device__")())[0].cast<int32_t>();
+    } catch (py::error_already_set& e) {
+      refuse_export(e);
+    }
+    py::dict kwargs;
+    if (dev_type != kCPU) kwargs["stream"] = -1;  // the kernel runs on the producer's current stream: no sync
+    try {
+      kwargs["max_version"] = py::make_tuple(1, 0);
+      capsule_ = owner_.attr("__dlpack__")(**kwargs);
+    } catch (py::error_already_set& e) {
+      if (!e.matches(PyExc_TypeError)) refuse_export(e);
+      // A producer from before DLPack 1.0 has no max_version keyword.
+      kwargs = py::dict();
+      if (dev_type != kCPU) kwargs["stream"] = -1;
+      try {
+        capsule_ = owner_.attr("__dlpack__")(**kwargs);
+      } catch (py::error_already_set& e2) {
+        refuse_export(e2);
+      }
+    }
+    PyObject* cap = capsule_.ptr();
+    if (PyCapsule_IsValid(cap, "dltensor_versioned")) {
+      auto* m = static_cast<dlpack::ManagedTensorVersioned*>(PyCapsule_GetPointer(cap, "dltensor_versioned"));
+      if (m->major != 1) refuse("unsupported DLPack major version " + std::to_string(m->major));
+      t_ = m->dl_tensor;
+      read_only_ = (m->flags & dlpack::kFlagReadOnly) != 0;
+    } else if (PyCapsule_IsValid(cap, "dltensor")) {
+      t_ = static_cast<dlpack::ManagedTensor*>(PyCapsule_GetPointer(cap, "dltensor"))->dl_tensor;
+    } else {
+      refuse("__dlpack__ did not return an unconsumed DLPack capsule");
+    }
+  }
+
+  // The C exchange API: the producer's own managed tensor (it holds the storage), released by its deleter. torch's
+  // export through it skips the checks of its __dlpack__; the two that matter for real dtypes are made here.
+  void from_exchange_api(const dlpack::ExchangeAPI* api) {
+    namespace py = pybind11;
+    if (type_has(owner_, "requires_grad") && owner_.attr("requires_grad").cast<bool>()) {
+      refuse("cannot be exported through DLPack (a tensor that requires grad: pass .detach())");
+    }
+    dlpack::ManagedTensorVersioned* m = nullptr;
+    if (api->managed_tensor_from_py_object_no_sync(owner_.ptr(), &m) != 0 || m == nullptr) {
+      py::error_already_set e;
+      refuse_export(e);
+    }
+    managed_ = std::shared_ptr<dlpack::ManagedTensorVersioned>(m, [](dlpack::ManagedTensorVersioned* p) {
+      if (p->deleter != nullptr) p->deleter(p);
+    });
+    if (m->major != 1) refuse("unsupported DLPack major version " + std::to_string(m->major));
+    t_ = m->dl_tensor;
+    read_only_ = (m->flags & dlpack::kFlagReadOnly) != 0;
+  }
+
+  // The producer type's C exchange API, or null (numpy, older torch, a table of another major version).
+  static const dlpack::ExchangeAPI* exchange_api(pybind11::handle obj) {
+    PyObject* cap = type_attr(obj, "__dlpack_c_exchange_api__");
+    if (cap == nullptr || !PyCapsule_IsValid(cap, "dlpack_exchange_api")) return nullptr;
+    // The table lives as long as the process (DLPack's rule for producers).
+    const auto* api = static_cast<const dlpack::ExchangeAPI*>(PyCapsule_GetPointer(cap, "dlpack_exchange_api"));
+    if (api == nullptr || api->major != 1 || api->managed_tensor_from_py_object_no_sync == nullptr) return nullptr;
+    return api;
+  }
+
+  // An attribute of obj's type (borrowed), or null; looked up in the type's MRO without raising AttributeError,
+  // which costs more than the rest of a numpy array's export.
+  static PyObject* type_attr(pybind11::handle obj, const char* name) {
+    PyObject* key = PyUnicode_InternFromString(name);
+    if (key == nullptr) throw pybind11::error_already_set();
+    PyObject* found = _PyType_Lookup(Py_TYPE(obj.ptr()), key);
+    Py_DECREF(key);
+    return found;
+  }
+  static bool type_has(pybind11::handle obj, const char* name) { return type_attr(obj, name) != nullptr; }
+
   [[noreturn]] void refuse_export(const pybind11::error_already_set& e) const {
     const std::string type = pybind11::str(e.type().attr("__name__"));
     refuse("cannot be exported through DLPack (" + type + ": " + std::string(pybind11::str(e.value())) + ")");
@@ -266,6 +334,7 @@ class TensorArg {
 
   std::string name_;
   pybind11::object owner_, capsule_;
+  std::shared_ptr<dlpack::ManagedTensorVersioned> managed_;
   dlpack::Tensor t_{};
   std::vector<int64_t> shape_, strides_;
   int64_t numel_ = 0;
