@@ -34,6 +34,9 @@ def _mutating(lists, stop):
         lst = lists[n % len(lists)]
         lst[n % len(lst)] = _caption(rng, 130)
         n += 1
+        # Give the GIL away each round: a thread that never does waits out a whole switch interval every time the
+        # scorer takes the GIL back (a convoy that made one CI run hang); replacements still land mid-call.
+        time.sleep(0)
 
 
 @pytest.mark.parametrize(
