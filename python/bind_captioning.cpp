@@ -512,12 +512,14 @@ py::array_t<double> df_score(DfScorer& self, const py::object& cands, const py::
   std::shared_lock<std::shared_mutex> lock(self.df.mutex());
   const int64_t num_docs = self.df.num_docs(), max_df = self.df.max_df();
   std::shared_ptr<const std::vector<double>> logdf;
+  int64_t docs = -1;  // the table size the cached logarithms were taken for (read under cache_mu: calls share it)
   {
     std::lock_guard<std::mutex> c(self.cache_mu);
     logdf = self.logdf;
-    if (num_docs == self.ref_len_docs) o.ref_len = self.ref_len;
+    docs = self.ref_len_docs;
+    o.ref_len = self.ref_len;
   }
-  if (num_docs != self.ref_len_docs || max_df >= static_cast<int64_t>(logdf->size())) {
+  if (num_docs != docs || max_df >= static_cast<int64_t>(logdf->size())) {
     // The table changed since the logarithms were taken (or never had them): fetch them for its current size while
     // holding the table's lock, so that a thread adding documents all the time cannot make this call start over
     // forever (the lock order above allows taking the GIL here).

@@ -286,6 +286,7 @@ class TensorArg {
     }
     dlpack::ManagedTensorVersioned* m = nullptr;
     if (api->managed_tensor_from_py_object_no_sync(owner_.ptr(), &m) != 0 || m == nullptr) {
+      if (!PyErr_Occurred()) refuse("cannot be exported through DLPack (its producer returned no tensor)");
       py::error_already_set e;
       refuse_export(e);
     }

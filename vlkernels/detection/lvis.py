@@ -153,6 +153,8 @@ class LVISEval:
                 raise ValueError(f"category {c} has frequency {self._cats[int(c)].get('frequency')!r}, not r/c/f")
         self._evaluated = self._run(full=False)
         self._cat_order = np.asarray(p.cat_ids, dtype=np.int64)
+        # The engine's cells are keyed by a category's slot among the sorted ids.
+        self._cat_slot = np.searchsorted(np.sort(self._cat_order), self._cat_order)
         self.eval_imgs = engine.EvalImgs(self, "eval_imgs", _EVAL_IMG_KEYS)
 
     def _eval_imgs_shape(self) -> tuple[int, int, int]:
@@ -161,10 +163,8 @@ class LVISEval:
 
     def _eval_img_head(self, k: int, a: int, i: int) -> tuple[int, dict]:
         p = self.params
-        # The engine's cells are keyed by the category's slot among the sorted ids.
-        k_sorted = int(np.searchsorted(np.sort(self._cat_order), self._cat_order[k]))
         head = {"image_id": p.img_ids[i], "category_id": p.cat_ids[k], "area_rng": p.area_rng[a]}
-        return k_sorted * len(p.img_ids) + i, head
+        return int(self._cat_slot[k]) * len(p.img_ids) + i, head
 
     def accumulate(self) -> None:
         """precision [T, R, K, A] and recall [T, K, A] (-1 where a category has no ground truth)."""
