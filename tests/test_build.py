@@ -2,6 +2,7 @@
 AddressSanitizer + UBSan (plus a short fuzzing run of every fuzz/fuzz_*.py target on the sanitized build)."""
 
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -11,8 +12,11 @@ from pathlib import Path
 import pybind11
 import pytest
 
+from vlkernels import gpu_profile as gp
+
 REPO = Path(__file__).resolve().parent.parent
 CU_FILES = sorted((REPO / "csrc").rglob("*.cu"))
+GPU_PROFILE = REPO / "benchmarks" / "results" / "gpu_static.jsonl"
 # Test files whose code paths run C++ kernels; each family adds its own here.
 SANITIZED_TESTS = [
     "tests/test_core.py",
@@ -45,34 +49,22 @@ SANITIZE_FLAGS = "-O1 -g1 -DNDEBUG"
 FUZZ_SECONDS = 4
 
 
-def _nvcc() -> str | None:
-    return shutil.which("nvcc") or next(
-        (str(p) for p in [Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / "nvcc"] if p.exists()), None
-    )
-
-
 @pytest.mark.parametrize("cu", CU_FILES, ids=[str(p.relative_to(REPO)) for p in CU_FILES])
-def test_cuda_source_compiles(cu, tmp_path):
-    nvcc = _nvcc()
-    if nvcc is None:
-        pytest.skip("nvcc not found: CUDA sources cannot be compile-checked on this machine")
-    cmd = [
-        nvcc,
-        "-std=c++17",
-        "-O2",
-        "-DVLK_WITH_CUDA=1",
-        f"-I{REPO / 'csrc'}",
-        "-c",
-        str(cu),
-        "-o",
-        str(tmp_path / "out.o"),
-        "-gencode",
-        "arch=compute_80,code=sm_80",
-        "-gencode",
-        "arch=compute_90,code=sm_90",
-    ]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    assert r.returncode == 0, f"nvcc failed on {cu.name}:\n{r.stderr[-4000:]}"
+def test_cuda_source_compiles(cu):
+    """nvcc compiles the file for sm_80 and sm_90 (the static GPU profile's compile), and every kernel in it gives
+    its committed profile row wherever that row was made from these sources and this nvcc."""
+    if gp.nvcc_path() is None or gp.nvidia_tools() is None:
+        pytest.skip("nvcc and Triton's cuobjdump are needed to compile-check the CUDA sources")
+    rows = gp.profile_cuda(files=[cu])
+    assert {r["arch"] for r in rows} == {80, 90}
+    for r in rows:
+        assert r["status"] == "ok", f"nvcc failed on {cu.name} for sm_{r['arch']}:\n{r['status'][-4000:]}"
+    committed = {gp.identity(c): c for c in map(json.loads, GPU_PROFILE.read_text().splitlines()) if c.get("file")}
+    for r in rows:
+        c = committed.get(gp.identity(r))
+        if c is not None and c.get("key") == r["key"]:
+            measured = ("registers", "spill_stores", "spill_loads", "stack_bytes", "smem_bytes", "tensor_core")
+            assert {k: r[k] for k in measured} == {k: c[k] for k in measured}, gp.identity(r)
 
 
 def _gcc_lib(name: str) -> str | None:

@@ -72,7 +72,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_gpu_profile(args: argparse.Namespace) -> int:
     from vlkernels import gpu_profile
 
-    return gpu_profile.run(args.json, cuda=not args.no_cuda, jobs=args.jobs)
+    return gpu_profile.run(args.json, cuda=not args.no_cuda, jobs=args.jobs, reuse=args.reuse)
 
 
 def cmd_selftest(args: argparse.Namespace) -> int:
@@ -93,6 +93,7 @@ def _register_gpu(sub) -> None:
     prof.add_argument("--json", type=Path, default=None, help="write the rows as JSON lines to this file")
     prof.add_argument("--no-cuda", action="store_true", help="skip the nvcc compiles of csrc/**/*.cu")
     prof.add_argument("--jobs", type=int, default=None, help="parallel compiles (default: the usable CPUs)")
+    prof.add_argument("--reuse", type=Path, default=None, help="keep this profile's rows whose cache key is current")
     prof.set_defaults(func=cmd_gpu_profile)
     st = sub.add_parser("selftest", help="check every GPU-path op against its reference (and time it on a GPU)")
     st.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda when visible, else cpu")

@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
+import hashlib
 import importlib
 import inspect
+import io
 import json
 import os
 import re
@@ -209,48 +212,86 @@ def _spec_row(spec) -> dict[str, Any]:
     }
 
 
-def compile_triton(spec, tools: dict[str, str], cache: dict) -> dict[str, Any]:
-    """Compile one spec offline and read its resources from ptxas' log and the cubin."""
-    import triton
+def _source(spec):
+    """The spec as ``triton.compile`` takes it: (ASTSource, target, options)."""
     from triton.backends.compiler import GPUTarget
-    from triton.backends.nvidia.compiler import get_ptxas
     from triton.compiler import ASTSource
 
-    row = _spec_row(spec)
-    div = sorted(spec.extra.get("divisible_by_16", ()))
-    key = json.dumps(
-        [row["family"], row["kernel"], row["arch"], sorted(spec.signature.items()), repr(row["config"]), div]
-    )
-    if key in cache:
-        return {**row, **cache[key]}
     fn = _jit(spec.kernel)
     consts = dict(spec.constexprs)
     missing = set(fn.arg_names) - set(spec.signature) - set(consts)
     if missing:
         raise ValueError(f"{spec.name}: arguments {sorted(missing)} have neither a type nor a constexpr value")
     sig = {**spec.signature, **{k: "constexpr" for k in consts}}
-    target = GPUTarget("cuda", spec.arch, 32)
     # The 16-divisibility Triton's launch-time specialization gives usual shapes (aligned pointers, strides, dims):
     # without these hints the same kernels compile to other code (address arithmetic, spills) than they run as.
     div = spec.extra.get("divisible_by_16", ())
     attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in div}
-    k = triton.compile(
-        ASTSource(fn, sig, constexprs=consts, attrs=attrs),
-        target=target,
-        options={"num_warps": spec.num_warps, "num_stages": spec.num_stages},
-    )
+    src = ASTSource(fn, sig, constexprs=consts, attrs=attrs)
+    return src, GPUTarget("cuda", spec.arch, 32), {"num_warps": spec.num_warps, "num_stages": spec.num_stages}
+
+
+def triton_cache_key(spec) -> str | None:
+    """Triton's own compile-cache key of the spec (the hash ``triton.compile`` files its output under: Triton's
+    version, the kernel's source and every jit function it calls, signature, constexprs, hints, target, ptxas version,
+    options, cache-invalidating environment). Equal keys mean the same cubin. None when this Triton's internals
+    differ from 3.9's; then no committed row is reused."""
+    try:
+        from triton.compiler.compiler import get_cache_invalidating_env_vars, get_cache_key, make_backend
+
+        src, target, options = _source(spec)
+        backend = make_backend(target)
+        opts = backend.parse_options(dict(options, **src.parse_options()))
+        key = get_cache_key(src, backend, opts, env_vars=get_cache_invalidating_env_vars())
+    except (ImportError, AttributeError, TypeError):
+        return None
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+@contextlib.contextmanager
+def _ptxas_log(buf: io.StringIO):
+    """Triton's ptxas already runs with ``-v``; its ``dump_ptxas_log`` knob prints that report, caught here, so the
+    profile need not run ptxas a second time. Nothing is caught when the cubin comes from Triton's cache."""
+    nv = getattr(getattr(importlib.import_module("triton"), "knobs", None), "nvidia", None)
+    if nv is None or not hasattr(nv, "dump_ptxas_log"):
+        yield
+        return
+    old = nv.dump_ptxas_log
+    nv.dump_ptxas_log = True
+    try:
+        with contextlib.redirect_stdout(buf):
+            yield
+    finally:
+        nv.dump_ptxas_log = old
+
+
+def compile_triton(spec, tools: dict[str, str]) -> dict[str, Any]:
+    """Compile one spec offline and read its resources from ptxas' log and the cubin."""
+    import triton
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    row = _spec_row(spec)
+    src, target, options = _source(spec)
+    buf = io.StringIO()
+    with _ptxas_log(buf):
+        k = triton.compile(src, target=target, options=options)
     arch_name = f"sm_{spec.arch}a" if spec.arch >= 90 else f"sm_{spec.arch}"
+    ptx = k.asm["ptx"]
     with tempfile.TemporaryDirectory(prefix="vlk_prof_") as tmp:
-        ptx, cubin = Path(tmp, "k.ptx"), Path(tmp, "k.cubin")
-        ptx.write_text(k.asm["ptx"])
+        cubin = Path(tmp, "k.cubin")
         cubin.write_bytes(k.asm["cubin"])
-        # The same ptxas and flags Triton used, rerun only for its -v report (spill bytes are not in the metadata).
-        log = subprocess.run(
-            [get_ptxas(spec.arch).path, "-v", "-lineinfo", "--regAllocOptLevel=2", f"--gpu-name={arch_name}",
-             str(ptx), "-o", str(Path(tmp, "v.cubin"))],
-            capture_output=True, text=True, check=True,
-        ).stderr  # fmt: skip
-        sass = subprocess.run([tools["cuobjdump"], "-sass", str(cubin)], capture_output=True, text=True, check=True)
+        log = buf.getvalue()
+        if not _parse_ptxas_v(log):  # a cache hit: the same ptxas and flags again, for the -v report only
+            Path(tmp, "k.ptx").write_text(ptx)
+            log = subprocess.run(
+                [get_ptxas(spec.arch).path, "-v", "-lineinfo", "--regAllocOptLevel=2", f"--gpu-name={arch_name}",
+                 str(Path(tmp, "k.ptx")), "-o", str(Path(tmp, "v.cubin"))],
+                capture_output=True, text=True, check=True,
+            ).stderr  # fmt: skip
+        # ptxas emits tensor-core SASS only for PTX mma/wgmma instructions: without them there is nothing to find.
+        sass = ""
+        if re.search(r"\b(?:w?gmma|mma)\.", ptx):
+            sass = subprocess.run([tools["cuobjdump"], "-sass", str(cubin)], capture_output=True, text=True).stdout
         res = subprocess.run([tools["cuobjdump"], "-res-usage", str(cubin)], capture_output=True, text=True)
     usage = next(iter(_res_usage(res.stdout).values()), {})
     v = next(iter(_parse_ptxas_v(log).values()), {})
@@ -263,10 +304,11 @@ def compile_triton(spec, tools: dict[str, str], cache: dict) -> dict[str, Any]:
         "smem_static": smem_static,
         "smem_dynamic": int(k.metadata.shared),
         "smem_bytes": smem_static + int(k.metadata.shared),
-        "tensor_core": tensor_core_class(sass.stdout),
+        "tensor_core": tensor_core_class(sass),
+        "key": getattr(k.metadata, "hash", None),
+        "triton": triton.__version__,
     }
     out.update(occupancy(spec.arch, out["registers"], out["smem_bytes"], spec.num_warps))
-    cache[key] = out
     return {**row, **out}
 
 
@@ -296,14 +338,18 @@ def _threads_at_launch_sites() -> dict[str, int]:
     return threads
 
 
-def compile_cuda(arch: int, nvcc: str, tools: dict[str, str]) -> list[dict[str, Any]]:
-    """Every ``__global__`` kernel of every ``csrc/**/*.cu`` for one arch, from ``nvcc -Xptxas -v`` and the cubin."""
+NVCC_FLAGS = ("-std=c++17", "-O3", "-DVLK_WITH_CUDA=1")
+
+
+def compile_cuda(arch: int, nvcc: str, tools: dict[str, str], files: list[Path] | None = None) -> list[dict]:
+    """Every ``__global__`` kernel of the ``files`` (default: every ``csrc/**/*.cu``) for one arch, from
+    ``nvcc -Xptxas -v`` and the cubin."""
     rows = []
     threads = _threads_at_launch_sites()
-    for cu in sorted(CSRC.rglob("*.cu")):
+    for cu in sorted(CSRC.rglob("*.cu")) if files is None else files:
         with tempfile.TemporaryDirectory(prefix="vlk_nvcc_") as tmp:
             cubin = Path(tmp, "k.cubin")
-            cmd = [nvcc, "-std=c++17", "-O3", "-DVLK_WITH_CUDA=1", f"-I{CSRC}", "-cubin", f"-arch=sm_{arch}",
+            cmd = [nvcc, *NVCC_FLAGS, f"-I{CSRC}", "-cubin", f"-arch=sm_{arch}",
                    "-Xptxas", "-v", str(cu), "-o", str(cubin)]  # fmt: skip
             r = subprocess.run(cmd, capture_output=True, text=True)
             rel = str(cu.relative_to(CSRC.parent))
@@ -356,31 +402,44 @@ def _demangle(names: list[str]) -> dict[str, str]:
 _SPECS: list = []
 
 
+def identity(row: dict) -> tuple:
+    """What names one row of the profile: a Triton spec, or one kernel of one .cu file, at one arch."""
+    if row["source"] == "triton":
+        return ("triton", row["family"], row["kernel"], row["label"], row["arch"], row["dtype"])
+    return ("cuda", row["file"], row.get("kernel", ""), row["arch"])
+
+
 def _compile_one(index: int) -> dict[str, Any]:
     spec = _SPECS[index]
     try:
-        return {**compile_triton(spec, nvidia_tools(), {}), "status": "ok"}
+        return {**compile_triton(spec, nvidia_tools()), "status": "ok"}
     except Exception as e:  # one bad spec is a reported violation, not the end of the profile
         return {**_spec_row(spec), "status": f"error: {type(e).__name__}: {str(e)[-800:]}"}
 
 
-def _worker(families: tuple[str, ...], jobs: int) -> int:
-    """Runs in a fresh interpreter without TRITON_INTERPRET: compiles every spec (``jobs`` forked processes; the specs
-    are inherited, not pickled), one JSON line each, in spec order."""
+def _key_of(index: int) -> dict[str, Any]:
+    return {**_spec_row(_SPECS[index]), "key": triton_cache_key(_SPECS[index])}
+
+
+def _worker(families: tuple[str, ...], jobs: int, only: list[int] | None, keys: bool) -> int:
+    """Runs in a fresh interpreter without TRITON_INTERPRET: compiles the specs (all, or the ``only`` indices;
+    ``jobs`` forked processes; the specs are inherited, not pickled), or with ``keys`` only computes their cache
+    keys; one JSON line each, in spec order."""
     specs, notes = collect_specs()
     for note in notes:
         print(json.dumps({"note": note}), flush=True)
     _SPECS[:] = [s for s in specs if s.family in families]
-    if jobs <= 1 or len(_SPECS) < 2:
-        rows = map(_compile_one, range(len(_SPECS)))
-        for row in rows:
+    todo = list(range(len(_SPECS))) if only is None else only
+    work = _key_of if keys else _compile_one
+    if keys or jobs <= 1 or len(todo) < 2:
+        for row in map(work, todo):
             print(json.dumps(row), flush=True)
         return 0
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
-        for row in pool.map(_compile_one, range(len(_SPECS))):
+        for row in pool.map(work, todo):
             print(json.dumps(row), flush=True)
     return 0
 
@@ -389,16 +448,23 @@ class OfflineCompileUnavailable(RuntimeError):
     """This machine's Triton cannot compile for CUDA offline (no NVIDIA backend, no ptxas/cuobjdump)."""
 
 
-def profile_triton(families: tuple[str, ...] = FAMILIES, jobs: int | None = None) -> tuple[list[dict], list[str]]:
-    """Compile every spec in a subprocess (compiled mode, whatever TRITON_INTERPRET says here), ``jobs`` at a time
-    (default: the CPUs this process may use). Triton's on-disk cache makes a repeated profile fast."""
+def profile_triton(
+    families: tuple[str, ...] = FAMILIES, jobs: int | None = None, only: list[int] | None = None, keys: bool = False
+) -> tuple[list[dict], list[str]]:
+    """Compile the specs in a subprocess (compiled mode, whatever TRITON_INTERPRET says here), ``jobs`` at a time
+    (default: the CPUs this process may use): all of them, or the ``only`` indices into ``collect_specs()`` of
+    ``families``; with ``keys``, only their cache keys (no compile). Triton's on-disk cache makes a repeat fast."""
     jobs = jobs or len(os.sched_getaffinity(0))
     if nvidia_tools() is None:
         raise OfflineCompileUnavailable("triton with its NVIDIA backend (bundled ptxas/cuobjdump) is not installed")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     cmd = [sys.executable, "-m", "vlkernels.gpu_profile", "--worker", "--families", ",".join(families)]
-    cmd += ["--jobs", str(jobs)]
+    cmd += ["--jobs", str(jobs)] + (["--keys"] if keys else [])
+    if only is not None:
+        if not only:
+            return [], []
+        cmd += ["--only", ",".join(map(str, only))]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=PACKAGE.parent)
     if r.returncode != 0:
         if "GPUTarget" in r.stderr or "ptxas" in r.stderr:
@@ -412,14 +478,51 @@ def profile_triton(families: tuple[str, ...] = FAMILIES, jobs: int | None = None
     return rows, notes
 
 
-def profile_cuda(archs: tuple[int, ...] = (80, 90)) -> list[dict]:
-    nvcc = shutil.which("nvcc") or next(
+def nvcc_path() -> str | None:
+    return shutil.which("nvcc") or next(
         (str(p) for p in [Path(os.environ.get("CUDA_HOME", "/usr/local/cuda")) / "bin" / "nvcc"] if p.exists()), None
     )
-    tools = nvidia_tools()
+
+
+def cuda_key(nvcc: str) -> str:
+    """What the CUDA rows depend on: nvcc's version, the flags, and every source and header under csrc/ (launch
+    sites in any of them give a kernel's block size)."""
+    h = hashlib.sha256(subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.encode())
+    h.update(" ".join(NVCC_FLAGS).encode())
+    for path in sorted(p for p in CSRC.rglob("*") if p.suffix in (".cu", ".cuh", ".h")):
+        h.update(str(path.relative_to(CSRC)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def profile_cuda(archs: tuple[int, ...] = (80, 90), files: list[Path] | None = None) -> list[dict]:
+    """Every kernel of the .cu ``files`` (default: all of csrc/) at each arch; [] without nvcc or cuobjdump."""
+    nvcc, tools = nvcc_path(), nvidia_tools()
     if nvcc is None or tools is None:
         return []
-    return [dict(row, status=row.get("status", "ok")) for arch in archs for row in compile_cuda(arch, nvcc, tools)]
+    key = cuda_key(nvcc)
+    return [dict(row, status=row.get("status", "ok"), key=key) for arch in archs
+            for row in compile_cuda(arch, nvcc, tools, files)]  # fmt: skip
+
+
+def profile(
+    committed: list[dict] = (), families: tuple[str, ...] = FAMILIES, cuda: bool = True, jobs: int | None = None
+) -> tuple[list[dict], list[str]]:
+    """Every spec's row (and every .cu kernel's with ``cuda``): a ``committed`` row is reused where its key equals
+    this tree's key for it (the same compile, as Triton's own cache reasons), the rest is compiled."""
+    have = {identity(r): r for r in committed if r.get("key") and r.get("status") == "ok"}
+    keyed, notes = profile_triton(families, jobs, keys=True)
+    stale = [i for i, r in enumerate(keyed) if not r["key"] or have.get(identity(r), {}).get("key") != r["key"]]
+    fresh = iter(profile_triton(families, jobs, only=stale)[0])
+    stale_set = set(stale)
+    rows = [next(fresh) if i in stale_set else have[identity(r)] for i, r in enumerate(keyed)]
+    if cuda:
+        nvcc = nvcc_path()
+        old = [r for r in committed if r["source"] == "cuda"]
+        if nvcc and old and all(r.get("key") == cuda_key(nvcc) and r.get("status") == "ok" for r in old):
+            rows += old
+        else:
+            rows += profile_cuda()
+    return rows, notes
 
 
 def violations(rows: list[dict], specs_kernels: set[str] | None = None) -> list[str]:
@@ -465,8 +568,8 @@ def table(rows: list[dict]) -> str:
             cfg = f"{cfg} {tiles} w{c['num_warps']} s{c['num_stages']}".strip()
         else:
             cfg = f"{r['file']} {r['threads'] or '?'} thr"
-        kern = r["kernel"] if r["source"] == "triton" else r["kernel"].removeprefix("void ").split("(")[0]
-        kern = kern.replace("(anonymous namespace)::", "").replace("vlk::", "")
+        kern = r["kernel"].replace("(anonymous namespace)::", "").replace("vlk::", "")
+        kern = kern if r["source"] == "triton" else kern.removeprefix("void ").split("(")[0]
         lines.append(
             f"| {r['family']}.{kern} | {cfg} | sm_{r['arch']} | {r['dtype']} | {r['registers']} | "
             f"{r['spill_stores'] + r['spill_loads']} | {r['smem_bytes'] / 1024:.1f} | {r['tensor_core']} | "
@@ -481,16 +584,16 @@ def run(
     cuda: bool = True,
     echo=print,
     jobs: int | None = None,
+    reuse: Path | None = None,
 ) -> int:
     """Profile, print the table and the violations, write JSON lines; exit status 1 on a violation, 3 when this
-    machine cannot compile offline."""
+    machine cannot compile offline. ``reuse``: a profile's JSON lines whose rows are kept where their key is current."""
+    committed = [json.loads(line) for line in reuse.read_text().splitlines() if line.strip()] if reuse else []
     try:
-        rows, notes = profile_triton(families, jobs)
+        rows, notes = profile(committed, families, cuda, jobs)
     except OfflineCompileUnavailable as e:
         echo(f"gpu-profile: skipped, this Triton cannot compile for CUDA offline: {e}")
         return 3
-    if cuda:
-        rows += profile_cuda()
     for note in notes:
         echo(f"note: {note}")
     echo(table(rows))
@@ -500,7 +603,9 @@ def run(
     bad = violations(rows, covered | missing_ok)
     for b in bad:
         echo(f"VIOLATION {b}")
-    echo(f"{len(rows)} compiles, {len(bad)} violation(s). Static analysis only: nothing here ran on a GPU.")
+    reused = len({id(r) for r in rows} & {id(c) for c in committed})
+    echo(f"{len(rows)} rows ({len(rows) - reused} compiled, {reused} reused), {len(bad)} violation(s). "
+         "Static analysis only: nothing here ran on a GPU.")  # fmt: skip
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         with json_path.open("w") as f:
@@ -515,12 +620,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--families", default=",".join(FAMILIES))
     p.add_argument("--no-cuda", action="store_true", help="skip the nvcc compiles of csrc/**/*.cu")
     p.add_argument("--jobs", type=int, default=None, help="parallel compiles (default: the usable CPUs)")
+    p.add_argument("--reuse", type=Path, default=None, help="keep this profile's rows whose cache key is current")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--keys", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--only", default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     fams = tuple(f for f in a.families.split(",") if f)
     if a.worker:
-        return _worker(fams, a.jobs or 1)
-    return run(a.json, fams, not a.no_cuda, jobs=a.jobs)
+        only = None if a.only is None else [int(i) for i in a.only.split(",") if i]
+        return _worker(fams, a.jobs or 1, only, a.keys)
+    return run(a.json, fams, not a.no_cuda, jobs=a.jobs, reuse=a.reuse)
 
 
 if __name__ == "__main__":
