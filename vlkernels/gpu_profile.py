@@ -484,10 +484,15 @@ def nvcc_path() -> str | None:
     )
 
 
+def nvcc_version(nvcc: str) -> str:
+    """nvcc's build line, e.g. ``Build cuda_13.0.r13.0/compiler.36424714_0``."""
+    return subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
+
+
 def cuda_key(nvcc: str) -> str:
     """What the CUDA rows depend on: nvcc's version, the flags, and every source and header under csrc/ (launch
     sites in any of them give a kernel's block size)."""
-    h = hashlib.sha256(subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout.encode())
+    h = hashlib.sha256(nvcc_version(nvcc).encode())
     h.update(" ".join(NVCC_FLAGS).encode())
     for path in sorted(p for p in CSRC.rglob("*") if p.suffix in (".cu", ".cuh", ".h")):
         h.update(str(path.relative_to(CSRC)).encode() + b"\0" + path.read_bytes())
@@ -499,8 +504,8 @@ def profile_cuda(archs: tuple[int, ...] = (80, 90), files: list[Path] | None = N
     nvcc, tools = nvcc_path(), nvidia_tools()
     if nvcc is None or tools is None:
         return []
-    key = cuda_key(nvcc)
-    return [dict(row, status=row.get("status", "ok"), key=key) for arch in archs
+    key, version = cuda_key(nvcc), nvcc_version(nvcc)
+    return [dict(row, status=row.get("status", "ok"), key=key, nvcc=version) for arch in archs
             for row in compile_cuda(arch, nvcc, tools, files)]  # fmt: skip
 
 
