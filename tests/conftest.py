@@ -14,6 +14,9 @@ from vlkernels.testing import shared_data_dir
 
 
 def pytest_collection_modifyitems(config, items):
+    # Long tests that run beside the rest start first: with xdist's load scheduling the first items go to the first
+    # worker, so the run lasts about as long as the longer of them and the rest, not the two one after the other.
+    items.sort(key=lambda item: item.get_closest_marker("early") is None)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device (gpu marker); none is present")

@@ -82,6 +82,7 @@ def _sanitizer_runtime() -> str | None:
 
 
 @pytest.mark.slow
+@pytest.mark.early
 def test_cpp_kernels_under_asan_ubsan(tmp_path):
     asan = _sanitizer_runtime()
     if asan is None or shutil.which("cmake") is None:
@@ -119,7 +120,7 @@ def test_cpp_kernels_under_asan_ubsan(tmp_path):
         UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1",
     )
     tests = [t for t in SANITIZED_TESTS if (REPO / t).exists()]
-    # Two workers when xdist is there: this test is the tail of the CI run, the other CI worker is idle by then.
+    # Two workers when xdist is there: the other CI worker is busy with the rest of the suite at first, idle later.
     xdist = ["-n", "2"] if importlib.util.find_spec("xdist") else []
     r = subprocess.run(
         [
