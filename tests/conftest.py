@@ -1,3 +1,4 @@
+import multiprocessing
 import os
 from pathlib import Path
 
@@ -11,6 +12,11 @@ if not torch.cuda.is_available():
 
 # After TRITON_INTERPRET: importing vlkernels may import triton.
 from vlkernels.testing import shared_data_dir
+
+# Multi-process (gloo) tests start their ranks from a fork server that has imported torch once, instead of fresh
+# interpreters that import it again each (seconds a rank on 2 cores). Only torch: vlkernels, and triton through it,
+# read environment variables at import that a rank may set first.
+multiprocessing.get_context("forkserver").set_forkserver_preload(["torch"])
 
 
 def pytest_collection_modifyitems(config, items):

@@ -94,7 +94,7 @@ def _free_port():
 
 def test_compute_gathers_across_gloo_ranks(tmp_path):
     world = 2
-    mp.start_processes(_worker, args=(world, _free_port(), str(tmp_path)), nprocs=world, start_method="spawn")
+    mp.start_processes(_worker, args=(world, _free_port(), str(tmp_path)), nprocs=world, start_method="forkserver")
     preds, target = _samples(57, seed=2)
     want_mean, want = _pycoco(preds, target)
     order = [i for r in range(world) for i in range(r, len(preds), world)]  # gathered order: rank 0's, rank 1's

@@ -150,7 +150,7 @@ def test_metric_distributed_gloo_equals_single_process(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.spawn(_worker, args=(2, port, str(tmp_path)), nprocs=2, join=True)
+    mp.start_processes(_worker, args=(2, port, str(tmp_path)), nprocs=2, start_method="forkserver")
     preds, target = _batch(10, seed=14, masks=True)
     want = mean_average_precision(preds, target, iou_type=("bbox", "segm"))
     for r in range(2):

@@ -225,7 +225,7 @@ def test_sharded_triton_equals_unsharded_gloo(tmp_path, txt_bounds, img_bounds):
     world = len(txt_bounds) - 1
     port = _free_port()
     mp.start_processes(
-        _worker, args=(world, port, str(tmp_path), txt_bounds, img_bounds), nprocs=world, start_method="spawn"
+        _worker, args=(world, port, str(tmp_path), txt_bounds, img_bounds), nprocs=world, start_method="forkserver"
     )
     img, txt, lab = _data()
     t2i, i2t = _general_positives(len(txt), len(img))

@@ -177,7 +177,7 @@ def _sharded_worker(rank: int, world: int, port: int, out_dir: str) -> None:
 
 def test_sharded_equals_unsharded_gloo(tmp_path):
     port = _free_port()
-    mp.start_processes(_sharded_worker, args=(2, port, str(tmp_path)), nprocs=2, start_method="spawn")
+    mp.start_processes(_sharded_worker, args=(2, port, str(tmp_path)), nprocs=2, start_method="forkserver")
     img, txt, lab = _data(n_img=31, n_txt=97, d=6, seed=11)
     img, txt = img.round(), txt.round()
     want = evaluate(img, txt, lab)

@@ -99,7 +99,7 @@ def _worker(rank: int, world: int, port: int, out_dir: str, counts) -> None:
 
 @pytest.mark.parametrize("counts", [(2, 3), (0, 2)])  # batches per rank: uneven; a rank without any batch
 def test_metric_distributed_gloo(tmp_path, counts):
-    mp.start_processes(_worker, args=(2, _free_port(), str(tmp_path), counts), nprocs=2, start_method="spawn")
+    mp.start_processes(_worker, args=(2, _free_port(), str(tmp_path), counts), nprocs=2, start_method="forkserver")
     imgs, txts, labs = _union(_batches(10, n=counts[0]) + _batches(11, n=counts[1]))
     want = evaluate_ref(imgs, txts, labs, ks=(1, 5))
     for r in range(2):

@@ -89,7 +89,7 @@ def _free_port() -> int:
 
 
 def _spawn(world: int, out_dir: Path):
-    mp.start_processes(_worker, args=(world, _free_port(), str(out_dir)), nprocs=world, start_method="spawn")
+    mp.start_processes(_worker, args=(world, _free_port(), str(out_dir)), nprocs=world, start_method="forkserver")
     return world, [torch.load(out_dir / f"rank{r}.pt") for r in range(world)]
 
 
