@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from vlkernels.captioning import Cider, evaluate_captions
@@ -97,28 +98,37 @@ def test_file_path_equals_the_object_path(shared_data, tmp_path, monkeypatch, to
     assert files == objects and files["images"] == 280
 
 
+def _captions(rng: np.random.Generator, n: int, random_words: bool) -> list[str]:
+    """n captions of 7-14 words: words of 3-9 random letters (nearly every word and n-gram distinct), or a small
+    vocabulary, capitalized with a full stop. Vectorized: the big files take tens of millions of characters."""
+    n_words = rng.integers(7, 15, size=n)
+    last = np.cumsum(n_words) - 1  # each caption's last word: followed by a newline, the others by a space
+    if random_words:
+        lens = rng.integers(3, 10, size=int(n_words.sum()))
+        buf = rng.integers(ord("a"), ord("z") + 1, size=int(lens.sum() + lens.size), dtype=np.uint8)
+        ends = np.cumsum(lens + 1) - 1
+        buf[ends] = ord(" ")
+        buf[ends[last]] = ord("\n")
+        return buf.tobytes().decode().split("\n")[:n]
+    vocab = "a man riding wave on top of surfboard the dog cat sitting table with plate food two people".split()
+    idx = rng.integers(0, len(vocab), size=int(n_words.sum()))
+    tokens = np.array([w + " " for w in vocab], dtype=object)[idx]
+    tokens[last] = np.array([w + "\n" for w in vocab], dtype=object)[idx[last]]
+    return [c.capitalize() + "." for c in "".join(tokens.tolist()).split("\n")[:n]]
+
+
 def _write_big(path, n_img, refs=5, seed=0, random_words=False):
-    import random
-
-    rng = random.Random(seed)
-    words = "a man riding wave on top of surfboard the dog cat sitting table with plate food two people".split()
-
-    def cap():
-        if random_words:  # words of 3-9 random letters: nearly every word and n-gram distinct
-            return " ".join(
-                "".join(rng.choices("abcdefghijklmnopqrstuvwxyz", k=rng.randint(3, 9)))
-                for _ in range(rng.randint(7, 14))
-            )
-        return " ".join(rng.choice(words) for _ in range(rng.randint(7, 14))).capitalize() + "."
-
+    rng = np.random.default_rng(seed)
+    caps = _captions(rng, n_img * refs, random_words)
     with open(path / "refs.json", "w") as f:
         f.write('{"info": {}, "images": [], "annotations": [')
         f.write(
-            ",".join(f'{{"image_id": {i}, "id": {j}, "caption": "{cap()}"}}' for i in range(n_img) for j in range(refs))
+            ",".join(f'{{"image_id": {k // refs}, "id": {k % refs}, "caption": "{c}"}}' for k, c in enumerate(caps))
         )
         f.write("]}")
+    caps = _captions(rng, n_img, random_words)
     with open(path / "preds.json", "w") as f:
-        f.write("[" + ",".join(f'{{"image_id": {i}, "caption": "{cap()}"}}' for i in range(n_img)) + "]")
+        f.write("[" + ",".join(f'{{"image_id": {i}, "caption": "{c}"}}' for i, c in enumerate(caps)) + "]")
     return path / "refs.json", path / "preds.json"
 
 
