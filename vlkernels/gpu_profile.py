@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -510,7 +511,7 @@ def profile_cuda(archs: tuple[int, ...] = (80, 90), files: list[Path] | None = N
 
 
 def profile(
-    committed: list[dict] = (), families: tuple[str, ...] = FAMILIES, cuda: bool = True, jobs: int | None = None
+    committed: Sequence[dict] = (), families: tuple[str, ...] = FAMILIES, cuda: bool = True, jobs: int | None = None
 ) -> tuple[list[dict], list[str]]:
     """Every spec's row (and every .cu kernel's with ``cuda``): a ``committed`` row is reused where its key equals
     this tree's key for it (the same compile, as Triton's own cache reasons), the rest is compiled."""
@@ -523,7 +524,8 @@ def profile(
     if cuda:
         nvcc = nvcc_path()
         old = [r for r in committed if r["source"] == "cuda"]
-        if nvcc and old and all(r.get("key") == cuda_key(nvcc) and r.get("status") == "ok" for r in old):
+        key = cuda_key(nvcc) if nvcc else None
+        if key and old and all(r.get("key") == key and r.get("status") == "ok" for r in old):
             rows += old
         else:
             rows += profile_cuda()
