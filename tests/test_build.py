@@ -3,7 +3,6 @@ AddressSanitizer + UBSan (plus a short fuzzing run of every fuzz/fuzz_*.py targe
 by fuzz/seeds/)."""
 
 import importlib.util
-import json
 import os
 import shutil
 import subprocess
@@ -17,7 +16,6 @@ from vlkernels import gpu_profile as gp
 
 REPO = Path(__file__).resolve().parent.parent
 CU_FILES = sorted((REPO / "csrc").rglob("*.cu"))
-GPU_PROFILE = REPO / "benchmarks" / "results" / "gpu_static.jsonl"
 # Test files whose code paths run C++ kernels; each family adds its own here.
 SANITIZED_TESTS = [
     "tests/test_core.py",
@@ -65,12 +63,11 @@ def test_cuda_source_compiles(cu):
     assert {r["arch"] for r in rows} == {80, 90}
     for r in rows:
         assert r["status"] == "ok", f"nvcc failed on {cu.name} for sm_{r['arch']}:\n{r['status'][-4000:]}"
-    committed = {gp.identity(c): c for c in map(json.loads, GPU_PROFILE.read_text().splitlines()) if c.get("file")}
+    committed = {gp.identity(c): c for c in gp.read_rows(gp.COMMITTED) if c["source"] == "cuda"}
     for r in rows:
         c = committed.get(gp.identity(r))
         if c is not None and c.get("key") == r["key"]:
-            measured = ("registers", "spill_stores", "spill_loads", "stack_bytes", "smem_bytes", "tensor_core")
-            assert {k: r[k] for k in measured} == {k: c[k] for k in measured}, gp.identity(r)
+            assert gp.measured(r) == gp.measured(c), gp.identity(r)
 
 
 def _gcc_lib(name: str) -> str | None:

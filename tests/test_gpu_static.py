@@ -4,7 +4,6 @@ no spills, shared memory within the opt-in limit, tensor-core instructions in ev
 roofline MODEL of every registered GPU benchmark case."""
 
 import importlib
-import json
 import sys
 from pathlib import Path
 
@@ -137,15 +136,11 @@ def test_launchers_use_the_declared_cuda_tiles(monkeypatch):
         assert tuple(met_cfg.pair_cosine_tile(x_cuda)) in listed_met
 
 
-PROFILE = REPO / "benchmarks" / "results" / "gpu_static.jsonl"
-REGENERATE = f"vlkernels gpu-profile --reuse {PROFILE.relative_to(REPO)} --json {PROFILE.relative_to(REPO)}"
-# What a compile measures (the rest of a row names the spec or follows from these).
-MEASURED = ("registers", "spill_stores", "spill_loads", "stack_bytes", "smem_static", "smem_dynamic", "smem_bytes",
-            "tensor_core", "blocks_per_sm")  # fmt: skip
+REGENERATE = "vlkernels gpu-profile --reuse {p} --json {p}".format(p=gp.COMMITTED.relative_to(REPO))
 
 
 def _committed() -> list[dict]:
-    return [json.loads(line) for line in PROFILE.read_text().splitlines() if line.strip()]
+    return gp.read_rows(gp.COMMITTED)
 
 
 def _keys() -> list[dict]:
@@ -228,7 +223,7 @@ def test_committed_profile_reproduces_when_compiled():
         assert r["key"] == keyed[i]["key"], "triton_cache_key() is not the key Triton filed the compile under"
         c = committed[gp.identity(r)]
         if c.get("triton") == r["triton"]:
-            assert {k: r[k] for k in MEASURED} == {k: c[k] for k in MEASURED}, gp.identity(r)
+            assert gp.measured(r) == gp.measured(c), gp.identity(r)
 
 
 def _gpu_cases():

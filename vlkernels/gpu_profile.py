@@ -401,6 +401,20 @@ def _demangle(names: list[str]) -> dict[str, str]:
 
 
 _SPECS: list = []
+# The committed profile (in a checkout) and what a compile measures in a row (the rest names the spec or kernel).
+COMMITTED = PACKAGE.parent / "benchmarks" / "results" / "gpu_static.jsonl"
+MEASURED = ("registers", "spill_stores", "spill_loads", "stack_bytes", "smem_static", "smem_dynamic", "smem_bytes",
+            "tensor_core", "blocks_per_sm")  # fmt: skip
+
+
+def read_rows(path: Path) -> list[dict]:
+    """A profile's JSON lines."""
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def measured(row: dict) -> dict:
+    """The measured part of a row, to compare a fresh compile with a committed row."""
+    return {k: row.get(k) for k in MEASURED}
 
 
 def identity(row: dict) -> tuple:
@@ -595,7 +609,7 @@ def run(
 ) -> int:
     """Profile, print the table and the violations, write JSON lines; exit status 1 on a violation, 3 when this
     machine cannot compile offline. ``reuse``: a profile's JSON lines whose rows are kept where their key is current."""
-    committed = [json.loads(line) for line in reuse.read_text().splitlines() if line.strip()] if reuse else []
+    committed = read_rows(reuse) if reuse else []
     try:
         rows, notes = profile(committed, families, cuda, jobs)
     except OfflineCompileUnavailable as e:
