@@ -97,7 +97,8 @@ def test_paths_bf16_low_precision_rule(path, oc, loss_name):
 def test_paths_many_tiles_rectangular_groups_smoothing(path, oc, monkeypatch):
     """16-wide tiles: every program wraps around its staggered column order; ragged edges on both operands;
     rectangular M > N with group ids (several positives, images and captions without any) and label smoothing."""
-    monkeypatch.setattr(configs, "INTERPRETER", {k: configs.Tiles(16, 16, 16, 4, 1) for k in configs.INTERPRETER})
+    small = configs.Tiles(16, 16, 16, 4, 1, group_n=2)
+    monkeypatch.setattr(configs, "INTERPRETER", dict.fromkeys(configs.INTERPRETER, small))
     x, y, s, b = testing.contrastive_inputs(70, 20, 25.0, seed=22)
     for name in ("clip", "siglip"):
         theirs, ours = _pair(name, oc)

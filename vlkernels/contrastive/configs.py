@@ -31,6 +31,8 @@ class Tiles:
     block_k: int
     num_warps: int
     num_stages: int
+    # Column tiles whose G·B products are added before the fp32 accumulator rows are read and written back once.
+    group_n: int = 1
 
 
 DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
@@ -43,10 +45,10 @@ DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 # registers, so the tiles are smaller (larger ones spilled).
 _HALF = {
     "fwd": Tiles(64, 128, 64, 8, 3),
-    "sweep": Tiles(64, 64, 64, 8, 2),
-    "dual": Tiles(64, 64, 64, 8, 2),
-    "info_nce_sweep": Tiles(128, 64, 64, 8, 2),
-    "info_nce_dual": Tiles(128, 64, 64, 8, 2),
+    "sweep": Tiles(64, 64, 64, 8, 2, group_n=2),
+    "dual": Tiles(64, 64, 64, 8, 2, group_n=2),
+    "info_nce_sweep": Tiles(128, 64, 64, 8, 2, group_n=2),
+    "info_nce_dual": Tiles(128, 64, 64, 8, 2, group_n=2),
 }
 _FP32 = {
     "fwd": Tiles(64, 64, 32, 8, 2),
@@ -67,7 +69,7 @@ CUDA: dict[tuple[int, str], dict[str, Tiles]] = {
 # The interpreter runs one numpy op per tile op, so fewer, larger tiles are faster there; tests shrink them to
 # cross many tiles.
 KINDS = ("fwd", "sweep", "dual", "info_nce_sweep", "info_nce_dual")
-INTERPRETER: dict[str, Tiles] = {kind: Tiles(64, 64, 64, 4, 1) for kind in KINDS}
+INTERPRETER: dict[str, Tiles] = {kind: Tiles(64, 64, 64, 4, 1, group_n=2) for kind in KINDS}
 
 
 def tiles(kind: str, x: torch.Tensor) -> Tiles:
@@ -135,7 +137,7 @@ def kernel_specs() -> list[KernelSpec]:
                 sig = {"a_ptr": f"*{dtype}", "b_ptr": f"*{dtype}", "scale_ptr": "*fp32"}
                 consts = dict(
                     GRAD_TILE=tile_fns[loss], BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_K=t.block_k,
-                    PRECISION=precision, UPCAST=False,
+                    GROUP_N=t.group_n, PRECISION=precision, UPCAST=False,
                 )  # fmt: skip
                 if loss == "info_nce":
                     sig.update({n: "*fp32" for n in ("row0_ptr", "row1_ptr", "col0_ptr", "col1_ptr")})
