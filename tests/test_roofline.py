@@ -173,3 +173,8 @@ def test_docs_tables_are_generated_from_the_model_and_the_profile():
         roofline.render_docs("no tables here")
     with pytest.raises(ValueError, match="no '<!-- end roofline-cases -->'"):
         roofline.render_docs("<!-- begin roofline-cases -->\n")
+
+
+def test_tiles_reject_a_column_group_the_sweep_cannot_take():
+    with pytest.raises(ValueError, match="group_n must be 1 or 2"):
+        configs.Tiles(64, 64, 64, 8, 2, group_n=4)

@@ -31,8 +31,13 @@ class Tiles:
     block_k: int
     num_warps: int
     num_stages: int
-    # Column tiles whose G·B products are added before the fp32 accumulator rows are read and written back once.
+    # Column tiles whose G·B products are added before the fp32 accumulator rows are read and written back once
+    # (the sweep kernel's GROUP_N: 1 or 2).
     group_n: int = 1
+
+    def __post_init__(self):
+        if self.group_n not in (1, 2):
+            raise ValueError(f"group_n must be 1 or 2 (column tiles per accumulator round trip), got {self.group_n}")
 
 
 DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}

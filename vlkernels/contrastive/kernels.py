@@ -299,11 +299,11 @@ def _sweep_tile(
 
 # Grid: (cdiv(n_rows, BLOCK_M),). One program owns a block of A rows: it recomputes every tile of s·A·Bᵀ once and
 # turns it into the loss gradient G with GRAD_TILE (one of the *_grad_tile functions above). What it writes follows
-# from the pointers given (None = not wanted): acc_ptr gets G·B in the program's own fp32 rows (deterministic; read
-# and written once per GROUP_N column tiles);
-# accb_ptr gets Gᵀ·A by atomics (every row block adds into every B row: the one-sweep backward, summation order not
-# fixed; without it the launcher sweeps again with A and B swapped); dsum_ptr the per-row partials Σ_j G_ij⟨a_i, b_j⟩
-# of the scale gradient (fp32 G, before rounding); loss_ptr / gsum_ptr the per-row element-loss and G sums.
+# from the pointers given (None = not wanted): acc_ptr gets G·B in the program's own fp32 rows (deterministic; the
+# rows are read and written once per GROUP_N = 1 or 2 column tiles); accb_ptr gets Gᵀ·A by atomics (every row block
+# adds into every B row: the one-sweep backward, summation order not fixed; without it the launcher sweeps again with
+# A and B swapped); dsum_ptr the per-row partials Σ_j G_ij⟨a_i, b_j⟩ of the scale gradient (fp32 G, before
+# rounding); loss_ptr / gsum_ptr the per-row element-loss and G sums.
 @triton.heuristics(
     {
         "ACC_A": lambda args: args["acc_ptr"] is not None,
