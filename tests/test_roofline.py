@@ -86,15 +86,17 @@ def test_grad_sweep_bytes_equal_the_model(variant, dtype, group_n, monkeypatch):
 
 
 @counted_run
-def test_every_program_of_a_sweep_moves_its_share():
+def test_every_program_of_a_sweep_moves_its_share(monkeypatch):
     # Each program moves what the model gives for its own row block (32 rows, then 5) swept against all of y.
     from vlkernels.contrastive import kernels, ops
 
+    t = configs.Tiles(32, 16, 16, 4, 1, group_n=2)
+    monkeypatch.setattr(configs, "INTERPRETER", dict.fromkeys(configs.KINDS, t))
     x, y = _features(torch.float32)
     kw = _sweep_args("info_nce", {"acc", "accb", "dsum"})
     with count_memory_traffic() as c:
         ops._grad_rows(x, y, torch.tensor(2.0), kernels._info_nce_grad_tile, **kw)
-    t = configs.INTERPRETER["info_nce_dual"]
+    assert sorted(c.per_program) == [(0, 0, 0), (1, 0, 0)]
     flags = dict(acc_a=True, acc_b=True, write_ds=True, group_n=t.group_n)
     for pid, moved in c.per_program.items():
         rows = min(t.block_m, N - pid[0] * t.block_m)
