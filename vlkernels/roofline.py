@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 @dataclass(frozen=True)
 class GpuPeaks:
     """Datasheet peaks (dense tensor-core FLOP/s per operand class, DRAM, L2 and host-link bytes/s, 16-per-clock
-    ops/s), the L2 capacity and the number of SMs."""
+    ops/s), the L2 capacity, the number of SMs and the compute capability whose launch tiles it runs."""
 
     name: str
     flops: dict[str, float]
@@ -41,6 +41,7 @@ class GpuPeaks:
     l2_bytes_per_s: float
     l2_bytes: float
     sms: int
+    arch: int
 
 
 # H100 SXM5: 132 SMs at 1.98 GHz boost, 50 MB L2; dense (no sparsity) tensor-core rates; fp32/fp64 without tensor
@@ -54,6 +55,7 @@ H100_SXM = GpuPeaks(
     5120 * 1.98e9,
     50e6,
     132,
+    90,
 )
 # A100 SXM4 80 GB: 108 SMs at 1.41 GHz, 40 MB L2; PCIe Gen4 x16.
 A100_SXM = GpuPeaks(
@@ -65,6 +67,7 @@ A100_SXM = GpuPeaks(
     5120 * 1.41e9,
     40e6,
     108,
+    80,
 )
 DEVICES = {"H100 SXM": H100_SXM, "A100 SXM": A100_SXM}
 TENSOR_CLASSES = ("bf16", "fp16", "tf32")
@@ -289,8 +292,8 @@ def sweep_work(
                 extra={"traffic": traffic})  # fmt: skip
 
 
-# The CUDA launch tiles (contrastive/configs.py), sm_90 unless asked.
-def _contrastive_tiles(kind: str, dtype: str = "bf16", arch: int = 90):
+# The CUDA launch tiles of the GPU's compute capability (contrastive/configs.py).
+def _contrastive_tiles(kind: str, dtype: str, arch: int):
     from vlkernels.contrastive.configs import CUDA
 
     return CUDA[(arch, dtype)][kind]
@@ -299,16 +302,16 @@ def _contrastive_tiles(kind: str, dtype: str = "bf16", arch: int = 90):
 def info_nce_kernels(n: int, m: int, d: int, dtype: str, gpu: GpuPeaks, deterministic: bool = False) -> list[Work]:
     """InfoNCE forward + backward as launched on CUDA: the lse_pair forward, then one dual sweep (atomics) or two
     sweeps (deterministic)."""
-    f = _contrastive_tiles("fwd", dtype)
+    f = _contrastive_tiles("fwd", dtype, gpu.arch)
     parts = [sweep_work("lse_pair fwd", n, m, d, dtype, (f.block_m, f.block_n), gpu, kernel="fwd")]
     if deterministic:
-        t = _contrastive_tiles("info_nce_sweep", dtype)
+        t = _contrastive_tiles("info_nce_sweep", dtype, gpu.arch)
         g = dict(group_n=t.group_n)
         parts.append(sweep_work("InfoNCE sweep x (dx, ds)", n, m, d, dtype, (t.block_m, t.block_n), gpu,
                                 write_ds=True, **g))  # fmt: skip
         parts.append(sweep_work("InfoNCE sweep y (dy)", m, n, d, dtype, (t.block_m, t.block_n), gpu, **g))
     else:
-        t = _contrastive_tiles("info_nce_dual", dtype)
+        t = _contrastive_tiles("info_nce_dual", dtype, gpu.arch)
         parts.append(sweep_work("InfoNCE dual sweep (dx, dy by atomics, ds)", n, m, d, dtype, (t.block_m, t.block_n),
                                 gpu, acc_b=True, write_ds=True, group_n=t.group_n))  # fmt: skip
     return parts
@@ -318,13 +321,13 @@ def siglip_kernels(n: int, m: int, d: int, dtype: str, gpu: GpuPeaks, determinis
     """SigLIP loss + gradients as launched on CUDA (bias, no groups): one dual sweep with the loss, or two sweeps."""
     flags = dict(loss="siglip", bias=True, write_ds=True, write_loss=True, write_gsum=True)
     if deterministic:
-        t = _contrastive_tiles("sweep", dtype)
+        t = _contrastive_tiles("sweep", dtype, gpu.arch)
         tiles = (t.block_m, t.block_n)
         return [
             sweep_work("SigLIP sweep x (loss, dx, ds, db)", n, m, d, dtype, tiles, gpu, group_n=t.group_n, **flags),
             sweep_work("SigLIP sweep y (dy)", m, n, d, dtype, tiles, gpu, loss="siglip", bias=True, group_n=t.group_n),
         ]
-    t = _contrastive_tiles("dual", dtype)
+    t = _contrastive_tiles("dual", dtype, gpu.arch)
     return [sweep_work("SigLIP dual sweep (loss, dx, dy by atomics, ds, db)", n, m, d, dtype, (t.block_m, t.block_n),
                        gpu, acc_b=True, group_n=t.group_n, **flags)]  # fmt: skip
 
@@ -363,7 +366,7 @@ def _loss(n: int, d: int, gpu: GpuPeaks = H100_SXM) -> list[dict[str, Work]]:
     ]
 
 
-def _retrieval_tiles(dtype: str = "fp16", arch: int = 90):
+def _retrieval_tiles(dtype: str, arch: int):
     from vlkernels.retrieval.configs import SCORE_TILES, TOPK_TILES
 
     return SCORE_TILES[(arch, dtype)], TOPK_TILES[(arch, dtype)]
@@ -377,8 +380,8 @@ def _cols_per_split(n_g: int, n_q: int, block_m: int, block_n: int, gpu: GpuPeak
 
 def retrieval_kernels(n_q: int, n_g: int, d: int, dtype: str, gpu: GpuPeaks, k: int = 10) -> list[Work]:
     """Exact metrics of one direction (one positive per query: a ground-truth score, then the counting sweep) and a
-    fused top-k, as launched on CUDA (score tile and top-K tile of retrieval/configs.py, sm_90)."""
-    s, tk = _retrieval_tiles(dtype)
+    fused top-k, as launched on CUDA (score tile and top-K tile of retrieval/configs.py for the GPU's arch)."""
+    s, tk = _retrieval_tiles(dtype, gpu.arch)
     elem = 4 if dtype == "fp32" else 2
     unit = gemm_unit(n_q, n_g, d)
     inputs = (n_q + n_g) * d * elem
@@ -527,7 +530,7 @@ def _fmt(s: float) -> str:
 def table() -> str:
     """Markdown table of the DOC_CASES on H100 SXM and A100 SXM (a MODEL)."""
     lines = [
-        "| case (MODEL) | TFLOP | L2 GB | DRAM GB | H100 SXM limit | bound | A100 SXM limit | bound |",
+        "| case (MODEL) | TFLOP | L2 GB (H100) | DRAM GB (H100) | H100 SXM limit | bound | A100 SXM limit | bound |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for case, params, index, provider, label in DOC_CASES:

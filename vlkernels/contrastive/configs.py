@@ -47,7 +47,8 @@ DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 # so it takes the 64×128 tile (128×128 spills); the sweeps keep G and the accumulation tiles: 128×64 for InfoNCE,
 # 64×64 for SigLIP and any other gradient tile (its softplus/sigmoid temporaries spill at 128×64). fp32 operands use
 # exact IEEE FMA dots (no tensor-core instruction computes fp32 products exactly); their operand fragments live in
-# registers, so the tiles are smaller (larger ones spilled).
+# registers, so the tiles are smaller (larger ones spilled). The 16-bit sweeps add two column tiles' G·B before one
+# fp32 read-modify-write of their gradient rows (group_n = 2: half the L2 traffic of that round trip, docs/gpu.md).
 _HALF = {
     "fwd": Tiles(64, 128, 64, 8, 3),
     "sweep": Tiles(64, 64, 64, 8, 2, group_n=2),
@@ -62,12 +63,15 @@ _FP32 = {
     "info_nce_sweep": Tiles(32, 64, 16, 8, 2),
     "info_nce_dual": Tiles(32, 64, 16, 8, 2),
 }
+# sm_80's mma.sync keeps more operand fragments in registers than sm_90's wgmma: the InfoNCE one-sweep backward with
+# two column tiles per round trip spilled 112 bytes there, so it keeps one.
+_HALF_SM80 = {**_HALF, "info_nce_dual": Tiles(128, 64, 64, 8, 2)}
 CUDA: dict[tuple[int, str], dict[str, Tiles]] = {
     (90, "bf16"): _HALF,
     (90, "fp16"): _HALF,
     (90, "fp32"): _FP32,
-    (80, "bf16"): _HALF,
-    (80, "fp16"): _HALF,
+    (80, "bf16"): _HALF_SM80,
+    (80, "fp16"): _HALF_SM80,
     (80, "fp32"): _FP32,
 }
 
