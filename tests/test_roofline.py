@@ -180,3 +180,26 @@ def test_docs_tables_are_generated_from_the_model_and_the_profile():
 def test_tiles_reject_a_column_group_the_sweep_cannot_take():
     with pytest.raises(ValueError, match="group_n must be 1 or 2"):
         configs.Tiles(64, 64, 64, 8, 2, group_n=4)
+
+
+@counted_run
+def test_count_memory_traffic_counts_enabled_lanes_per_program():
+    # A hand-counted kernel: each of 2 programs loads 10 fp32 lanes and 1 scalar, stores 3 fp16, adds 5 int64.
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def probe(src_ptr, dst_ptr, cnt_ptr):
+        pid = tl.program_id(0)
+        offs = tl.arange(0, 16)
+        v = tl.load(src_ptr + pid * 16 + offs, mask=offs < 10, other=0.0) + tl.load(src_ptr)
+        tl.store(dst_ptr + pid * 16 + offs, v.to(tl.float16), mask=offs < 3)
+        tl.atomic_add(cnt_ptr + offs, offs.to(tl.int64), mask=offs < 5)
+
+    src, dst, cnt = torch.ones(32), torch.zeros(32, dtype=torch.float16), torch.zeros(16, dtype=torch.int64)
+    with count_memory_traffic() as c:
+        probe[(2,)](src, dst, cnt)
+    one = {"load": 44, "store": 6, "atomic": 40}
+    assert c.per_program == {(0, 0, 0): one, (1, 0, 0): one}
+    assert c.total == {k: 2 * v for k, v in one.items()}
+    assert dst[:3].tolist() == [2.0] * 3 and cnt[:5].tolist() == [0, 2, 4, 6, 8]
