@@ -90,6 +90,45 @@ def test_violations_flag_each_gate():
     assert gp.violations([dict(ok, arch=80, smem_bytes=164 * 1024)])  # 163 KiB opt-in on sm_80
 
 
+PTX = """
+.visible .entry _Z5plainv(
+{
+\tmul.rn.f32 \t%f3, %f1, %f2;
+\tadd.rn.f32 \t%f4, %f3, %f1;
+\tdiv.rn.f32 \t%f5, %f4, %f2;
+}
+.entry _Z6fusedv(
+{
+\tfma.rn.f32 \t%f3, %f1, %f2, %f1;
+\tmul.f32 \t%f4, %f3, %f1;
+\t@%p1 sub.f64 \t%fd2, %fd1, %fd1;
+}
+"""
+
+
+def test_ptx_fp_counts_and_the_fma_gate():
+    # -fmad=false: no fma and only .rn mul/add/sub (which ptxas may not fuse); div.rn is correctly rounded whatever
+    # SASS it expands into.
+    counts = gp.ptx_fp_counts(PTX)
+    assert counts == {"_Z5plainv": {"ptx_fma": 0, "ptx_contractible": 0},
+                      "_Z6fusedv": {"ptx_fma": 1, "ptx_contractible": 2}}  # fmt: skip
+    row = {"status": "ok", "source": "cuda", "family": "boxes", "kernel": "void vlk::box_iou_kernel<float, 0>(...)",
+           "dtype": "", "arch": 90, "gemm": False, "spill_stores": 0, "spill_loads": 0, "smem_bytes": 0,
+           "tensor_core": "none", "ptx_fma": 0, "ptx_contractible": 0}  # fmt: skip
+    assert gp.violations([row]) == []
+    assert len(gp.violations([dict(row, ptx_fma=1), dict(row, ptx_contractible=3)])) == 2
+    # CIoU calls atan (libdevice's polynomial uses fma) and is compared within a bound, not bitwise.
+    assert gp.violations([dict(row, kernel="void vlk::box_iou_kernel<float, 3>(...)", ptx_fma=18)]) == []
+
+
+def test_committed_cuda_rows_have_no_contraction():
+    cuda = [r for r in _committed() if r["source"] == "cuda"]
+    assert cuda and all(r["ptx_contractible"] == 0 for r in cuda)
+    exact = [r for r in cuda if not gp.FMA_ALLOWED.search(r["kernel"])]
+    assert any("box_iou_kernel<float, 0>" in r["kernel"] for r in exact)
+    assert all(r["ptx_fma"] == 0 for r in exact)
+
+
 def test_jit_kernels_found_from_source():
     found = set(gp.jit_kernels())
     assert ("core", "_l2_normalize_fwd_kernel") in found

@@ -339,7 +339,25 @@ def _threads_at_launch_sites() -> dict[str, int]:
     return threads
 
 
-NVCC_FLAGS = ("-std=c++17", "-O3", "-DVLK_WITH_CUDA=1")
+# -fmad=false as in CMakeLists.txt: no a*b+c contracted into FMA, so the kernels round as their CPU twins do.
+NVCC_FLAGS = ("-std=c++17", "-O3", "-DVLK_WITH_CUDA=1", "-fmad=false")
+# Floating-point PTX instructions: fma, and mul/add/sub without a rounding modifier (ptxas may fuse those; ``.rn``
+# forbids it). ``div.rn``/``sqrt.rn`` are correctly rounded whatever SASS ptxas expands them into (its FFMA steps).
+_PTX_FMA = re.compile(r"^\s*(?:@!?%\w+\s+)?fma\.\w+(?:\.\w+)*\.f(?:16|32|64)\b", re.M)
+_PTX_CONTRACTIBLE = re.compile(r"^\s*(?:@!?%\w+\s+)?(?:mul|add|sub)(?:\.(?!rn\b|rz\b|rm\b|rp\b)\w+)*\.f(?:32|64)\b",
+                               re.M)  # fmt: skip
+# Kernels allowed an fma in their PTX: CIoU (box_iou kind 3) calls atan, whose libdevice polynomial uses fma; CUDA's
+# atan and the CPU's libm atan differ in the last bits anyway, so CIoU is compared within a bound, not bitwise.
+FMA_ALLOWED = re.compile(r"box_iou(?:_aligned)?_kernel<\w+, 3>")
+
+
+def ptx_fp_counts(ptx: str) -> dict[str, dict[str, int]]:
+    """Per ``.entry`` (mangled name): its PTX fma instructions and its contractible mul/add/sub."""
+    out = {}
+    parts = re.split(r"^\s*(?:\.visible\s+)?\.(?:entry|func)\s+(?:\([^)]*\)\s*)?(\w+)\s*\(", ptx, flags=re.M)
+    for name, body in zip(parts[1::2], parts[2::2]):
+        out[name] = {"ptx_fma": len(_PTX_FMA.findall(body)), "ptx_contractible": len(_PTX_CONTRACTIBLE.findall(body))}
+    return out
 
 
 def compile_cuda(arch: int, nvcc: str, tools: dict[str, str], files: list[Path] | None = None) -> list[dict]:
@@ -350,14 +368,16 @@ def compile_cuda(arch: int, nvcc: str, tools: dict[str, str], files: list[Path] 
     for cu in sorted(CSRC.rglob("*.cu")) if files is None else files:
         with tempfile.TemporaryDirectory(prefix="vlk_nvcc_") as tmp:
             cubin = Path(tmp, "k.cubin")
+            # --keep leaves the PTX of the same compile beside the cubin (its fma and contractible mul/add counts).
             cmd = [nvcc, *NVCC_FLAGS, f"-I{CSRC}", "-cubin", f"-arch=sm_{arch}",
-                   "-Xptxas", "-v", str(cu), "-o", str(cubin)]  # fmt: skip
+                   "-Xptxas", "-v", "--keep", f"--keep-dir={tmp}", str(cu), "-o", str(cubin)]  # fmt: skip
             r = subprocess.run(cmd, capture_output=True, text=True)
             rel = str(cu.relative_to(CSRC.parent))
             if r.returncode != 0:
                 rows.append({"source": "cuda", "file": rel, "arch": arch, "status": f"error: {r.stderr[-500:]}"})
                 continue
             v = _parse_ptxas_v(r.stderr)
+            fp = ptx_fp_counts("\n".join(p.read_text() for p in Path(tmp).glob("*.ptx")))
             sass = subprocess.run([tools["cuobjdump"], "-sass", str(cubin)], capture_output=True, text=True).stdout
         per_fn = _sass_by_function(sass)
         names = _demangle(list(v))
@@ -385,6 +405,7 @@ def compile_cuda(arch: int, nvcc: str, tools: dict[str, str], files: list[Path] 
                 "smem_dynamic": 0,
                 "smem_bytes": info["smem_static"],
                 "tensor_core": tensor_core_class(per_fn.get(mangled, "")),
+                **fp.get(mangled, {"ptx_fma": None, "ptx_contractible": None}),
             }
             if n_threads:
                 row.update(occupancy(arch, info["registers"], info["smem_static"], -(-n_threads // 32)))
@@ -404,7 +425,7 @@ _SPECS: list = []
 # The committed profile (in a checkout) and what a compile measures in a row (the rest names the spec or kernel).
 COMMITTED = PACKAGE.parent / "benchmarks" / "results" / "gpu_static.jsonl"
 MEASURED = ("registers", "spill_stores", "spill_loads", "stack_bytes", "smem_static", "smem_dynamic", "smem_bytes",
-            "tensor_core", "blocks_per_sm")  # fmt: skip
+            "tensor_core", "blocks_per_sm", "ptx_fma", "ptx_contractible")  # fmt: skip
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -562,6 +583,10 @@ def violations(rows: list[dict], specs_kernels: set[str] | None = None) -> list[
         limit = ARCH_LIMITS[r["arch"]].smem_optin_per_block
         if r["smem_bytes"] > limit:
             bad.append(f"{name}: {r['smem_bytes']} B shared memory > {limit} B opt-in limit")
+        if r.get("source") == "cuda" and r.get("ptx_contractible"):
+            bad.append(f"{name}: {r['ptx_contractible']} mul/add/sub in the PTX that ptxas may contract (-fmad=false)")
+        if r.get("source") == "cuda" and r.get("ptx_fma") and not FMA_ALLOWED.search(r["kernel"]):
+            bad.append(f"{name}: {r['ptx_fma']} fma in the PTX of a kernel that must equal its CPU twin bit for bit")
         if r["gemm"] and r["tensor_core"] == "none":
             bad.append(f"{name}: GEMM-bearing but no tensor-core instruction in the SASS")
         elif r["gemm"] and r["arch"] >= 90 and r["tensor_core"] != "HGMMA" and not r.get("allow_hmma"):
