@@ -172,8 +172,8 @@ def _loss_checks(device: str, sizes: list[tuple[int, int]]) -> list[Check]:
                 def run(dt, dev, kind=kind, fn=fn, x0=x0, y0=y0, ours=False):
                     x = x0.to(dev, dt).detach().clone().requires_grad_()
                     y = y0.to(dev, dt).detach().clone().requires_grad_()
-                    s = torch.tensor(10.0, device=dev, dtype=torch.float64 if dt == torch.float64 else torch.float32)
-                    b = torch.tensor(-5.0, device=dev, dtype=s.dtype).requires_grad_()
+                    s = torch.tensor(10.0, dtype=torch.float64 if dt == torch.float64 else torch.float32).to(dev)
+                    b = torch.tensor(-5.0, dtype=s.dtype).to(dev).requires_grad_()
                     s.requires_grad_()
                     if ours:
                         loss = fn(x, y, s, b if kind == "siglip" else None)
@@ -228,7 +228,7 @@ def _retrieval_checks(device: str, sizes: list[tuple[int, int, int]]) -> list[Ch
             path = backend
             if backend == "auto" and device != "cpu":
                 # Name the path auto took: Triton, or the torch fallback (unsupported device/dtype, or a failed build).
-                probe = torch.empty(0, dtype=dtype, device=device)
+                probe = torch.empty(0, dtype=dtype).to(device)
                 torch_path = unsupported_reason(probe.device, dtype) or fell_back("retrieval_count", probe)
                 path = "auto (torch path)" if torch_path else "auto (triton)"
             out.append(Check("retrieval.evaluate", shape, str(dtype)[6:], err <= tol, err, tol, secs, None, path))
