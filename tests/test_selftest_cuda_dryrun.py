@@ -1,16 +1,19 @@
 """A dry run of `vlkernels selftest --device cuda` on CPU: the GPU user's first command, walked end to end.
 
 torch reports an H100 (availability, name, capability, synchronize); ``.to("cuda")`` gives a CPU tensor of the
-subclass ``_OnGpu``, which ops propagate; every op the self-test calls is replaced by its reference (or its CPU path)
-that, given ``_OnGpu`` inputs, returns the result times ``1 + rel`` (a controlled perturbation), and the benchmark
-harness returns one timed row per CUDA case. So every check's setup, tolerance and report (table, JSON, roofline
-percentage) runs as on a GPU: a wrong tolerance, a missing import or a crash in the report fails here.
+subclass ``OnGpu``, which ops propagate (tests/fake_cuda.py); every op the self-test calls is replaced by its
+reference (or its CPU path) that, given ``OnGpu`` inputs, returns the result times ``1 + rel`` (a controlled
+perturbation), and the benchmark harness returns one timed row per CUDA case. So every check's setup, tolerance
+and report (table, JSON, roofline percentage) runs as on a GPU: a wrong tolerance, a missing import or a crash in
+the report fails here. The full run costs about a minute (fp64 references of the medium shapes).
 """
 
 import json
 
+import fake_cuda
 import pytest
 import torch
+from fake_cuda import OnGpu, plain
 
 import vlkernels
 import vlkernels.metrics
@@ -26,48 +29,22 @@ GPU_NAME = "NVIDIA H100 80GB HBM3"
 PASS = {"info_nce_loss": 2.0**-22, "siglip_loss": 2.0**-22, "l2_normalize": 2.0**-22, "siglip_score": 2.0**-22}
 
 
-class _OnGpu(torch.Tensor):
-    """A CPU tensor standing for one on the GPU."""
-
-
-def _plain(t):
-    return t.as_subclass(torch.Tensor) if isinstance(t, torch.Tensor) else t
-
-
 # Non-tensor results made "on the GPU" (RLE counts of GPU masks), by identity.
 _GPU_OBJECTS: list = []
 
 
 def _on_gpu(*args) -> bool:
-    return any(isinstance(a, _OnGpu) or any(a is o for o in _GPU_OBJECTS) for a in args)
-
-
-def _fake_to(self, *args, **kwargs):
-    dev = kwargs.pop("device", None)
-    rest = []
-    for a in args:
-        if isinstance(a, (str, torch.device)):
-            dev = a
-        else:
-            rest.append(a)
-    out = torch._C.TensorBase.to(_plain(self), *rest, **kwargs)
-    if dev is None:
-        return out.as_subclass(type(self))
-    return out.as_subclass(_OnGpu if torch.device(dev).type == "cuda" else torch.Tensor)
-
-
-def _fake_cpu(self, *args, **kwargs):
-    return torch._C.TensorBase.cpu(_plain(self), *args, **kwargs)
+    return any(isinstance(a, OnGpu) or any(a is o for o in _GPU_OBJECTS) for a in args)
 
 
 def _perturbed(out, rel: float):
-    """``out`` (a tensor, or a tuple/dict of them) as the GPU's result: times 1 + rel for floats, on _OnGpu."""
+    """``out`` (a tensor, or a tuple/dict of them) as the GPU's result: times 1 + rel for floats, on OnGpu."""
     if isinstance(out, tuple):
         return tuple(_perturbed(o, rel) for o in out)
     if isinstance(out, dict):
         return {k: _perturbed(v, rel) for k, v in out.items()}
     if isinstance(out, torch.Tensor):
-        return (out * (1 + rel) if out.is_floating_point() else out).as_subclass(_OnGpu)
+        return (out * (1 + rel) if out.is_floating_point() else out).as_subclass(OnGpu)
     if isinstance(out, float):
         return out * (1 + rel)
     return out
@@ -76,12 +53,7 @@ def _perturbed(out, rel: float):
 def _install(monkeypatch, rel: dict[str, float]):
     """Patch torch's CUDA queries and the self-test's ops; ``rel[op]``: the perturbation of op's GPU results."""
     _GPU_OBJECTS.clear()
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: GPU_NAME)
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
-    monkeypatch.setattr(torch.Tensor, "to", _fake_to)
-    monkeypatch.setattr(torch.Tensor, "cpu", _fake_cpu)
+    fake_cuda.install(monkeypatch, GPU_NAME)
 
     def fake(name, cpu_fn, differentiable=False):
         def op(*args, **kwargs):
@@ -89,7 +61,7 @@ def _install(monkeypatch, rel: dict[str, float]):
                 return cpu_fn(*args, **kwargs)
             if differentiable:  # keep the leaves: autograd must reach the caller's tensors
                 return _perturbed(cpu_fn(*args, **kwargs), rel.get(name, 0.0))
-            out = cpu_fn(*[_plain(a) for a in args], **{k: _plain(v) for k, v in kwargs.items()})
+            out = cpu_fn(*[plain(a) for a in args], **{k: plain(v) for k, v in kwargs.items()})
             return _perturbed(out, rel.get(name, 0.0))
 
         return op
@@ -117,7 +89,7 @@ def _install(monkeypatch, rel: dict[str, float]):
     real_encode, real_rle_iou = vlkernels.ops.rle_encode, vlkernels.ops.rle_iou
 
     def rle_encode(masks, **kw):
-        out = real_encode(_plain(masks), **kw)
+        out = real_encode(plain(masks), **kw)
         if _on_gpu(masks):
             _GPU_OBJECTS.append(out)
         return out
@@ -163,8 +135,11 @@ def test_selftest_cuda_dry_run_passes_and_reports(monkeypatch, tmp_path, capsys)
     [
         ("box_iou", 2.0**-23, {"box_iou iou", "box_iou giou"}),  # bit-exact checks reject one ulp
         ("count_above", 0.0, set()),
-        ("info_nce_loss", 1e-2, {"info_nce_loss loss", "info_nce_loss d_image", "info_nce_loss d_text",
-                                 "info_nce_loss d_scale"}),  # fmt: skip
+        (
+            "info_nce_loss",
+            1e-2,
+            {"info_nce_loss loss", "info_nce_loss d_image", "info_nce_loss d_text", "info_nce_loss d_scale"},
+        ),
         ("l2_normalize", 1e-3, {"l2_normalize"}),
     ],
 )
