@@ -118,7 +118,7 @@ def test_selftest_cuda_dry_run_passes_and_reports(monkeypatch, tmp_path, capsys)
     failed = [c for c in data["checks"] if not c["passed"]]
     assert status == 0, failed[:5]
     assert GPU_NAME in out and "0 failed" in out
-    assert data["environment"]["gpu"] == GPU_NAME and data["environment"]["capability"] == [9, 0]
+    assert data["environment"]["device_name"] == GPU_NAME and data["environment"]["capability"] == [9, 0]
     ops = {c["op"] for c in data["checks"]}
     assert {"box_iou iou", "mask_iou", "rle_iou (RleCounts)", "count_above", "siglip_score"} <= ops
     bench = [c for c in data["checks"] if c["op"].startswith("bench ")]

@@ -14,7 +14,6 @@ the arch's opt-in limit, a compile error, or a ``@triton.jit`` kernel no family'
 
 from __future__ import annotations
 
-import argparse
 import ast
 import contextlib
 import hashlib
@@ -495,7 +494,7 @@ def profile_triton(
         raise OfflineCompileUnavailable("triton with its NVIDIA backend (bundled ptxas/cuobjdump) is not installed")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    cmd = [sys.executable, "-m", "vlkernels.gpu_profile", "--worker", "--families", ",".join(families)]
+    cmd = [sys.executable, "-m", "vlkernels.cli", "gpu-profile", "--worker", "--families", ",".join(families)]
     cmd += ["--jobs", str(jobs)] + (["--keys"] if keys else [])
     if only is not None:
         if not only:
@@ -658,25 +657,3 @@ def run(
             for r in rows:
                 f.write(json.dumps(r, sort_keys=True) + "\n")
     return 1 if bad else 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="vlkernels gpu-profile", description=__doc__.split("\n\n")[0])
-    p.add_argument("--json", type=Path, default=None, help="write the rows as JSON lines here")
-    p.add_argument("--families", default=",".join(FAMILIES))
-    p.add_argument("--no-cuda", action="store_true", help="skip the nvcc compiles of csrc/**/*.cu")
-    p.add_argument("--jobs", type=int, default=None, help="parallel compiles (default: the usable CPUs)")
-    p.add_argument("--reuse", type=Path, default=None, help="keep this profile's rows whose cache key is current")
-    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--keys", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--only", default=None, help=argparse.SUPPRESS)
-    a = p.parse_args(argv)
-    fams = tuple(f for f in a.families.split(",") if f)
-    if a.worker:
-        only = None if a.only is None else [int(i) for i in a.only.split(",") if i]
-        return _worker(fams, a.jobs or 1, only, a.keys)
-    return run(a.json, fams, not a.no_cuda, jobs=a.jobs, reuse=a.reuse)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

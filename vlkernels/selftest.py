@@ -18,18 +18,16 @@ the CPU build with ``-ffp-contract=off``), are compared bit for bit.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import platform
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
+
+from vlkernels._environment import environment
 
 
 @dataclass
@@ -339,9 +337,9 @@ def run_checks(device: str, quick: bool) -> list[Check]:
 def run_benchmarks(quick: bool) -> list[Check]:
     """The GPU benchmark cases through the harness (CUDA only), each provider's time as % of the roofline MODEL."""
     from vlkernels import roofline
-    from vlkernels.cli import _benchmarks
+    from vlkernels._benchmarks import harness as load_harness
 
-    harness = _benchmarks()
+    harness = load_harness()
     harness.discover()
     peaks = roofline.peaks_for(torch.cuda.get_device_name())
     out = []
@@ -365,40 +363,6 @@ def run_benchmarks(quick: bool) -> list[Check]:
     return out
 
 
-def environment(device: str) -> dict:
-    import vlkernels
-    from vlkernels._triton import get_backend, interpreting, triton_version
-
-    env = {
-        "device": device,
-        "gpu": torch.cuda.get_device_name() if device == "cuda" else None,
-        "capability": list(torch.cuda.get_device_capability()) if device == "cuda" else None,
-        "driver": None,
-        "cuda": torch.version.cuda,
-        "torch": torch.__version__,
-        "triton": triton_version(),
-        "vlkernels": vlkernels.__version__,
-        "python": platform.python_version(),
-        "backend": get_backend(),
-        "triton_interpret": interpreting(),
-        "git_sha": None,
-    }
-    try:
-        smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=10)  # fmt: skip
-        env["driver"] = smi.stdout.strip().splitlines()[0] if smi.returncode == 0 and smi.stdout.strip() else None
-    except (OSError, subprocess.SubprocessError):
-        pass
-    try:
-        root = Path(vlkernels.__file__).resolve().parent.parent
-        cmd = ["git", "rev-parse", "--short", "HEAD"]
-        sha = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=5)
-        env["git_sha"] = sha.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return env
-
-
 def format_table(checks: list[Check]) -> str:
     head = f"{'op':<34} {'shape':<24} {'dtype':<8} {'result':<6} {'max err':>10} {'tol':>10} {'time':>10}"
     head += f" {'% limit':>8}"
@@ -419,7 +383,8 @@ def main(device: str = "cpu", quick: bool = False, json_path: Path | None = None
         echo("error: --device cuda but no CUDA device is visible")
         return 2
     env = environment(device)
-    echo(f"vlkernels selftest on {env['gpu'] or 'CPU'} | torch {env['torch']} | triton {env['triton']} | "
+    ver = env["versions"]
+    echo(f"vlkernels selftest on {env['device_name']} | torch {ver['torch']} | triton {ver['triton']} | "
          f"backend {env['backend']}{' (TRITON_INTERPRET=1)' if env['triton_interpret'] else ''}")  # fmt: skip
     checks = run_checks(device, quick)
     if device == "cuda" and not quick:
@@ -431,16 +396,3 @@ def main(device: str = "cpu", quick: bool = False, json_path: Path | None = None
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps({"environment": env, "checks": [asdict(c) for c in checks]}, indent=1))
     return 1 if failed else 0
-
-
-def cli(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="vlkernels selftest", description=__doc__.split("\n\n")[0])
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--json", type=Path, default=None)
-    a = p.parse_args(argv)
-    return main(a.device, a.quick, a.json)
-
-
-if __name__ == "__main__":
-    sys.exit(cli())
