@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from vlkernels import gpu_profile as gp
 from vlkernels import roofline
+from vlkernels.dev import profile as gp
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -37,11 +37,11 @@ def test_tensor_core_class():
     assert gp.tensor_core_class(SASS) == "HGMMA"
     assert gp.tensor_core_class(SASS.split("Function : _other")[1]) == "HMMA"
     assert gp.tensor_core_class("FFMA R1, R2, R3, R4 ;\nIMMA.8816 is not a float MMA") == "none"
-    assert set(gp._sass_by_function(SASS)) == {"_lse_pair_fwd_kernel", "_other"}
+    assert set(gp.sass_by_function(SASS)) == {"_lse_pair_fwd_kernel", "_other"}
 
 
 def test_parse_ptxas_verbose():
-    v = gp._parse_ptxas_v(PTXAS_LOG)
+    v = gp.parse_ptxas_v(PTXAS_LOG)
     assert v["_ZN3vlk10box_kernelEv"] == {
         "registers": 40,
         "spill_stores": 8,
@@ -303,3 +303,16 @@ def test_table_names_cuda_kernels_in_anonymous_namespaces():
            "kernel": "void vlk::(anonymous namespace)::count_kernel<float>(float const*, long)", "dtype": "",
            "registers": 17, "spill_stores": 0, "spill_loads": 0, "smem_bytes": 256, "tensor_core": "none"}  # fmt: skip
     assert "| core.count_kernel<float> | csrc/core/x.cu 256 thr |" in gp.table([row])
+
+
+def test_launch_sites_are_read_without_eval(tmp_path):
+    from vlkernels.dev.profile.launch_sites import arith
+
+    assert arith("(16)*(16) + 256 / 2 - 0") == 384
+    assert arith("__import__('os').getpid()") is None and arith("kThreads * 2") is None
+    (tmp_path / "k.cu").write_text(
+        "constexpr int kThreads = 128;\nvoid f() { tile_kernel<float><<<grid, dim3(16, 16), 0, stream>>>(p);\n"
+        "row_kernel<<<blocks, vlk::kThreads>>>(q);\nodd_kernel<<<g, threads_for(n)>>>(r); }\n"
+    )
+    found = gp.threads_at_launch_sites(tmp_path)
+    assert found == {"tile_kernel": 256, "row_kernel": 128}

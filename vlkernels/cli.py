@@ -60,13 +60,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_gpu_profile(args: argparse.Namespace) -> int:
-    from vlkernels import gpu_profile
+    from vlkernels.dev import profile
 
-    families = gpu_profile.FAMILIES if args.families is None else tuple(f for f in args.families.split(",") if f)
+    families = profile.FAMILIES if args.families is None else tuple(f for f in args.families.split(",") if f)
     if args.worker:  # the compile subprocess profile_triton starts (compiled mode, no TRITON_INTERPRET)
         only = None if args.only is None else [int(i) for i in args.only.split(",") if i]
-        return gpu_profile._worker(families, args.jobs or 1, only, args.keys)
-    return gpu_profile.run(args.json, families, cuda=not args.no_cuda, jobs=args.jobs, reuse=args.reuse)
+        return profile.worker(families, args.jobs or 1, only, args.keys)
+    return profile.run(args.json, families, cuda=not args.no_cuda, jobs=args.jobs, reuse=args.reuse)
 
 
 def cmd_selftest(args: argparse.Namespace) -> int:
