@@ -170,7 +170,7 @@ def test_training_case_names_its_bounds():
 
 def test_docs_tables_are_generated_from_the_model_and_the_profile():
     docs = (REPO / "docs" / "gpu.md").read_text()
-    assert roofline.render_docs(docs) == docs, "regenerate with: python -m vlkernels.roofline --docs docs/gpu.md"
+    assert roofline.render_docs(docs) == docs, "regenerate with: vlkernels gpu-profile --docs docs/gpu.md"
     with pytest.raises(ValueError, match="begin roofline-cases"):
         roofline.render_docs("no tables here")
     with pytest.raises(ValueError, match="no '<!-- end roofline-cases -->'"):

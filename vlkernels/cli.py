@@ -66,6 +66,11 @@ def cmd_gpu_profile(args: argparse.Namespace) -> int:
     if args.worker:  # the compile subprocess profile_triton starts (compiled mode, no TRITON_INTERPRET)
         only = None if args.only is None else [int(i) for i in args.only.split(",") if i]
         return profile.worker(families, args.jobs or 1, only, args.keys)
+    if args.docs is not None:  # the generated tables (profile rows, roofline model) of a markdown file
+        from vlkernels import roofline
+
+        args.docs.write_text(roofline.render_docs(args.docs.read_text()))
+        return 0
     return profile.run(args.json, families, cuda=not args.no_cuda, jobs=args.jobs, reuse=args.reuse)
 
 
@@ -89,6 +94,7 @@ def _register_gpu(sub) -> None:
     prof.add_argument("--jobs", type=int, default=None, help="parallel compiles (default: the usable CPUs)")
     prof.add_argument("--reuse", type=Path, default=None, help="keep this profile's rows whose cache key is current")
     prof.add_argument("--families", default=None, help="comma-separated Triton families (default: all)")
+    prof.add_argument("--docs", type=Path, default=None, help="rewrite the generated tables of this markdown file")
     prof.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     prof.add_argument("--keys", action="store_true", help=argparse.SUPPRESS)
     prof.add_argument("--only", default=None, help=argparse.SUPPRESS)

@@ -570,9 +570,9 @@ def kernel_table(gpu: GpuPeaks = H100_SXM) -> str:
 
 def profile_table() -> str:
     """The static GPU profile's committed rows (benchmarks/results/gpu_static.jsonl) as one markdown table."""
-    from vlkernels import gpu_profile
+    from vlkernels.dev.profile import keys, report
 
-    return gpu_profile.table(gpu_profile.read_rows(gpu_profile.COMMITTED))
+    return report.table(keys.read_rows(keys.COMMITTED))
 
 
 # docs/gpu.md holds these tables between <!-- begin NAME --> and <!-- end NAME --> lines.
@@ -591,17 +591,3 @@ def render_docs(text: str) -> str:
             raise ValueError(f"the docs have no {end!r} line after {begin!r}")
         text = f"{head}{begin}\n{fn()}\n{end}{tail}"
     return text
-
-
-if __name__ == "__main__":
-    import sys
-    from pathlib import Path
-
-    if sys.argv[1:2] == ["--docs"]:
-        # python -m vlkernels.roofline --docs docs/gpu.md: regenerate the tables there.
-        path = Path(sys.argv[2])
-        path.write_text(render_docs(path.read_text()))
-    else:
-        print(table())
-        print()
-        print(kernel_table())
