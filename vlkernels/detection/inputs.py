@@ -136,12 +136,17 @@ def param_ids(values: object, name: str) -> np.ndarray:
         if values.dtype.kind == "u" and values.size and values.max() > np.iinfo(np.int64).max:
             raise ValueError(f"{name} holds an id beyond 2**63 - 1")
         return values.astype(np.int64).reshape(-1)
-    items = list(np.asarray(values, dtype=object).reshape(-1)) if isinstance(values, np.ndarray) else list(values)
-    rows = [{"id": v} for v in items]
     try:
-        return _table(rows, [_id("id")], name)["id"].copy()
-    except ValueError as e:
-        raise ValueError(f"{e} (ids are integers)") from None
+        items = list(values.reshape(-1) if isinstance(values, np.ndarray) else values)
+    except TypeError:
+        raise ValueError(f"{name} must be a list of integer ids, got {type(values).__name__}") from None
+    rows = [{"id": v} for v in items]
+    ints = np.empty((len(rows), 1), dtype=np.int64)
+    bad, msg = _ext.load().det_columns(rows, [("id", 1, _MISSING, True)], np.empty((len(rows), 0)), ints)
+    if msg:
+        why = msg.removeprefix("['id'] ")
+        raise ValueError(f"{name}[{bad}] {why} (ids are integers)")
+    return ints[:, 0]
 
 
 def _boxes(items: list, where: str, b: np.ndarray | None = None) -> np.ndarray:
