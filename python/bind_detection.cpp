@@ -91,6 +91,7 @@ py::tuple det_masks(const py::list& items, py::handle rows_obj, py::handle h_obj
   std::vector<int64_t> len(static_cast<size_t>(n));
   const py::str seg_key("segmentation"), counts_key("counts"), size_key("size");
   for (int64_t k = 0; k < n; ++k) {
+    if ((k & 4095) == 4095 && PyErr_CheckSignals() != 0) throw py::error_already_set();
     // The list's current size: convert() runs Python code, which could shrink it.
     if (row[k] < 0 || row[k] >= static_cast<int64_t>(PyList_GET_SIZE(items.ptr())))
       rows.refuse("holds " + std::to_string(row[k]) + ", not an item index");
@@ -214,7 +215,7 @@ py::tuple det_columns(const py::list& items, const std::vector<std::tuple<std::s
   auto integer = [](PyObject* v, int64_t* dst) -> std::string {
     if (PyFloat_Check(v)) {
       const double x = PyFloat_AS_DOUBLE(v);
-      if (!(x == std::floor(x))) return "must be an integer";
+      if (!std::isfinite(x) || x != std::floor(x)) return "must be an integer";
       if (!(std::fabs(x) <= 9007199254740992.0)) return "is a float beyond 2**53 (not exact): write it as an integer";
       *dst = static_cast<int64_t>(x);
       return {};
@@ -237,6 +238,8 @@ py::tuple det_columns(const py::list& items, const std::vector<std::tuple<std::s
     return {};
   };
   for (int64_t k = 0; k < n; ++k) {
+    // Holding the GIL, Python's signal handlers run only when asked: Ctrl-C within a few thousand dicts.
+    if ((k & 4095) == 4095 && PyErr_CheckSignals() != 0) throw py::error_already_set();
     // Strong references and the list's current size: a number's __float__ may run Python code that edits them.
     if (k >= static_cast<int64_t>(PyList_GET_SIZE(items.ptr()))) return fail(k, "vanished while being read");
     const py::object hold_d = py::reinterpret_borrow<py::object>(PyList_GET_ITEM(items.ptr(), k));

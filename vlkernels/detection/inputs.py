@@ -285,7 +285,8 @@ def load_results(obj: object, gt: GroundTruth) -> Anns:
     else:
         ids = np.arange(1, n + 1, dtype=np.int64)
         if has_box:
-            area = bbox[:, 2] * bbox[:, 3]
+            with np.errstate(over="ignore"):  # w * h of finite boxes may overflow to inf, as in loadRes
+                area = bbox[:, 2] * bbox[:, 3]
         elif "segmentation" in first:
             area = None  # the mask areas, filled by the segmentation pass
         elif n:
