@@ -116,7 +116,10 @@ std::string det_masks_from_strings(const char* const* str, const int64_t* len, i
   bad = -1;
   std::vector<int64_t> runs(static_cast<size_t>(n), 0);
   parallel_for(n, 256, [&](int64_t begin, int64_t end) {
-    for (int64_t k = begin; k < end; ++k) runs[k] = count_runs(str[k], len[k]);
+    for (int64_t k = begin; k < end; ++k) {
+      if ((k & 63) == 0) check_interrupt();
+      runs[k] = count_runs(str[k], len[k]);
+    }
   });
   offsets.assign(static_cast<size_t>(n) + 1, 0);
   std::vector<int64_t> base(static_cast<size_t>(n) + 1, 0);
@@ -143,6 +146,7 @@ std::string det_masks_from_strings(const char* const* str, const int64_t* len, i
   parallel_for(n, 256, [&](int64_t begin, int64_t end) {
     std::vector<int64_t> scratch;
     for (int64_t k = begin; k < end; ++k) {
+      if ((k & 15) == 0) check_interrupt();
       const bool keep = !need || need[k];
       int64_t* c = csum.get() + offsets[k];
       const int64_t m = runs[k];
