@@ -69,7 +69,7 @@ CALLS = {
 }
 
 
-@pytest.mark.parametrize("wait", [0.05, 0.35, 0.8, 1.4, 2.3])
+@pytest.mark.parametrize("wait", [0.05, 0.6, 1.5])
 @pytest.mark.parametrize("iou", list(CALLS))
 def test_sigint_stops_cocoeval_at_any_point(iou, wait):
     latency, lines = interrupt_latency(_SETUP, CALLS[iou], _AFTER, wait=wait, timeout=300)
