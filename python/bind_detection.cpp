@@ -4,11 +4,13 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "boxes/launch_args.h"
 #include "core/tensor_arg.h"
 #include "detection/coco_eval.h"
 #include "detection/det_masks.h"
@@ -48,6 +50,21 @@ void check_offsets(const TensorArg& a, int64_t n) {
     if (off[c + 1] < off[c]) a.refuse("must be non-decreasing");
 }
 
+// repr(v) cut to 60 characters, or its type's name where repr fails (an int of more than 4300 digits).
+std::string short_repr(PyObject* v) {
+  PyObject* r = PyObject_Repr(v);
+  if (!r) {
+    PyErr_Clear();
+    return std::string("a ") + Py_TYPE(v)->tp_name;
+  }
+  Py_ssize_t len = 0;
+  const char* s = PyUnicode_AsUTF8AndSize(r, &len);
+  std::string out = s ? std::string(s, static_cast<size_t>(len)) : std::string("a ") + Py_TYPE(v)->tp_name;
+  if (!s) PyErr_Clear();
+  Py_DECREF(r);
+  return out.size() > 60 ? out.substr(0, 57) + "..." : out;
+}
+
 template <typename T>
 py::array_t<T> to_array(std::vector<T>&& v) {
   auto* heap = new std::vector<T>(std::move(v));
@@ -57,8 +74,8 @@ py::array_t<T> to_array(std::vector<T>&& v) {
 
 // The RLE masks of items[rows[k]]["segmentation"] (h[k] x w[k] each) -> (csum, offsets, area, bbox [n, 4]); where
 // need[k] == 0 (need may be None) the mask is validated but returned empty (det_masks_from_strings).
-// A compressed RLE dict is read in place; polygons and uncompressed RLE go through convert(row, h, w), which returns
-// a compressed RLE dict. Every string read is referenced while the GIL is released. Errors name where[row].
+// A compressed RLE dict is read in place; anything else (polygons, uncompressed RLE, a missing segmentation) goes
+// through convert(row, h, w), which returns a compressed RLE dict or raises. Every string read is referenced while the GIL is released. Errors name where[row].
 py::tuple det_masks(const py::list& items, py::handle rows_obj, py::handle h_obj, py::handle w_obj,
                     const py::object& need_obj, const py::function& convert, const std::string& where) {
   auto rows = arg(rows_obj, "rows", vlk::kI64, {-1});
@@ -74,21 +91,27 @@ py::tuple det_masks(const py::list& items, py::handle rows_obj, py::handle h_obj
   std::vector<int64_t> len(static_cast<size_t>(n));
   const py::str seg_key("segmentation"), counts_key("counts"), size_key("size");
   for (int64_t k = 0; k < n; ++k) {
+    if ((k & 4095) == 4095 && PyErr_CheckSignals() != 0) throw py::error_already_set();
     // The list's current size: convert() runs Python code, which could shrink it.
     if (row[k] < 0 || row[k] >= static_cast<int64_t>(PyList_GET_SIZE(items.ptr())))
       rows.refuse("holds " + std::to_string(row[k]) + ", not an item index");
     if (hh[k] < 0 || ww[k] < 0) ha.refuse("holds a negative image size");
     const std::string item = where + "[" + std::to_string(row[k]) + "]";
     auto fail = [&](const std::string& what) { return py::value_error(item + what); };
+    // Before any path reads the mask (compressed, uncompressed or polygons): h*w must not wrap.
+    if (hh[k] > 0 && ww[k] > vlk::boxes::kMaxPixels / hh[k]) {
+      throw fail("['segmentation'] is on an image of " + std::to_string(hh[k]) + " x " + std::to_string(ww[k]) +
+                 " pixels; COCO RLE masks hold at most 2^32 - 1 pixels (sizes and runs are 32-bit unsigned)");
+    }
     PyObject* d = PyList_GET_ITEM(items.ptr(), row[k]);
     PyObject* seg = PyDict_Check(d) ? PyDict_GetItemWithError(d, seg_key.ptr()) : nullptr;
     if (PyErr_Occurred()) throw py::error_already_set();
-    if (!seg) throw fail(" has no 'segmentation'");
-    PyObject* c = PyDict_Check(seg) ? PyDict_GetItemWithError(seg, counts_key.ptr()) : nullptr;
+    PyObject* c = seg && PyDict_Check(seg) ? PyDict_GetItemWithError(seg, counts_key.ptr()) : nullptr;
     if (PyErr_Occurred()) throw py::error_already_set();
-    py::object rle = py::reinterpret_borrow<py::object>(seg);
+    py::object rle = py::reinterpret_borrow<py::object>(seg ? seg : Py_None);
     if (!c || !(PyUnicode_Check(c) || PyBytes_Check(c))) {
-      // Polygons, uncompressed RLE, or something convert() rejects with its own message.
+      // Polygons, uncompressed RLE, no segmentation (loadRes' box polygon for box results), or something convert()
+      // rejects with its own message.
       rle = convert(row[k], hh[k], ww[k]);
       c = PyDict_Check(rle.ptr()) ? PyDict_GetItemWithError(rle.ptr(), counts_key.ptr()) : nullptr;
       if (PyErr_Occurred()) throw py::error_already_set();
@@ -123,7 +146,7 @@ py::tuple det_masks(const py::list& items, py::handle rows_obj, py::handle h_obj
     }
     if (!sz) throw fail("['segmentation'] must be an RLE dict with 'size' and 'counts'");
     if (!size_ok) {
-      throw fail("['segmentation'] has size " + py::repr(py::handle(sz)).cast<std::string>() + " but its image is [" +
+      throw fail("['segmentation'] has size " + short_repr(sz) + " but its image is [" +
                  std::to_string(hh[k]) + ", " + std::to_string(ww[k]) + "]");
     }
   }
@@ -147,21 +170,33 @@ py::tuple det_masks(const py::list& items, py::handle rows_obj, py::handle h_obj
                         box.attr("reshape")(n, 4));
 }
 
-// Numeric fields of a list of dicts as one float64 table [n, cols]: fields[f] = (key, width, default); width 1 reads
-// a number, width 4 a list of 4 numbers (a box); a missing key takes the default unless it is NaN (then missing is
-// an error). Returns (table, -1, "") or (None, index, message) naming the first bad item. Holds the GIL throughout:
-// it only reads Python objects.
-py::tuple det_columns(const py::list& items, const std::vector<std::tuple<std::string, int, double>>& fields) {
+// Numeric fields of a list of dicts into two tables Python allocated: real [n, real columns] float64 and ints
+// [n, int columns] int64. fields[f] = (key, width, default, is_int); width 1 reads a number, width 4 a list of 4
+// numbers (a box); a missing key takes the default unless it is NaN (then missing is an error). An int field (ids,
+// sizes, flags) is read exactly: a Python int within int64, or an integral float within 2^53 (where a double is
+// still exact); never through a double. Returns (-1, "") or (index, message) naming the first bad item. Holds the
+// GIL throughout: it only reads Python objects.
+py::tuple det_columns(const py::list& items, const std::vector<std::tuple<std::string, int, double, bool>>& fields,
+                      py::handle real_o, py::handle ints_o) {
   const int64_t n = static_cast<int64_t>(items.size());
-  int64_t cols = 0;
+  int64_t real_cols = 0, int_cols = 0;
   std::vector<py::str> keys;
   for (const auto& f : fields) {
-    cols += std::get<1>(f);
+    const int width = std::get<1>(f);
+    if (width < 1) throw py::value_error("det_columns: field widths must be positive");
+    if (std::get<3>(f)) {
+      if (width != 1) throw py::value_error("det_columns: integer fields have width 1");
+      int_cols += 1;
+    } else {
+      real_cols += width;
+    }
     keys.emplace_back(std::get<0>(f));
   }
-  py::array_t<double> out({static_cast<py::ssize_t>(n), static_cast<py::ssize_t>(cols)});
-  double* o = out.mutable_data();
-  auto fail = [&](int64_t k, const std::string& what) { return py::make_tuple(py::none(), k, what); };
+  auto real = out_arg(real_o, "real", vlk::kF64, {n, real_cols});
+  auto ints = out_arg(ints_o, "ints", vlk::kI64, {n, int_cols});
+  double* o = real.data<double>();
+  int64_t* oi = ints.data<int64_t>();
+  auto fail = [&](int64_t k, const std::string& what) { return py::make_tuple(k, what); };
   auto number = [](PyObject* v, double* dst) {
     if (PyFloat_CheckExact(v)) {
       *dst = PyFloat_AS_DOUBLE(v);
@@ -176,15 +211,45 @@ py::tuple det_columns(const py::list& items, const std::vector<std::tuple<std::s
     *dst = x;
     return true;
   };
+  // "" and *dst set, or why the value is not an exact int64.
+  auto integer = [](PyObject* v, int64_t* dst) -> std::string {
+    if (PyFloat_Check(v)) {
+      const double x = PyFloat_AS_DOUBLE(v);
+      if (!std::isfinite(x) || x != std::floor(x)) return "must be an integer";
+      if (!(std::fabs(x) <= 9007199254740992.0)) return "is a float beyond 2**53 (not exact): write it as an integer";
+      *dst = static_cast<int64_t>(x);
+      return {};
+    }
+    if (PyUnicode_Check(v) || PyBytes_Check(v)) return "must be an integer, not a string";
+    // Python ints and integer scalars (numpy, torch) through __index__; never through a double.
+    py::object idx = py::reinterpret_steal<py::object>(PyNumber_Index(v));
+    if (!idx) {
+      PyErr_Clear();
+      return "must be an integer";
+    }
+    int overflow = 0;
+    const long long x = PyLong_AsLongLongAndOverflow(idx.ptr(), &overflow);
+    if (overflow) return "is outside the int64 range [-2**63, 2**63)";
+    if (x == -1 && PyErr_Occurred()) {
+      PyErr_Clear();
+      return "must be an integer";
+    }
+    *dst = static_cast<int64_t>(x);
+    return {};
+  };
   for (int64_t k = 0; k < n; ++k) {
+    // Holding the GIL, Python's signal handlers run only when asked: Ctrl-C within a few thousand dicts.
+    if ((k & 4095) == 4095 && PyErr_CheckSignals() != 0) throw py::error_already_set();
     // Strong references and the list's current size: a number's __float__ may run Python code that edits them.
     if (k >= static_cast<int64_t>(PyList_GET_SIZE(items.ptr()))) return fail(k, "vanished while being read");
     const py::object hold_d = py::reinterpret_borrow<py::object>(PyList_GET_ITEM(items.ptr(), k));
     PyObject* d = hold_d.ptr();
     if (!PyDict_Check(d)) return fail(k, "must be a dict");
-    double* row = o + k * cols;
+    double* row = o + k * real_cols;
+    int64_t* irow = oi + k * int_cols;
     for (size_t f = 0; f < fields.size(); ++f) {
       const int width = std::get<1>(fields[f]);
+      const bool is_int = std::get<3>(fields[f]);
       const std::string& key = std::get<0>(fields[f]);
       PyObject* v = PyDict_GetItemWithError(d, keys[f].ptr());
       const py::object hold_v = py::reinterpret_borrow<py::object>(v);
@@ -192,12 +257,23 @@ py::tuple det_columns(const py::list& items, const std::vector<std::tuple<std::s
         if (PyErr_Occurred()) PyErr_Clear();
         const double dflt = std::get<2>(fields[f]);
         if (dflt != dflt) return fail(k, "has no '" + key + "'");
-        for (int j = 0; j < width; ++j) row[j] = dflt;
-        row += width;
+        if (is_int) {
+          *irow++ = static_cast<int64_t>(dflt);
+        } else {
+          for (int j = 0; j < width; ++j) row[j] = dflt;
+          row += width;
+        }
         continue;
       }
-      if (width == 1) {
+      if (is_int) {
+        const std::string why = integer(v, irow);
+        if (!why.empty()) {
+          return fail(k, "['" + key + "'] " + why + ", got " + short_repr(v));
+        }
+        ++irow;
+      } else if (width == 1) {
         if (!number(v, row)) return fail(k, "'" + key + "' must be a number");
+        row += 1;
       } else {
         PyObject* seq = PySequence_Fast(v, "");
         if (!seq) {
@@ -208,11 +284,11 @@ py::tuple det_columns(const py::list& items, const std::vector<std::tuple<std::s
         for (int j = 0; ok && j < width; ++j) ok = number(PySequence_Fast_GET_ITEM(seq, j), row + j);
         Py_DECREF(seq);
         if (!ok) return fail(k, "'" + key + "' must be a list of " + std::to_string(width) + " numbers");
+        row += width;
       }
-      row += width;
     }
   }
-  return py::make_tuple(out, -1, std::string());
+  return py::make_tuple(-1, std::string());
 }
 
 }  // namespace

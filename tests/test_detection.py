@@ -513,3 +513,11 @@ def test_det_masks_area_and_box_equal_pycocotools():
     rles = [dict(it["segmentation"], counts=it["segmentation"]["counts"].encode()) for it in items]
     np.testing.assert_array_equal(area, [coco_mask.area(r) for r in rles])
     np.testing.assert_array_equal(bbox, np.stack([coco_mask.toBbox(r) for r in rles]))
+
+
+def test_cocoeval_one_category_beyond_one_sort_chunk_equals_pycocotools():
+    # 70,000 detections of one category with tied scores: accumulate sorts them in interruptible chunks of 2^16 and
+    # merges; the order must stay pycocotools' stable mergesort.
+    gt, res = detection_data(n_images=700, n_cats=1, seed=5)
+    assert len(res) > 2**16
+    _check(gt, res, "bbox", eval_imgs=False)

@@ -40,14 +40,19 @@ def _batch(n_images, seed, masks=False):
     return preds, target
 
 
-def _torchmetrics(preds, target, iou_type="bbox", **kw):
+def _torchmetrics(preds, target, iou_type="bbox", box_format="xyxy", iou_thresholds=None, rec_thresholds=None, **kw):
     """torchmetrics' own COCO conversion and evaluation; only torchvision's box_convert (torchvision does not
-    install beside this torch) is restated: xyxy -> xywh as (x1, y1, x2 - x1, y2 - y1) in float32."""
+    install beside this torch) is restated, in the boxes' dtype, and torchmetrics' reshape of empty boxes to (0, 4)."""
     types = (iou_type,) if isinstance(iou_type, str) else iou_type
     backend = helpers.CocoBackend("pycocotools")
 
     def boxes(item):
-        b = item["boxes"]
+        b = item["boxes"].reshape(-1, 4)
+        if box_format == "xywh":
+            return b
+        if box_format == "cxcywh":
+            cx, cy, w, h = b.unbind(-1)
+            b = torch.stack((cx - 0.5 * w, cy - 0.5 * h, cx + 0.5 * w, cy + 0.5 * h), -1)
         return torch.stack((b[:, 0], b[:, 1], b[:, 2] - b[:, 0], b[:, 3] - b[:, 1]), -1)
 
     def rles(item):
@@ -58,8 +63,8 @@ def _torchmetrics(preds, target, iou_type="bbox", **kw):
 
     bb = "bbox" in types
     sg = "segm" in types
-    iou_thr = torch.linspace(0.5, 0.95, 10).tolist()
-    rec_thr = torch.linspace(0.0, 1.00, 101).tolist()
+    iou_thr = iou_thresholds or torch.linspace(0.5, 0.95, 10).tolist()
+    rec_thr = rec_thresholds or torch.linspace(0.0, 1.00, 101).tolist()
     return helpers._calculate_map_with_coco(
         backend,
         [t["labels"] for t in target],
@@ -77,7 +82,7 @@ def _torchmetrics(preds, target, iou_type="bbox", **kw):
         rec_thr,
         [1, 10, 100],
         kw.get("class_metrics", False),
-        False,
+        kw.get("extended_summary", False),
     )
 
 
@@ -156,3 +161,234 @@ def test_metric_distributed_gloo_equals_single_process(tmp_path):
     for r in range(2):
         got = load_file(tmp_path / f"rank{r}.safetensors")
         _same(got, want)
+
+
+# torchmetrics' tests/unittests/detection/test_map.py cases (TestMapProperties and the functional tests), with the
+# answer of torchmetrics' own COCO path above as the reference.
+def _b(*rows):
+    return torch.tensor(rows, dtype=torch.float32)
+
+
+_TM_INPUTS = {  # torchmetrics' _inputs: two batches of two images (COCO ids 42, 73, 74, 987)
+    "preds": [
+        {"boxes": _b([258.15, 41.29, 606.41, 285.07]), "scores": _b(0.236), "labels": torch.IntTensor([4])},
+        {
+            "boxes": _b([61.00, 22.75, 565.00, 632.42], [12.66, 3.32, 281.26, 275.23]),
+            "scores": _b(0.318, 0.726),
+            "labels": torch.IntTensor([3, 2]),
+        },
+        {
+            "boxes": _b(
+                [87.87, 276.25, 384.29, 379.43],
+                [0.00, 3.66, 142.15, 316.06],
+                [296.55, 93.96, 314.97, 152.79],
+                [328.94, 97.05, 342.49, 122.98],
+                [356.62, 95.47, 372.33, 147.55],
+                [464.08, 105.09, 495.74, 146.99],
+                [276.11, 103.84, 291.44, 150.72],
+            ),
+            "scores": _b(0.546, 0.3, 0.407, 0.611, 0.335, 0.805, 0.953),
+            "labels": torch.IntTensor([4, 1, 0, 0, 0, 0, 0]),
+        },
+        {
+            "boxes": _b(
+                [72.92, 45.96, 91.23, 80.57],
+                [45.17, 45.34, 66.28, 79.83],
+                [82.28, 47.04, 99.66, 78.50],
+                [59.96, 46.17, 80.35, 80.48],
+                [75.29, 23.01, 91.85, 50.85],
+                [71.14, 1.10, 96.96, 28.33],
+                [61.34, 55.23, 77.14, 79.57],
+                [41.17, 45.78, 60.99, 78.48],
+                [56.18, 44.80, 64.42, 56.25],
+            ),
+            "scores": _b(0.532, 0.204, 0.782, 0.202, 0.883, 0.271, 0.561, 0.204, 0.349),
+            "labels": torch.IntTensor([49] * 9),
+        },
+    ],
+    "target": [
+        {"boxes": _b([214.1500, 41.2900, 562.4100, 285.0700]), "labels": torch.IntTensor([4])},
+        {"boxes": _b([13.00, 22.75, 548.98, 632.42], [1.66, 3.32, 270.26, 275.23]), "labels": torch.IntTensor([2, 2])},
+        {
+            "boxes": _b(
+                [61.87, 276.25, 358.29, 379.43],
+                [2.75, 3.66, 162.15, 316.06],
+                [295.55, 93.96, 313.97, 152.79],
+                [326.94, 97.05, 340.49, 122.98],
+                [356.62, 95.47, 372.33, 147.55],
+                [462.08, 105.09, 493.74, 146.99],
+                [277.11, 103.84, 292.44, 150.72],
+            ),
+            "labels": torch.IntTensor([4, 1, 0, 0, 0, 0, 0]),
+        },
+        {
+            "boxes": _b(
+                [72.92, 45.96, 91.23, 80.57],
+                [50.17, 45.34, 71.28, 79.83],
+                [81.28, 47.04, 98.66, 78.50],
+                [63.96, 46.17, 84.35, 80.48],
+                [75.29, 23.01, 91.85, 50.85],
+                [56.39, 21.65, 75.66, 45.54],
+                [73.14, 1.10, 98.96, 28.33],
+                [62.34, 55.23, 78.14, 79.57],
+                [44.17, 45.78, 63.99, 78.48],
+                [58.18, 44.80, 66.42, 56.25],
+            ),
+            "labels": torch.IntTensor([49] * 10),
+        },
+    ],
+}
+_BOX = _b([214.1500, 41.2900, 562.4100, 285.0700])
+_EMPTY_PRED = {"boxes": torch.Tensor([]), "scores": torch.Tensor([]), "labels": torch.IntTensor([])}
+_EMPTY_GT = {"boxes": torch.Tensor([]), "labels": torch.IntTensor([])}
+_TM_CASES = {
+    "inputs": (_TM_INPUTS["preds"], _TM_INPUTS["target"], {}),
+    # _inputs2: the same box twice, the second image without ground truth (torchmetrics issue 943)
+    "inputs2": (
+        [{"boxes": _b([258.0, 41.0, 606.0, 285.0]), "scores": _b(0.536), "labels": torch.IntTensor([0])}] * 2,
+        [{"boxes": _b([214.0, 41.0, 562.0, 285.0]), "labels": torch.IntTensor([0])}, _EMPTY_GT],
+        {},
+    ),
+    # _inputs3: an empty prediction, a target carrying scores (ignored)
+    "inputs3": (
+        [{"boxes": _b([258.0, 41.0, 606.0, 285.0]), "scores": _b(0.536), "labels": torch.IntTensor([0])}, _EMPTY_PRED],
+        [
+            {"boxes": _b([214.0, 41.0, 562.0, 285.0]), "labels": torch.IntTensor([0])},
+            {"boxes": _b([1.0, 2.0, 3.0, 4.0]), "scores": _b(0.8), "labels": torch.IntTensor([1])},
+        ],
+        {},
+    ),
+    "empty_preds": ([_EMPTY_PRED], [{"boxes": _BOX, "labels": torch.IntTensor([4])}], {}),
+    "empty_ground_truths": ([{"boxes": _BOX, "scores": _b(0.5), "labels": torch.IntTensor([4])}], [_EMPTY_GT], {}),
+    "empty_preds_xywh": (
+        [_EMPTY_PRED],
+        [{"boxes": _b([214.15, 41.29, 348.26, 243.78]), "labels": torch.IntTensor([4])}],
+        {"box_format": "xywh"},
+    ),
+    "empty_ground_truths_cxcywh": (
+        [{"boxes": _b([388.28, 163.18, 348.26, 243.78]), "scores": _b(0.5), "labels": torch.IntTensor([4])}],
+        [_EMPTY_GT],
+        {"box_format": "cxcywh"},
+    ),
+    "missing_pred": (
+        [{"boxes": _b([10, 20, 15, 25]), "scores": _b(0.9), "labels": torch.IntTensor([0])}, _EMPTY_PRED],
+        [{"boxes": _b([10, 20, 15, 25]), "labels": torch.IntTensor([0])}] * 2,
+        {},
+    ),
+    "missing_gt": (
+        [
+            {"boxes": _b([10, 20, 15, 25]), "scores": _b(0.9), "labels": torch.IntTensor([0])},
+            {"boxes": _b([10, 20, 15, 25]), "scores": _b(0.95), "labels": torch.IntTensor([0])},
+        ],
+        [{"boxes": _b([10, 20, 15, 25]), "labels": torch.IntTensor([0])}, _EMPTY_GT],
+        {},
+    ),
+    "custom_thresholds": (_TM_INPUTS["preds"], _TM_INPUTS["target"], {"iou_thresholds": [0.1, 0.2]}),
+    "custom_iou_and_recall_thresholds": (
+        _TM_INPUTS["preds"],
+        _TM_INPUTS["target"],
+        {"iou_thresholds": [0.2, 0.7], "rec_thresholds": [0.25, 0.5, 0.75]},
+    ),
+    "class_metrics": (_TM_INPUTS["preds"], _TM_INPUTS["target"], {"class_metrics": True}),
+    "micro": (_TM_INPUTS["preds"], _TM_INPUTS["target"], {"average": "micro", "class_metrics": True}),
+}
+for _fmt in ("xyxy", "xywh", "cxcywh"):
+    # test_for_box_format: only the right format scores 1 at IoU 0.2 (torchmetrics issue 1908)
+    _TM_CASES[f"box_format_{_fmt}"] = (
+        [{"boxes": _b([0.5, 0.5, 1, 1]), "scores": _b(1.0), "labels": torch.tensor([0])}],
+        [{"boxes": _b([0, 0, 1, 1]), "labels": torch.tensor([0])}],
+        {"box_format": _fmt, "iou_thresholds": [0.2]},
+    )
+
+
+@pytest.mark.parametrize("case", list(_TM_CASES))
+def test_mean_average_precision_torchmetrics_cases(case):
+    preds, target, kw = _TM_CASES[case]
+    _same(mean_average_precision(preds, target, **kw), _torchmetrics(preds, target, **kw))
+
+
+def test_mean_average_precision_torchmetrics_box_format_answers():
+    # torchmetrics' expected values: map 1 for the right format, 0 for the other two.
+    for fmt, want in (("xyxy", 1.0), ("xywh", 0.0), ("cxcywh", 0.0)):
+        preds, target, kw = _TM_CASES[f"box_format_{fmt}"]
+        assert mean_average_precision(preds, target, **kw)["map"].item() == want
+    # custom IoU thresholds without 0.5 / 0.75: map_50 and map_75 are -1
+    preds, target, kw = _TM_CASES["custom_thresholds"]
+    res = mean_average_precision(preds, target, **kw)
+    assert res["map_50"].item() == -1 and res["map_75"].item() == -1
+
+
+@pytest.mark.parametrize("side", ["target", "preds"])
+def test_mean_average_precision_segm_empty_masks_answer_minus_one(side):
+    """torchmetrics' test_segm_iou_empty_gt_mask / _pred_mask: an image without masks passed as Tensor([]) or
+    BoolTensor([]) (shape (0,)); when one side has no mask at all every value is -1 and classes is the label."""
+    mask = torch.zeros(1, 10, 10, dtype=torch.bool)
+    if side == "target":
+        preds = [{"masks": mask, "scores": _b(0.5), "labels": torch.IntTensor([4])}]
+        target = [{"masks": torch.Tensor([]), "labels": torch.IntTensor([])}]
+    else:
+        preds = [{"masks": torch.BoolTensor([]), "scores": torch.Tensor([]), "labels": torch.IntTensor([])}]
+        target = [{"masks": mask, "labels": torch.IntTensor([4])}]
+    res = mean_average_precision(preds, target, iou_type="segm")
+    _same(res, _torchmetrics(preds, target, "segm"))
+    assert all(v.item() == -1 for k, v in res.items() if k != "classes") and res["classes"].item() == 4
+    m = MeanAveragePrecision(iou_type="segm")
+    m.update(preds, target)
+    _same(m.compute(), _torchmetrics(preds, target, "segm"))
+
+
+def test_mean_average_precision_segm_some_images_without_masks():
+    preds, target = _batch(6, seed=16, masks=True)
+    target[2] = {"masks": torch.Tensor([]), "labels": torch.IntTensor([])}
+    preds[4] = {"masks": torch.BoolTensor([]), "scores": torch.Tensor([]), "labels": torch.IntTensor([])}
+    _same(mean_average_precision(preds, target, iou_type="segm"), _torchmetrics(preds, target, "segm"))
+
+
+def test_mean_average_precision_torchmetrics_extended_summary_shapes():
+    # test_for_extended_stats: precision / recall / scores of 4 images x 6 classes (no 'ious' here)
+    res = mean_average_precision(_TM_INPUTS["preds"], _TM_INPUTS["target"], extended_summary=True)
+    ref = _torchmetrics(_TM_INPUTS["preds"], _TM_INPUTS["target"], extended_summary=True)
+    assert res["precision"].shape == (10, 101, 6, 4, 3) and res["recall"].shape == (10, 6, 4, 3)
+    for k in ("precision", "recall", "scores"):
+        torch.testing.assert_close(res[k], ref[k], rtol=0, atol=0)
+
+
+def test_mean_average_precision_torchmetrics_bad_inputs_raise():
+    """test_error_on_wrong_input's cases: each a ValueError (the messages are vlkernels')."""
+    t = [{"boxes": torch.Tensor(), "labels": torch.IntTensor()}]
+    cases = [
+        ((torch.Tensor(), []), "preds must be a sequence"),
+        (([], torch.Tensor()), "target must be a sequence"),
+        (([{}], [{}, {}]), "one dict per image"),
+        (([{"scores": torch.Tensor(), "labels": torch.IntTensor()}], t), r"preds\[0\]\['boxes'\] must be a tensor"),
+        (([{"boxes": torch.Tensor(), "labels": torch.IntTensor()}], t), r"preds\[0\]\['scores'\] must be a tensor"),
+        (([{"boxes": torch.Tensor(), "scores": torch.Tensor()}], t), r"preds\[0\]\['labels'\] must be a tensor"),
+        (([dict(_EMPTY_PRED)], [{"labels": torch.IntTensor()}]), r"target\[0\]\['boxes'\] must be a tensor"),
+        (([dict(_EMPTY_PRED)], [{"boxes": torch.Tensor()}]), r"target\[0\]\['labels'\] must be a tensor"),
+        (([dict(_EMPTY_PRED, boxes=[])], t), r"preds\[0\]\['boxes'\] must be a tensor"),
+        (([dict(_EMPTY_PRED, scores=[])], t), r"preds\[0\]\['scores'\] must be a tensor"),
+        (([dict(_EMPTY_PRED, labels=[])], t), r"preds\[0\]\['labels'\] must be a tensor"),
+        (([dict(_EMPTY_PRED)], [{"boxes": [], "labels": torch.IntTensor()}]), r"target\[0\]\['boxes'\] must be"),
+        (([dict(_EMPTY_PRED)], [{"boxes": torch.Tensor(), "labels": []}]), r"target\[0\]\['labels'\] must be"),
+    ]
+    for (p, tg), match in cases:
+        with pytest.raises(ValueError, match=match):
+            mean_average_precision(p, tg)
+        with pytest.raises(ValueError, match=match):
+            MeanAveragePrecision().update(p, tg)
+    with pytest.raises(ValueError, match="max_detection_thresholds must hold 3 values"):
+        MeanAveragePrecision(max_detection_thresholds=[1, 10])
+
+
+@pytest.mark.parametrize("label", [2**31, -(2**31) - 1, 2**40])
+def test_mean_average_precision_label_beyond_int32_raises(label):
+    p = [{"boxes": _b([0, 0, 10, 10]), "scores": _b(0.5), "labels": torch.tensor([label])}]
+    t = [{"boxes": _b([0, 0, 10, 10]), "labels": torch.tensor([1])}]
+    with pytest.raises(ValueError, match=rf"preds\[0\]\['labels'\] holds {label}: labels must lie in \[-2\*\*31"):
+        mean_average_precision(p, t)
+    with pytest.raises(ValueError, match=r"target\[0\]\['labels'\] holds"):
+        mean_average_precision([dict(p[0], labels=torch.tensor([1]))], [dict(t[0], labels=torch.tensor([label]))])
+    # The largest int32 label is evaluated (classes keep it).
+    top = torch.tensor([2**31 - 1])
+    ok = mean_average_precision([dict(p[0], labels=top)], [dict(t[0], labels=top)])
+    assert ok["map"].item() == 1.0 and ok["classes"].item() == 2**31 - 1

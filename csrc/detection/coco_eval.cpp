@@ -64,6 +64,7 @@ void launch_det_evaluate(const DetEvalInputs& in, uint8_t* status, int64_t* npig
     std::vector<uint8_t> gig, gtm_pos, dt_ig, dt_hit;
     std::vector<int64_t> dtm;
     for (int64_t c = begin; c < end; ++c) {
+      check_interrupt();  // a cell is at most D x G IoUs and A x T greedy passes: well under a poll interval
       const int64_t g0 = in.gt_off[c], G = in.gt_off[c + 1] - g0;
       const int64_t d0 = in.dt_off[c], D = in.dt_off[c + 1] - d0;
       iou.resize(static_cast<size_t>(D * G));
@@ -168,13 +169,27 @@ void launch_det_accumulate(const DetAccumInputs& in, double* precision, double* 
   std::vector<int64_t> sorted(static_cast<size_t>(sorted_off[in.n_groups]));
   parallel_for(in.n_groups, 1, [&](int64_t begin, int64_t end) {
     for (int64_t k = begin; k < end; ++k) {
+      check_interrupt();
       int64_t* o = sorted.data() + sorted_off[k];
       int64_t n = 0;
       for (int64_t q = group_off[k]; q < group_off[k + 1]; ++q) {
         const int64_t c = group_cells[q];
         for (int64_t d = in.dt_off[c]; d < in.dt_off[c + 1]; ++d) o[n++] = d;
       }
-      std::stable_sort(o, o + n, [&](int64_t x, int64_t y) { return in.score[x] > in.score[y]; });
+      // One category of a large set holds up to millions of detections: sorted in chunks (each a poll apart), then
+      // merged pairwise (stable: equal scores keep the earlier chunk's, i.e. list, order).
+      constexpr int64_t kChunk = int64_t{1} << 16;
+      auto by_score = [&](int64_t x, int64_t y) { return in.score[x] > in.score[y]; };
+      for (int64_t b = 0; b < n; b += kChunk) {
+        check_interrupt();
+        std::stable_sort(o + b, o + std::min(n, b + kChunk), by_score);
+      }
+      for (int64_t w = kChunk; w < n; w *= 2) {
+        for (int64_t b = 0; b + w < n; b += 2 * w) {
+          check_interrupt();
+          std::inplace_merge(o + b, o + b + w, o + std::min(n, b + 2 * w), by_score);
+        }
+      }
     }
   });
   const double eps = std::nextafter(1.0, 2.0) - 1.0;  // np.spacing(1)
@@ -187,6 +202,7 @@ void launch_det_accumulate(const DetAccumInputs& in, double* precision, double* 
     std::vector<double> pr;
     for (int64_t th = tb; th < te; ++th) {
       for (int64_t task = th; task < n_tasks; task += n_threads) {
+        check_interrupt();
         const int64_t k = task / in.n_area_src, a = task % in.n_area_src, ae = in.area_src[a];
         int64_t np_ = 0;
         for (int64_t q = group_off[k]; q < group_off[k + 1]; ++q) np_ += in.npig[ae * in.n_cells + group_cells[q]];
@@ -195,6 +211,7 @@ void launch_det_accumulate(const DetAccumInputs& in, double* precision, double* 
         const int64_t* o = sorted.data() + sorted_off[k];
         const int64_t n_all = sorted_off[k + 1] - sorted_off[k];
         for (int64_t mi = 0; mi < in.n_max; ++mi) {
+          check_interrupt();
           const int64_t max_det = in.max_dets[mi];
           idx.clear();
           for (int64_t i = 0; i < n_all; ++i)
@@ -203,6 +220,7 @@ void launch_det_accumulate(const DetAccumInputs& in, double* precision, double* 
           tps.resize(static_cast<size_t>(nd));
           pr.resize(static_cast<size_t>(nd));
           for (int64_t t = 0; t < T; ++t) {
+            if (nd > (int64_t{1} << 16)) check_interrupt();
             const uint8_t* status = in.status + (ae * T + t) * ND;
             int64_t tp = 0, fp = 0;
             for (int64_t i = 0; i < nd; ++i) {

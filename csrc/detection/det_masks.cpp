@@ -6,7 +6,7 @@
 namespace vlk {
 namespace {
 
-constexpr int64_t kMaxRun = 0xFFFFFFFFLL;  // pycocotools keeps runs in 32-bit unsigned integers
+constexpr int64_t kMaxRun = 0xFFFFFFFFLL;  // pycocotools keeps runs (and so h*w) in 32-bit unsigned integers
 
 // Number of counts in one string (a count ends at a character without the continuation bit 0x20), or -1 when a
 // character is outside '0'..'o' or the string ends inside a count. Branch-free over the characters (this pass reads
@@ -116,11 +116,19 @@ std::string det_masks_from_strings(const char* const* str, const int64_t* len, i
   bad = -1;
   std::vector<int64_t> runs(static_cast<size_t>(n), 0);
   parallel_for(n, 256, [&](int64_t begin, int64_t end) {
-    for (int64_t k = begin; k < end; ++k) runs[k] = count_runs(str[k], len[k]);
+    for (int64_t k = begin; k < end; ++k) {
+      if ((k & 63) == 0) check_interrupt();
+      runs[k] = count_runs(str[k], len[k]);
+    }
   });
   offsets.assign(static_cast<size_t>(n) + 1, 0);
   std::vector<int64_t> base(static_cast<size_t>(n) + 1, 0);
   for (int64_t k = 0; k < n; ++k) {
+    // h*w is formed below (the runs' total, the set's base offsets): it must not wrap.
+    if (h[k] < 0 || w[k] < 0 || (h[k] > 0 && w[k] > kMaxRun / h[k])) {
+      bad = k;
+      return "size " + std::to_string(h[k]) + " x " + std::to_string(w[k]) + " is not in [0, 2^32 - 1] pixels";
+    }
     if (runs[k] < 0) {
       bad = k;
       return count_error(str[k], len[k]);
@@ -138,6 +146,7 @@ std::string det_masks_from_strings(const char* const* str, const int64_t* len, i
   parallel_for(n, 256, [&](int64_t begin, int64_t end) {
     std::vector<int64_t> scratch;
     for (int64_t k = begin; k < end; ++k) {
+      if ((k & 15) == 0) check_interrupt();
       const bool keep = !need || need[k];
       int64_t* c = csum.get() + offsets[k];
       const int64_t m = runs[k];

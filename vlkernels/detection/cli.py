@@ -35,6 +35,11 @@ def cmd_detection(args: argparse.Namespace) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except (TypeError, KeyError, IndexError, AttributeError, RecursionError, UnicodeError, OverflowError) as e:
+        # The readers turn every malformed input they know into a ValueError naming it; anything else still gets a
+        # message naming the files, not a traceback.
+        print(f"error: cannot evaluate {args.results} against {args.gt}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 2
     return 0 if args.json is None else write_json(args.json, out)
 
 

@@ -130,11 +130,14 @@ class COCOeval:
             raise ValueError(f"iouType must be 'bbox' or 'segm', got {p.iouType!r}")
         self._load()
         _check_params(p)
-        p.imgIds = list(np.unique(np.asarray(p.imgIds, dtype=np.int64)))
+        p.imgIds = list(np.unique(inputs.param_ids(p.imgIds, "params.imgIds")))
+        cat_ids = inputs.param_ids(p.catIds, "params.catIds")
         if p.useCats:
-            p.catIds = list(np.unique(np.asarray(p.catIds, dtype=np.int64)))
-        elif len(set(p.catIds)) != len(p.catIds):
+            p.catIds = list(np.unique(cat_ids))
+        elif np.unique(cat_ids).size != cat_ids.size:
             raise ValueError("params.catIds holds repeated ids; with useCats=0 pycocotools would count them twice")
+        else:
+            p.catIds = list(cat_ids)
         p.maxDets = sorted(p.maxDets)
         self.params = p
         self._paramsEval = copy.deepcopy(p)
@@ -216,11 +219,13 @@ class COCOeval:
 def _check_params(p: Params) -> None:
     thr = np.asarray(p.iouThrs, dtype=np.float64)
     rec = np.asarray(p.recThrs, dtype=np.float64)
-    if thr.ndim != 1 or not np.isfinite(thr).all():
-        raise ValueError("params.iouThrs must be a 1-D list of finite thresholds")
+    if thr.ndim != 1 or not thr.size or not np.isfinite(thr).all():
+        # Empty: pycocotools evaluates, then fails in summarize (IndexError).
+        raise ValueError("params.iouThrs must be a non-empty 1-D list of finite thresholds")
     if rec.ndim != 1 or not np.isfinite(rec).all():
         raise ValueError("params.recThrs must be a 1-D list of finite thresholds")
     rng = np.asarray(p.areaRng, dtype=np.float64)
+    rng = rng.reshape(0, 2) if rng.size == 0 else rng
     if rng.ndim != 2 or rng.shape[1] != 2 or np.isnan(rng).any():
         raise ValueError("params.areaRng must be a list of [low, high] pairs")
     if not p.maxDets or any(int(m) != m or m < 0 for m in p.maxDets):
@@ -249,6 +254,8 @@ def summary_value(ev: dict, p, ap: bool, iou_thr=None, area="all", max_dets=100,
 def summarize_dets(ev: dict, p, show: bool = True) -> np.ndarray:
     """The 12 COCO numbers: AP, AP50, AP75, AP small/medium/large, AR@maxDets[0..2], AR small/medium/large."""
     m = p.maxDets
+    if len(m) < 3:
+        raise ValueError(f"summarize needs 3 params.maxDets (its lines read maxDets[0..2]), got {list(m)}")
     rows = [
         (True, None, "all", 100),
         (True, 0.5, "all", m[2]),

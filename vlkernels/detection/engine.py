@@ -41,13 +41,14 @@ def build_cells(
     use_cats: bool,
     max_det: int | None,
     dt_keep: np.ndarray | None = None,
+    gt_keep: np.ndarray | None = None,
 ) -> Cells:
     """Group annotations as pycocotools' ``_prepare`` / ``evaluateImg`` see them.
 
     ``img_ids`` sorted unique. ``use_cats``: ``cat_ids`` sorted unique, one cell per (category, image). Otherwise
     ``cat_ids`` is the user's list (order kept): one cell per image, annotations ordered by their category's
     position in that list (pycocotools concatenates ``_gts[img, c] for c in catIds``). ``dt_keep``: an extra
-    filter on detections (LVIS federated rule)."""
+    filter on detections (LVIS federated rule); ``gt_keep`` one on ground truths (LVIS area rule)."""
     n_img = int(img_ids.size)
 
     def keys(a: inputs.Anns) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -63,6 +64,8 @@ def build_cells(
     dk, dsub, dsel = keys(dt)
     if dt_keep is not None:
         dsel &= dt_keep
+    if gt_keep is not None:
+        gsel &= gt_keep
     g_rows = np.flatnonzero(gsel)
     d_rows = np.flatnonzero(dsel)
     # np.lexsort is stable: list order breaks the remaining ties, as pycocotools' dict-of-lists grouping does.

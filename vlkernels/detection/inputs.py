@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from vlkernels import _ext
-from vlkernels.boxes.rle_counts import RleCounts
 
 
 @dataclass
@@ -55,6 +54,7 @@ class Anns:
     bbox: np.ndarray | None  # float64 [n, 4] xywh, None when the annotations carry none
     raw: list = field(repr=False, default_factory=list)
     masks: Masks | None = None  # prebuilt RLE masks of every row (tensor inputs)
+    box_polygons: bool = False  # loadRes of box results: a missing segmentation is the box's polygon
 
     def __len__(self) -> int:
         return int(self.image_id.size)
@@ -72,42 +72,81 @@ class GroundTruth:
 
 
 def load_json(obj: object, what: str) -> object:
-    """A path (str / PathLike) is read as JSON; anything else is returned as is."""
-    if isinstance(obj, (str, os.PathLike)):
-        try:
-            with open(obj, encoding="utf-8") as f:
-                return json.load(f)
-        except OSError as e:
-            raise ValueError(f"cannot read {what} {os.fspath(obj)!r}: {e}") from e
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{what} {os.fspath(obj)!r} is not valid JSON: {e}") from e
-    return obj
+    """A path (str / PathLike) is read as JSON (UTF-8, -16 or -32, a byte-order mark allowed: ``json.loads`` of the
+    file's bytes; a repeated key keeps its last value, as ``json.load``); anything else is returned as is. Every
+    failure is a ValueError naming the file."""
+    if not isinstance(obj, (str, os.PathLike)):
+        return obj
+    name = repr(os.fspath(obj))
+    try:
+        with open(obj, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise ValueError(f"cannot read {what} {name}: {e}") from e
+    try:
+        return json.loads(data)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{what} {name} is not valid JSON: {e}") from None
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{what} {name} is not UTF-8, -16 or -32 text: {e}") from None
+    except RecursionError:
+        raise ValueError(f"{what} {name} nests arrays / objects too deeply for a COCO file") from None
+    except ValueError as e:
+        # A number of more than 4300 digits (int from str limit), or text json cannot represent.
+        raise ValueError(f"{what} {name} holds a value Python cannot read: {e}") from None
 
 
 _MISSING = float("nan")
 
 
-def _table(items: list, fields: list[tuple[str, int, float]], where: str) -> dict[str, np.ndarray]:
-    """Numeric fields of dicts, read in C++: ``(key, width, default)`` -> float64 ``(n,)`` or ``(n, width)``; a NaN
-    default makes the key required. Errors name the first bad item."""
+def _table(items: list, fields: list[tuple], where: str) -> dict[str, np.ndarray]:
+    """Fields of dicts, read in C++: ``(key, width, default[, is_int])`` -> float64 ``(n,)`` / ``(n, width)``, or for
+    an int field (ids, sizes, flags) exact int64 ``(n,)``; a NaN default makes the key required. Errors name the first
+    bad item."""
     if not isinstance(items, list):
         items = list(items)
-    table, bad, msg = _ext.load().det_columns(items, fields)
+    spec = [(f[0], f[1], f[2], bool(f[3]) if len(f) > 3 else False) for f in fields]
+    n = len(items)
+    real = np.empty((n, sum(w for _, w, _, i in spec if not i)), dtype=np.float64)
+    ints = np.empty((n, sum(1 for *_, i in spec if i)), dtype=np.int64)
+    bad, msg = _ext.load().det_columns(items, spec, real, ints)
     if msg:
-        raise ValueError(f"{where}[{bad}] {msg}")
-    out, col = {}, 0
-    for key, width, _ in fields:
-        out[key] = table[:, col] if width == 1 else table[:, col : col + width]
-        col += width
+        sep = "" if msg.startswith("[") else " "
+        raise ValueError(f"{where}[{bad}]{sep}{msg}")
+    out, col, icol = {}, 0, 0
+    for key, width, _, is_int in spec:
+        if is_int:
+            out[key] = ints[:, icol]
+            icol += 1
+        else:
+            out[key] = real[:, col] if width == 1 else real[:, col : col + width]
+            col += width
     return out
 
 
-def _ints(x: np.ndarray, items: list, key: str, where: str) -> np.ndarray:
-    """Integer-valued ids: exact in float64 up to 2**53."""
-    bad = np.flatnonzero((x != np.floor(x)) | ~(np.abs(x) <= 2.0**53))
-    if bad.size:
-        raise ValueError(f"{where}[{bad[0]}]['{key}'] must be an integer, got {items[bad[0]].get(key)!r}")
-    return x.astype(np.int64)
+def _id(key: str, default: float = _MISSING) -> tuple:
+    """An int field of :func:`_table`."""
+    return (key, 1, default, True)
+
+
+def param_ids(values: object, name: str) -> np.ndarray:
+    """``params.imgIds`` / ``catIds`` as exact int64 (an integral float within 2**53 counts as its integer; anything
+    else is refused: pycocotools would select nothing for 1.5, which only ever hides a mistake)."""
+    if isinstance(values, np.ndarray) and values.dtype.kind in "iu":
+        if values.dtype.kind == "u" and values.size and values.max() > np.iinfo(np.int64).max:
+            raise ValueError(f"{name} holds an id beyond 2**63 - 1")
+        return values.astype(np.int64).reshape(-1)
+    try:
+        items = list(values.reshape(-1) if isinstance(values, np.ndarray) else values)
+    except TypeError:
+        raise ValueError(f"{name} must be a list of integer ids, got {type(values).__name__}") from None
+    rows = [{"id": v} for v in items]
+    ints = np.empty((len(rows), 1), dtype=np.int64)
+    bad, msg = _ext.load().det_columns(rows, [("id", 1, _MISSING, True)], np.empty((len(rows), 0)), ints)
+    if msg:
+        why = msg.removeprefix("['id'] ")
+        raise ValueError(f"{name}[{bad}] {why} (ids are integers)")
+    return ints[:, 0]
 
 
 def _boxes(items: list, where: str, b: np.ndarray | None = None) -> np.ndarray:
@@ -167,21 +206,19 @@ def load_ground_truth(obj: object, lvis: bool = False) -> GroundTruth:
         if not isinstance(ds.get(key), list):
             raise ValueError(f"ground truth needs a list '{key}'")
     images, cats, anns = ds["images"], ds["categories"], ds["annotations"]
-    t = _table(images, [("id", 1, _MISSING), ("height", 1, _MISSING), ("width", 1, _MISSING)], "images")
-    img_ids = _ints(t["id"], images, "id", "images")
-    heights = _ints(t["height"], images, "height", "images")
-    widths = _ints(t["width"], images, "width", "images")
+    t = _table(images, [_id("id"), _id("height"), _id("width")], "images")
+    img_ids, heights, widths = t["id"].copy(), t["height"].copy(), t["width"].copy()
     _unique_ids(img_ids, "images")
-    cat_ids = _ints(_table(cats, [("id", 1, _MISSING)], "categories")["id"], cats, "id", "categories")
+    cat_ids = _table(cats, [_id("id")], "categories")["id"].copy()
     _unique_ids(cat_ids, "categories")
     where = "annotations"
-    fields = [("image_id", 1, _MISSING), ("category_id", 1, _MISSING), ("id", 1, _MISSING), ("area", 1, _MISSING)]
-    fields += [("iscrowd", 1, 0.0), ("ignore", 1, 0.0)]
+    fields = [_id("image_id"), _id("category_id"), _id("id"), ("area", 1, _MISSING)]
+    fields += [_id("iscrowd", 0), _id("ignore", 0)]
     t = _table(anns, fields, where)
     a = Anns(
-        image_id=_ints(t["image_id"], anns, "image_id", where),
-        category_id=_ints(t["category_id"], anns, "category_id", where),
-        id=_ints(t["id"], anns, "id", where),
+        image_id=t["image_id"].copy(),
+        category_id=t["category_id"].copy(),
+        id=t["id"].copy(),
         area=np.ascontiguousarray(t["area"]),
         iscrowd=_flags(t["iscrowd"], "iscrowd", where),
         ignore=_flags(t["ignore"], "ignore", where),
@@ -217,36 +254,43 @@ def load_results(obj: object, gt: GroundTruth) -> Anns:
         items = list(obj)
     where = "results"
     n = len(items)
-    has_box = bool(n) and isinstance(items[0], Mapping) and "bbox" in items[0] and items[0]["bbox"] != []
-    fields = [("image_id", 1, _MISSING), ("category_id", 1, _MISSING), ("score", 1, _MISSING)]
+    first = items[0] if n and isinstance(items[0], Mapping) else {}
     if from_coco:
-        fields += [("id", 1, _MISSING), ("area", 1, _MISSING)]
+        # loadRes / LVISResults objects: every field as stored (bbox and area may be numpy values: loadRes of
+        # segmentation-only results stores toBbox arrays). A bbox evaluation reads the boxes when all carry one.
+        has_box = bool(n) and all(isinstance(d, Mapping) and "bbox" in d for d in items)
+    else:
+        # loadRes picks the branch from the first result: boxes when it has a non-empty 'bbox'.
+        has_box = "bbox" in first and not _empty(first["bbox"])
+    fields = [_id("image_id"), _id("category_id"), ("score", 1, _MISSING)]
+    if from_coco:
+        fields += [_id("id"), ("area", 1, _MISSING)]
     if has_box:
         fields.append(("bbox", 4, _MISSING))
     t = _table(items, fields, where)
-    img = _ints(t["image_id"], items, "image_id", where)
+    img = t["image_id"].copy()
     _check_in(img, np.sort(gt.img_ids), where, "image_id", "ground-truth images")
-    cat = _ints(t["category_id"], items, "category_id", where)
+    cat = t["category_id"].copy()
     _check_in(cat, np.sort(gt.cat_ids), where, "category_id", "ground-truth categories")
     score = np.ascontiguousarray(t["score"])
     _finite(score, items, "score", where)
     bbox = _boxes(items, where, t["bbox"]) if has_box else None
     if from_coco:
-        ids = _ints(t["id"], items, "id", where)
+        ids = t["id"].copy()
         _unique_ids(ids, where)
         area = np.ascontiguousarray(t["area"])
         _finite(area, items, "area", where)
-        if bbox is None and all(isinstance(d, Mapping) and "bbox" in d for d in items):
-            bbox = _boxes(items, where) if n else np.zeros((0, 4))
+        if not n:
+            bbox = np.zeros((0, 4))
     else:
         ids = np.arange(1, n + 1, dtype=np.int64)
-        # loadRes picks the branch from the first result: boxes when it has a non-empty 'bbox'.
         if has_box:
-            area = bbox[:, 2] * bbox[:, 3]
-        elif n and isinstance(items[0], Mapping) and "segmentation" in items[0]:
+            with np.errstate(over="ignore"):  # w * h of finite boxes may overflow to inf, as in loadRes
+                area = bbox[:, 2] * bbox[:, 3]
+        elif "segmentation" in first:
             area = None  # the mask areas, filled by the segmentation pass
         elif n:
-            raise ValueError("results[0] has neither 'bbox' nor 'segmentation'")
+            raise ValueError("results[0] has neither a non-empty 'bbox' nor a 'segmentation'")
         else:
             area, bbox = np.zeros(0), np.zeros((0, 4))
     res = Anns(
@@ -259,21 +303,30 @@ def load_results(obj: object, gt: GroundTruth) -> Anns:
         score=score,
         bbox=bbox,
         raw=items,
+        box_polygons=not from_coco and has_box,
     )
     if area is None:
         masks = segmentations(res, np.arange(n), gt, "results")
         res.area = masks.area.astype(np.float64)
-        if all("bbox" in d for d in items):
+        if all("bbox" in d and not _empty(d["bbox"]) for d in items):
             res.bbox = _boxes(items, where)
         else:
             # loadRes: toBbox of the mask for results without a box (one of them lacking one is enough: the rest
             # keep theirs).
-            has = np.array(["bbox" in d for d in items], dtype=bool)
+            has = np.array(["bbox" in d and not _empty(d["bbox"]) for d in items], dtype=bool)
             bb = masks.bbox.copy()
             if has.any():
                 bb[has] = _boxes([items[k] for k in np.flatnonzero(has)], where)
             res.bbox = bb
     return res
+
+
+def _empty(v: object) -> bool:
+    """loadRes' ``bbox == []`` for any sequence or array (numpy boxes compare element-wise)."""
+    try:
+        return len(v) == 0
+    except TypeError:
+        return False
 
 
 def segmentations(anns: Anns, rows: np.ndarray, gt: GroundTruth, where: str, need: np.ndarray | None = None) -> Masks:
@@ -289,7 +342,14 @@ def segmentations(anns: Anns, rows: np.ndarray, gt: GroundTruth, where: str, nee
     raw = anns.raw
 
     def convert(k: int, h: int, w: int) -> dict:
-        return _from_py_objects(raw[k].get("segmentation"), h, w, f"{where}[{k}]['segmentation']")
+        if not isinstance(raw[k], Mapping) or "segmentation" not in raw[k]:
+            if not anns.box_polygons:
+                raise ValueError(f"{where}[{k}] has no 'segmentation'")
+            # COCO.loadRes / LVISResults: the polygon of the box's corners.
+            x, y, bw, bh = (float(v) for v in anns.bbox[k])
+            x2, y2 = x + bw, y + bh
+            return _from_py_objects([[x, y, x, y2, x2, y2, x2, y]], h, w, f"{where}[{k}]['bbox']")
+        return _from_py_objects(raw[k]["segmentation"], h, w, f"{where}[{k}]['segmentation']")
 
     if not isinstance(raw, list):
         raw = list(raw)
@@ -301,24 +361,22 @@ def segmentations(anns: Anns, rows: np.ndarray, gt: GroundTruth, where: str, nee
 
 
 def _from_py_objects(seg: object, h: int, w: int, where: str) -> dict:
-    """``COCO.annToRLE`` for polygons (merged) and uncompressed RLE: vlkernels.boxes.fr_py_objects."""
+    """``COCO.annToRLE`` for polygons (merged) and uncompressed RLE: vlkernels.boxes.fr_py_objects. Every malformed
+    segmentation is a ValueError naming ``where`` (pycocotools raises TypeError / IndexError / KeyError on them)."""
     from vlkernels import boxes
 
-    fr = getattr(boxes, "fr_py_objects", None)
-    if not isinstance(seg, (list, Mapping)):
+    if isinstance(seg, Mapping):
+        if "counts" not in seg or "size" not in seg:
+            raise ValueError(f"{where} is an RLE dict without 'size' and 'counts' (keys: {sorted(map(str, seg))[:6]})")
+    elif isinstance(seg, list):
+        if not seg:
+            raise ValueError(f"{where} is an empty list; expected polygons [[x1, y1, x2, y2, ...], ...] or an RLE dict")
+    else:
         raise ValueError(f"{where} must be an RLE dict or a list of polygons, got {type(seg).__name__}")
-    if fr is None:
-        if isinstance(seg, Mapping):
-            # Uncompressed RLE: validated and compressed by the shared codec (frPyObjects does the same).
-            try:
-                return RleCounts.from_coco([seg]).to_coco()[0]
-            except ValueError as e:
-                raise ValueError(f"{where}: {e}") from None
-        raise ValueError(f"{where}: polygon segmentations need vlkernels.boxes.fr_py_objects (not in this build)")
     try:
-        out = fr(seg, h, w)
+        out = boxes.fr_py_objects(seg, h, w)
         if isinstance(out, list):
             out = boxes.rle_merge(out)
-    except ValueError as e:
+    except (ValueError, TypeError, OverflowError) as e:
         raise ValueError(f"{where}: {e}") from None
     return out

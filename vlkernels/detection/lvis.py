@@ -33,7 +33,7 @@ class LVISParams:
 def limit_dets_per_image(items: list, max_dets: int) -> list:
     """``LVISResults.limit_dets_per_image``: results grouped by image (first appearance), an image with more than
     ``max_dets`` keeps its ``max_dets`` best (stable descending score)."""
-    t = inputs._table(items, [("image_id", 1, inputs._MISSING), ("score", 1, inputs._MISSING)], "results")
+    t = inputs._table(items, [inputs._id("image_id"), ("score", 1, inputs._MISSING)], "results")
     img, score = t["image_id"], t["score"]
     inputs._finite(score, items, "score", "results")
     n = img.size
@@ -78,12 +78,14 @@ class LVISEval:
         self.lvis_gt, self.lvis_dt = lvis_gt, lvis_dt
         ds = inputs._dataset_of(lvis_gt, "ground truth")
         self._gt = inputs.load_ground_truth(ds, lvis=True)
-        self._images = {int(i["id"]): i for i in ds["images"]}
-        for key in ("neg_category_ids", "not_exhaustive_category_ids"):
-            bad = next((i for i in ds["images"] if not isinstance(i.get(key), list)), None)
-            if bad is not None:
-                raise ValueError(f"image {bad.get('id')!r} has no list '{key}' (an LVIS dataset needs one)")
-        self._cats = {int(c["id"]): c for c in ds["categories"]}
+        # Federated lists per image id (exact int64 ids, as validated by load_ground_truth).
+        self._neg, self._nel = {}, {}
+        for k, (i, img) in enumerate(zip(self._gt.img_ids.tolist(), ds["images"])):
+            for key, out in (("neg_category_ids", self._neg), ("not_exhaustive_category_ids", self._nel)):
+                if not isinstance(img.get(key), list):
+                    raise ValueError(f"images[{k}] (id {i}) has no list '{key}' (an LVIS dataset needs one)")
+                out[i] = set(inputs.param_ids(img[key], f"images[{k}]['{key}']").tolist())
+        self._cats = dict(zip(self._gt.cat_ids.tolist(), ds["categories"]))
         dt = inputs.load_json(lvis_dt, "results")
         if isinstance(dt, (list, tuple)):
             dt = limit_dets_per_image(list(dt), 300)
@@ -103,8 +105,7 @@ class LVISEval:
         pos = {(int(i), int(c)) for i, c in zip(gt.image_id[gt_rows], gt.category_id[gt_rows])}
         keep = np.zeros(len(dt), dtype=bool)
         extra = np.zeros(len(dt), dtype=np.uint8)
-        neg = {i: set(d["neg_category_ids"]) for i, d in self._images.items()}
-        nel = {i: set(d["not_exhaustive_category_ids"]) for i, d in self._images.items()}
+        neg, nel = self._neg, self._nel
         for k, (i, c) in enumerate(zip(dt.image_id.tolist(), dt.category_id.tolist())):
             keep[k] = c in neg[i] or (i, c) in pos
             extra[k] = c in nel[i]
@@ -126,30 +127,30 @@ class LVISEval:
         if len(p.cat_ids):
             in_img &= np.isin(gt.category_id, cat_ids)
         keep, extra = self._federated(np.flatnonzero(in_img))
-        gt_sel = _subset(gt, gsel)
-        cells = engine.build_cells(gt_sel, dt, img_ids, sorted_cats, True, None, dt_keep=keep & dsel)
+        cells = engine.build_cells(gt, dt, img_ids, sorted_cats, True, None, dt_keep=keep & dsel, gt_keep=gsel)
         gm = dm = None
         if p.iou_type == "segm":
-            gm, dm = engine.cell_masks(cells, gt_sel, dt, self._gt)
+            gm, dm = engine.cell_masks(cells, gt, dt, self._gt)
         else:
             inputs.gt_boxes(self._gt)
-            gt_sel.bbox = self._gt.anns.bbox
         area_rng = np.asarray(p.area_rng, dtype=np.float64).reshape(-1, 2)
         thr = np.asarray(p.iou_thrs, dtype=np.float64)
-        return engine.evaluate(cells, gt_sel, dt, p.iou_type, gm, dm, area_rng, thr, False, extra, full=full)
+        return engine.evaluate(cells, gt, dt, p.iou_type, gm, dm, area_rng, thr, False, extra, full=full)
 
     def evaluate(self) -> None:
         """Per image, category and area range matching at every IoU threshold (federated rules)."""
         p = self.params
         if not p.use_cats:
             raise ValueError("use_cats = 0 is not supported (lvis-api 0.5.3 evaluates no detection then)")
-        p.img_ids = list(np.unique(np.asarray(p.img_ids, dtype=np.int64)))
-        if len(set(p.cat_ids)) != len(p.cat_ids):
+        p.img_ids = list(np.unique(inputs.param_ids(p.img_ids, "params.img_ids")))
+        cat_ids = inputs.param_ids(p.cat_ids, "params.cat_ids")
+        if np.unique(cat_ids).size != cat_ids.size:
             raise ValueError("params.cat_ids holds repeated ids")
-        for c in p.cat_ids:
-            if int(c) not in self._cats:
+        p.cat_ids = list(cat_ids)
+        for c in cat_ids.tolist():
+            if c not in self._cats:
                 raise ValueError(f"params.cat_ids holds {c}, which is not a ground-truth category")
-            if self._cats[int(c)].get("frequency") not in p.img_count_lbl:
+            if self._cats[c].get("frequency") not in p.img_count_lbl:
                 raise ValueError(f"category {c} has frequency {self._cats[int(c)].get('frequency')!r}, not r/c/f")
         self._evaluated = self._run(full=False)
         self._cat_order = np.asarray(p.cat_ids, dtype=np.int64)
@@ -252,10 +253,3 @@ class LVISEval:
 
     def get_results(self) -> OrderedDict:
         return self.results
-
-
-def _subset(a: inputs.Anns, keep: np.ndarray) -> inputs.Anns:
-    """The same rows with unselected ones pushed out of every cell (their image id becomes -1, which no image
-    has), so row numbers and ``raw`` stay aligned."""
-    img = np.where(keep, a.image_id, np.int64(np.iinfo(np.int64).min))
-    return inputs.Anns(img, a.category_id, a.id, a.area, a.iscrowd, a.ignore, a.score, a.bbox, a.raw)

@@ -53,6 +53,14 @@ def _masks_of(masks: list[torch.Tensor]) -> inputs.Masks:
     return inputs.Masks(np.cumsum(runs), np.asarray(offsets, dtype=np.int64), area, bbox)
 
 
+def _check_lists(preds: object, target: object) -> None:
+    for name, v in (("preds", preds), ("target", target)):
+        if not isinstance(v, Sequence) or isinstance(v, (str, bytes)):
+            raise ValueError(f"{name} must be a sequence of per-image dicts, got {type(v).__name__}")
+    if len(preds) != len(target):
+        raise ValueError(f"preds and target must hold one dict per image: {len(preds)} != {len(target)}")
+
+
 def _check_item(item: dict, k: int, name: str, iou_type: tuple, pred: bool) -> int:
     if not isinstance(item, dict):
         raise ValueError(f"{name}[{k}] must be a dict of tensors, got {type(item).__name__}")
@@ -65,6 +73,14 @@ def _check_item(item: dict, k: int, name: str, iou_type: tuple, pred: bool) -> i
     if labels.dim() != 1 or (labels.numel() and (labels.dtype.is_floating_point or labels.dtype == torch.bool)):
         raise ValueError(f"{name}[{k}]['labels'] must be a 1-D integer tensor")
     n = labels.numel()
+    if n and labels.dtype not in _INT32_SAFE:
+        lo, hi = int(labels.min()), int(labels.max())
+        if lo < -(2**31) or hi >= 2**31:
+            bad = lo if lo < -(2**31) else hi
+            raise ValueError(
+                f"{name}[{k}]['labels'] holds {bad}: labels must lie in [-2**31, 2**31) (the 'classes' output is "
+                "int32, as torchmetrics')"
+            )
     if "bbox" in iou_type:
         b = item["boxes"]
         if b.numel() and (b.dim() != 2 or b.shape != (n, 4)):
@@ -73,7 +89,10 @@ def _check_item(item: dict, k: int, name: str, iou_type: tuple, pred: bool) -> i
             raise ValueError(f"{name}[{k}]['boxes'] must be finite")
     if "segm" in iou_type:
         m = item["masks"]
-        if m.dim() != 3 or m.shape[0] != n or m.dtype not in (torch.bool, torch.uint8):
+        # torchmetrics' own tests pass an image without masks as Tensor([]) / BoolTensor([]) (shape (0,), any dtype).
+        if n == 0 and m.numel() == 0:
+            pass
+        elif m.dim() != 3 or m.shape[0] != n or m.dtype not in (torch.bool, torch.uint8):
             raise ValueError(f"{name}[{k}]['masks'] must be ({n}, H, W) bool or uint8, got {tuple(m.shape)} {m.dtype}")
     if pred:
         s = item["scores"]
@@ -83,6 +102,22 @@ def _check_item(item: dict, k: int, name: str, iou_type: tuple, pred: bool) -> i
         if key in item and (not isinstance(item[key], torch.Tensor) or item[key].shape != (n,)):
             raise ValueError(f"{name}[{k}]['{key}'] must be a ({n},) tensor")
     return n
+
+
+_INT32_SAFE = (torch.int8, torch.int16, torch.int32, torch.uint8)
+
+
+def _n_masks(item: dict) -> int:
+    m = item["masks"]
+    return int(m.shape[0]) if m.dim() == 3 else 0
+
+
+def _no_images(items: Sequence[dict], types: tuple) -> bool:
+    """torchmetrics' rule: each side becomes a COCO set whose images are the items, except that in a segm-only
+    evaluation an item without masks is left out; a side without images answers -1 everywhere."""
+    if "bbox" in types:
+        return len(items) == 0
+    return all(_n_masks(it) == 0 for it in items)
 
 
 def _anns(items: list[dict], i_type: str, box_format: str, pred: bool, micro: bool, keep: np.ndarray, types: tuple):
@@ -129,7 +164,7 @@ def _evaluate(preds, target, i_type, box_format, iou_thrs, rec_thrs, max_dets, m
     keep = np.ones(n_img, dtype=bool)
     if i_type == "segm":
         # torchmetrics leaves out of the ground truth every image with no target mask (and so its detections).
-        keep = np.array([t["masks"].shape[0] > 0 for t in target], dtype=bool)
+        keep = np.array([_n_masks(t) > 0 for t in target], dtype=bool)
     gt_anns = _anns(target, i_type, box_format, False, micro, keep, types)
     dt_anns = _anns(preds, i_type, box_format, True, micro, np.ones(len(preds), dtype=bool), types)
     cats = np.asarray([0] if micro else class_ids, dtype=np.int64)
@@ -172,10 +207,13 @@ def mean_average_precision(
 
     Returns:
         dict of float32 tensors: map, map_50, map_75, map_small, map_medium, map_large, mar_{m0}, mar_{m1},
-        mar_{m2}, mar_small, mar_medium, mar_large, map_per_class, mar_{m2}_per_class, classes (int32).
+        mar_{m2}, mar_small, mar_medium, mar_large, map_per_class, mar_{m2}_per_class, classes (int32). As in
+        torchmetrics, when a side has no image (no item, or in a segm-only evaluation no item with masks) every
+        value is -1 and the per-class entries are left out.
 
     Raises:
-        ValueError: mismatched lengths, malformed tensors (shapes, non-finite values, negative box sizes).
+        ValueError: mismatched lengths, malformed tensors (shapes, non-finite values, negative box sizes), a
+            label outside int32 (``classes`` is int32, as torchmetrics').
 
     Note:
         CPU; exact (the COCOeval engine). Not differentiable.
@@ -194,8 +232,7 @@ def mean_average_precision(
         raise ValueError(f"box_format must be 'xyxy', 'xywh' or 'cxcywh', got {box_format!r}")
     if average not in ("macro", "micro"):
         raise ValueError(f"average must be 'macro' or 'micro', got {average!r}")
-    if len(preds) != len(target):
-        raise ValueError(f"preds and target must hold one dict per image: {len(preds)} != {len(target)}")
+    _check_lists(preds, target)
     for k, (p, t) in enumerate(zip(preds, target)):
         _check_item(p, k, "preds", types, True)
         _check_item(t, k, "target", types, False)
@@ -209,7 +246,7 @@ def mean_average_precision(
     out: dict[str, torch.Tensor] = {}
     for i_type in types:
         prefix = "" if len(types) == 1 else f"{i_type}_"
-        if len(preds) == 0:
+        if _no_images(preds, types) or _no_images(target, types):
             stats = [-1.0] * 12
             E = None
         else:
@@ -221,8 +258,11 @@ def mean_average_precision(
         if extended_summary and E is not None:
             for key in ("precision", "recall", "scores"):
                 out[f"{prefix}{key}"] = torch.tensor(E.eval[key])
+        if E is None:
+            # torchmetrics' -1 branch has no per-class entries.
+            continue
         per_map, per_mar = torch.tensor([-1.0]), torch.tensor([-1.0])
-        if class_metrics and E is not None:
+        if class_metrics:
             Em = (
                 E
                 if average == "macro"
@@ -269,8 +309,7 @@ class MeanAveragePrecision:
 
     def update(self, preds: Sequence[dict], target: Sequence[dict]) -> None:
         """Append one batch (tensors are detached and moved to the CPU)."""
-        if len(preds) != len(target):
-            raise ValueError(f"preds and target must hold one dict per image: {len(preds)} != {len(target)}")
+        _check_lists(preds, target)
         types = self.kwargs.get("iou_type", "bbox")
         types = (types,) if isinstance(types, str) else tuple(types)
         base = len(self._preds)
