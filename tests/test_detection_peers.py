@@ -4,9 +4,10 @@ and segm-only results (loadRes stores numpy boxes and areas for the latter), num
 (fields omitted, empty sets, degenerate params). Every number is compared with pycocotools 2.0.11 / lvis-api 0.5.3
 run on the same objects.
 
-The real 100-image val2014 files are read only when ``VLKERNELS_COCO_VAL2014`` names a folder holding them
-(``instances_val2014_100.json`` and cocoapi's ``instances_val2014_fake{bbox,segm}100_results.json``); every case also
-runs on a generated set of the same shape, made here.
+The real 100-image val2014 files (``instances_val2014_100.json`` and cocoapi's
+``instances_val2014_fake{bbox,segm}100_results.json``) are read from ``VLKERNELS_COCO_VAL2014`` or the shared data
+folder's ``detection/val2014_100`` when either holds them; every case also runs on a generated set of the same shape,
+made here.
 """
 
 import contextlib
@@ -22,6 +23,7 @@ import pytest
 
 from vlkernels.detection import COCOeval, LVISEval
 from vlkernels.detection.synthetic import detection_data
+from vlkernels.testing import shared_data_dir
 
 pycoco = pytest.importorskip("pycocotools.cocoeval")
 coco_mask = pytest.importorskip("pycocotools.mask")
@@ -166,9 +168,10 @@ def test_cocoeval_numpy_fields_equal_pycocotools_on_lists(val2014_like):
 
 def _val2014_dir() -> Path:
     d = os.environ.get("VLKERNELS_COCO_VAL2014")
-    if not d:
-        pytest.skip("VLKERNELS_COCO_VAL2014 is not set (folder of the public 100-image val2014 files)")
-    d = Path(d)
+    shared = shared_data_dir()
+    if not d and shared is None:
+        pytest.skip("no folder of the public 100-image val2014 files (VLKERNELS_COCO_VAL2014 or shared data)")
+    d = Path(d) if d else shared / "detection" / "val2014_100"
     names = ("instances_val2014_100.json", "instances_val2014_fakebbox100_results.json")
     names += ("instances_val2014_fakesegm100_results.json",)
     if not all((d / n).is_file() for n in names):
