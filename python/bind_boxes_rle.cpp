@@ -1,5 +1,5 @@
 // Bindings of the COCO RLE string codec and the CPU string-path kernels: compressed strings <-> run counts in CSR
-// form (counts[offsets[k] .. offsets[k + 1]) are mask k's runs), the CPU encoders, and pycocotools' rleIou. Tensors
+// form (counts[offsets[k] .. offsets[k + 1]) are mask k's runs) and the CPU encoders. Tensors
 // only (vlk::TensorArg), checked here, CSR and runs included, so a wrong tensor is a ValueError. Data errors of the
 // compressed strings come back as a message (see rle_parse). The counts path is bind_boxes_rle_counts.cpp.
 #include <pybind11/numpy.h>
@@ -83,32 +83,6 @@ py::tuple rle_encode_runs(py::handle masks_obj) {
   return py::make_tuple(to_array(std::move(counts)), to_array(std::move(offsets)));
 }
 
-// pycocotools rleIou on CPU run counts of one h x w size (the index builder walks the runs: they are checked to
-// lie in [0, h*w] and sum to h*w).
-void rle_iou(py::handle dc, py::handle doff, py::handle gc, py::handle goff, int64_t h, int64_t w,
-             py::handle crowd_obj, py::handle out_obj) {
-  if (h < 0 || w < 0 || (w > 0 && h > vlk::boxes::kMaxPixels / w)) {
-    throw py::value_error("size (h, w) must be non-negative with h*w < 2**32, got (" + std::to_string(h) + ", " +
-                          std::to_string(w) + ")");
-  }
-  auto d = runs_vector(dc, "dt_counts");
-  d.device(vlk::kCPU);
-  auto d_off = csr_offsets(doff, d, "dt_offsets");
-  auto g = runs_vector(gc, "gt_counts");
-  g.device(vlk::kCPU);
-  auto g_off = csr_offsets(goff, g, "gt_offsets");
-  vlk::boxes::check_runs(d, d_off, h * w, h * w);
-  vlk::boxes::check_runs(g, g_off, h * w, h * w);
-  const int64_t nd = d_off.size(0) - 1, ng = g_off.size(0) - 1;
-  auto crowd = TensorArg::from(crowd_obj, "iscrowd");
-  crowd.ndim(1).dtype_is(vlk::kU8).device(vlk::kCPU).size(0, ng, "one per ground truth").contiguous();
-  auto out = TensorArg::from(out_obj, "out");
-  out.ndim(2).dtype_is(vlk::kF64).device(vlk::kCPU).size(0, nd).size(1, ng).contiguous().writable();
-  py::gil_scoped_release release;
-  vlk::launch_rle_iou(d.data<const int64_t>(), d_off.data<const int64_t>(), nd, g.data<const int64_t>(),
-                      g_off.data<const int64_t>(), ng, h, w, crowd.data<const uint8_t>(), out.data<double>());
-}
-
 }  // namespace
 
 VLK_BIND(boxes_rle) {
@@ -116,6 +90,4 @@ VLK_BIND(boxes_rle) {
   m.def("rle_to_strings", &rle_to_strings, py::arg("counts"), py::arg("offsets"));
   m.def("rle_encode", &rle_encode, py::arg("masks"));
   m.def("rle_encode_runs", &rle_encode_runs, py::arg("masks"));
-  m.def("rle_iou", &rle_iou, py::arg("dt_counts"), py::arg("dt_offsets"), py::arg("gt_counts"),
-        py::arg("gt_offsets"), py::arg("h"), py::arg("w"), py::arg("iscrowd"), py::arg("out"));
 }

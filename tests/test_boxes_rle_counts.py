@@ -391,23 +391,30 @@ def _rle_binding_cases():
         "decode-out-dtype": (lambda: C.rle_decode_csum(csum, offsets, torch.zeros(2, 2, 2)), "out has dtype float32"),
         "to-strings-csr": (lambda: C.rle_to_strings(counts, torch.tensor([0, 2, 9])), "offsets is not a valid CSR"),
         "parse-hw": (lambda: C.rle_parse([b"13", b"04"], hw[:1]), "hw must have size 2"),
-        "iou-sum": (lambda: C.rle_iou(counts, offsets, counts, offsets, 2, 3, crowd, iou), "sum to 4 but the size h"),
         "iou-size": (
-            lambda: C.rle_iou(counts, offsets, counts, offsets, 2**20, 2**20, crowd, iou),
+            lambda: C.rle_iou_csum(csum, offsets, area, box2, csum, offsets, area, box2, 2**20, 2**20, crowd, iou),
             "h\\*w < 2\\*\\*32",
         ),
-        "iou-crowd": (lambda: C.rle_iou(counts, offsets, counts, offsets, 2, 2, crowd[:1], iou), "iscrowd must have"),
-        "iou-out": (lambda: C.rle_iou(counts, offsets, counts, offsets, 2, 2, crowd, iou[:1]), "out must have size 2"),
+        "iou-crowd": (
+            lambda: C.rle_iou_csum(csum, offsets, area, box2, csum, offsets, area, box2, 2, 2, crowd[:1], iou),
+            "iscrowd must have",
+        ),
+        "iou-out": (
+            lambda: C.rle_iou_csum(csum, offsets, area, box2, csum, offsets, area, box2, 2, 2, crowd, iou[:1]),
+            "out must have size 2",
+        ),
         "iou-csum-bbox": (
-            lambda: C.rle_iou_csum(csum, offsets, area, box2, csum, offsets, area, box2[:1], crowd, iou),
+            lambda: C.rle_iou_csum(csum, offsets, area, box2, csum, offsets, area, box2[:1], 2, 2, crowd, iou),
             "gt_bbox must have size 2",
         ),
         "iou-csum-area": (
-            lambda: C.rle_iou_csum(csum, offsets, area.int(), box2, csum, offsets, area, box2, crowd, iou),
+            lambda: C.rle_iou_csum(csum, offsets, area.int(), box2, csum, offsets, area, box2, 2, 2, crowd, iou),
             "dt_area has dtype int32",
         ),
         "iou-csum-offsets": (
-            lambda: C.rle_iou_csum(csum, offsets, area, box2, csum, torch.tensor([0, 3, 1]), area, box2, crowd, iou),
+            lambda: C.rle_iou_csum(
+                csum, offsets, area, box2, csum, torch.tensor([0, 3, 1]), area, box2, 2, 2, crowd, iou
+            ),
             "gt_offsets is not a valid CSR",
         ),
         "encode-dtype": (lambda: C.rle_encode(masks.int()), "masks has dtype int32"),
@@ -449,3 +456,20 @@ def test_rle_bindings_accept_numpy_and_any_mask_strides():
     area = np.zeros(3, dtype=np.int64)
     C.rle_area(counts, offsets, area)
     np.testing.assert_array_equal(area, coco_mask.area(ref))
+
+
+def test_rle_iou_binding_reads_runs_of_another_size_in_bounds():
+    # Runs that are not masks of the h x w passed (a direct call; the Python layer never makes one): the CPU column
+    # planes are built only from columns inside [0, w), so the answer is the interval merge's, read in bounds
+    # (this file runs under ASan).
+    C = _ext.load()
+    counts = torch.tensor([3, 40, 5, 2, 1, 9])
+    offsets = torch.tensor([0, 3, 6])
+    csum = counts.cumsum(0)
+    area = torch.tensor([40, 2])
+    box = torch.tensor([[0.0, 0.0, 9.0, 9.0]] * 2, dtype=torch.float64)
+    crowd = torch.zeros(2, dtype=torch.uint8)
+    out, ref = torch.empty(2, 2, dtype=torch.float64), torch.empty(2, 2, dtype=torch.float64)
+    C.rle_iou_csum(csum, offsets, area, box, csum, offsets, area, box, 4, 2, crowd, out)
+    C.rle_iou_csum(csum, offsets, area, box, csum, offsets, area, box, 4, 2, crowd, ref, 32)
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)

@@ -58,75 +58,80 @@ void append_string(const int64_t* c, int64_t m, std::string& out) {
   }
 }
 
-// Foreground runs as half-open [start, end) intervals of the column-major index, plus the pycocotools bbox.
-struct RleIndex {
-  std::vector<uint32_t> iv;         // start0, end0, start1, end1, ... per RLE
-  std::vector<int64_t> iv_offsets;  // interval k of RLE r: iv[2 * (iv_offsets[r] + k)]
-  std::vector<int64_t> area;
-  std::vector<double> bbox;
-  // Column form of masks with at most kMaxPlanes foreground pieces per column (object masks nearly always):
-  // planes[r] arrays over the columns [col_x0, col_x0 + col_n), plane q holding each column's q-th piece [cs, ce)
-  // in rows (absent: 0, 0). Pieces of one mask are disjoint, so |a & b| = sum over plane pairs and columns of
-  // max(0, min(ends) - max(starts)): independent, vectorizable work instead of a dependent interval merge.
-  std::vector<uint8_t> planes;
-  std::vector<int64_t> col_x0, col_n, col_off;
+// Column form of the masks with at most kMaxPlanes foreground pieces per column (object masks nearly always), a CPU
+// layout for the IoU of rle::Intervals: plane q of mask r is an array over its columns [x0[r], x0[r] + ncol[r])
+// holding each column's q-th piece [cs, ce) in rows (absent: 0, 0). Pieces of one mask are disjoint, so
+// |a & b| = sum over plane pairs and shared columns of max(0, min(ends) - max(starts)): independent, vectorizable
+// work instead of the dependent interval merge (rle::inter_part, which masks with more pieces per column use).
+struct ColumnPlanes {
+  std::vector<uint8_t> planes;  // 0: no column form (empty mask, too many pieces, or runs that are not a mask)
+  std::vector<int64_t> x0, ncol, off;
   std::vector<int32_t> cs, ce;
 };
 
 constexpr int kMaxPlanes = 4;
 
-// Calls fn(column, row_begin, row_end) for every per-column piece of RLE r's foreground intervals (a run that
-// wraps from the bottom of one column into the next is split at the boundary).
+// Calls fn(column, row_begin, row_end) for every per-column piece of the intervals (a run that wraps from the bottom
+// of one column into the next is split there) until fn returns false; returns false then.
 template <typename F>
-void for_each_piece(const RleIndex& idx, int64_t r, int64_t h, F&& fn) {
-  for (int64_t k = idx.iv_offsets[r]; k < idx.iv_offsets[r + 1]; ++k) {
-    int64_t p = idx.iv[2 * k];
-    const int64_t e = idx.iv[2 * k + 1];
+bool for_each_piece(const rle::Intervals& A, int64_t h, F&& fn) {
+  for (int64_t i = 0; i < A.n; ++i) {
+    int64_t p = A.start(i);
+    const int64_t e = A.end(i);
     while (p < e) {
       const int64_t c = p / h, pe = std::min(e, (c + 1) * h);
-      if (!fn(c, p - c * h, pe - c * h)) return;
+      if (!fn(c, p - c * h, pe - c * h)) return false;
       p = pe;
     }
   }
+  return true;
 }
 
-void build_columns(RleIndex& idx, int64_t n, int64_t h) {
-  idx.planes.assign(static_cast<size_t>(n), 0);
-  idx.col_x0.assign(static_cast<size_t>(n), 0);
-  idx.col_n.assign(static_cast<size_t>(n), 0);
-  idx.col_off.assign(static_cast<size_t>(n) + 1, 0);
-  if (h <= 0 || h > INT32_MAX) return;
-  // Pass 1: column range and the most pieces any column holds (masks with more than kMaxPlanes use the merge).
+ColumnPlanes build_planes(const int64_t* csum, const int64_t* offsets, int64_t n, int64_t h, int64_t w) {
+  ColumnPlanes cp;
+  cp.planes.assign(static_cast<size_t>(n), 0);
+  cp.x0.assign(static_cast<size_t>(n), 0);
+  cp.ncol.assign(static_cast<size_t>(n), 0);
+  cp.off.assign(static_cast<size_t>(n) + 1, 0);
+  if (h <= 0 || h > INT32_MAX) return cp;
+  // Pass 1: column range and the most pieces any column holds. Every column index is checked against [0, w), so
+  // runs that are not a mask of this size leave the mask without a column form instead of indexing outside it.
   parallel_for(n, 64, [&](int64_t begin, int64_t end) {
     std::vector<uint8_t> cnt;
     for (int64_t r = begin; r < end; ++r) {
-      const int64_t k0 = idx.iv_offsets[r], k1 = idx.iv_offsets[r + 1];
-      if (k1 == k0) continue;
-      const int64_t x0 = idx.iv[2 * k0] / h, x1 = (idx.iv[2 * k1 - 1] - 1) / h + 1;
-      idx.col_x0[r] = x0;
-      idx.col_n[r] = x1 - x0;
+      const rle::Intervals A = rle::intervals_of(csum, offsets, r);
+      int64_t i0 = 0, i1 = A.n;
+      while (i0 < A.n && A.end(i0) <= A.start(i0)) ++i0;
+      while (i1 > i0 && A.end(i1 - 1) <= A.start(i1 - 1)) --i1;
+      if (i0 == i1) continue;
+      const int64_t x0 = A.start(i0) / h, x1 = (A.end(i1 - 1) - 1) / h + 1;
+      if (A.start(i0) < 0 || x1 > w || x1 <= x0) continue;
       cnt.assign(static_cast<size_t>(x1 - x0), 0);
       int most = 0;
-      for_each_piece(idx, r, h, [&](int64_t c, int64_t, int64_t) {
+      const bool ok = for_each_piece(A, h, [&](int64_t c, int64_t, int64_t) {
+        if (c < x0 || c >= x1) return false;
         most = std::max<int>(most, ++cnt[c - x0]);
         return most <= kMaxPlanes;
       });
-      idx.planes[r] = most <= kMaxPlanes ? static_cast<uint8_t>(most) : 0;
+      if (!ok) continue;
+      cp.x0[r] = x0;
+      cp.ncol[r] = x1 - x0;
+      cp.planes[r] = static_cast<uint8_t>(most);
     }
   });
-  for (int64_t r = 0; r < n; ++r) idx.col_off[r + 1] = idx.col_off[r] + idx.planes[r] * idx.col_n[r];
-  idx.cs.assign(static_cast<size_t>(idx.col_off[n]), 0);
-  idx.ce.assign(static_cast<size_t>(idx.col_off[n]), 0);
-  // Pass 2: piece q of column c goes to plane q (planes are column arrays: entry q * col_n + c); unused = (0, 0).
+  for (int64_t r = 0; r < n; ++r) cp.off[r + 1] = cp.off[r] + cp.planes[r] * cp.ncol[r];
+  cp.cs.assign(static_cast<size_t>(cp.off[n]), 0);
+  cp.ce.assign(static_cast<size_t>(cp.off[n]), 0);
+  // Pass 2 (the same pieces, all inside [x0, x1) now): piece q of column c goes to entry q * ncol + c - x0.
   parallel_for(n, 64, [&](int64_t begin, int64_t end) {
     std::vector<uint8_t> cnt;
     for (int64_t r = begin; r < end; ++r) {
-      if (idx.planes[r] == 0) continue;
-      const int64_t x0 = idx.col_x0[r], nc = idx.col_n[r];
-      int32_t* cs = idx.cs.data() + idx.col_off[r];
-      int32_t* ce = idx.ce.data() + idx.col_off[r];
+      if (cp.planes[r] == 0) continue;
+      const int64_t x0 = cp.x0[r], nc = cp.ncol[r];
+      int32_t* cs = cp.cs.data() + cp.off[r];
+      int32_t* ce = cp.ce.data() + cp.off[r];
       cnt.assign(static_cast<size_t>(nc), 0);
-      for_each_piece(idx, r, h, [&](int64_t c, int64_t y0, int64_t y1) {
+      for_each_piece(rle::intervals_of(csum, offsets, r), h, [&](int64_t c, int64_t y0, int64_t y1) {
         const int64_t slot = cnt[c - x0]++ * nc + (c - x0);
         cs[slot] = static_cast<int32_t>(y0);
         ce[slot] = static_cast<int32_t>(y1);
@@ -134,69 +139,7 @@ void build_columns(RleIndex& idx, int64_t n, int64_t h) {
       });
     }
   });
-}
-
-RleIndex build_index(const int64_t* counts, const int64_t* offsets, int64_t n, int64_t h, int64_t w) {
-  RleIndex idx;
-  idx.iv_offsets.assign(static_cast<size_t>(n) + 1, 0);
-  idx.area.assign(static_cast<size_t>(n), 0);
-  idx.bbox.assign(static_cast<size_t>(4 * n), 0.0);
-  for (int64_t r = 0; r < n; ++r) {
-    int64_t k = 0;
-    for (int64_t j = offsets[r] + 1; j < offsets[r + 1]; j += 2) k += counts[j] > 0;
-    idx.iv_offsets[r + 1] = idx.iv_offsets[r] + k;
-  }
-  idx.iv.resize(static_cast<size_t>(2 * idx.iv_offsets[n]));
-  parallel_for(n, 64, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const int64_t* c = counts + offsets[r];
-      const int64_t m = offsets[r + 1] - offsets[r];
-      uint32_t* out = idx.iv.data() + 2 * idx.iv_offsets[r];
-      int64_t pos = 0, area = 0;
-      for (int64_t j = 0; j < m; ++j) {
-        if ((j & 1) && c[j] > 0) {
-          *out++ = static_cast<uint32_t>(pos);
-          *out++ = static_cast<uint32_t>(pos + c[j]);
-          area += c[j];
-        }
-        pos += c[j];
-      }
-      idx.area[r] = area;
-      double* bb = idx.bbox.data() + 4 * r;
-      rle::bbox_one(c, m, h, w, bb);
-    }
-  });
-  build_columns(idx, n, h);
-  return idx;
-}
-
-// Intersection size of two sorted, disjoint interval lists; starts at the first interval that can overlap.
-int64_t intersect(const uint32_t* a, int64_t na, const uint32_t* b, int64_t nb) {
-  if (na == 0 || nb == 0) return 0;
-  const uint32_t lo = std::max(a[0], b[0]);
-  const uint32_t hi = std::min(a[2 * na - 1], b[2 * nb - 1]);
-  if (lo >= hi) return 0;
-  // First interval whose end exceeds lo (ends are increasing): binary search over the interleaved array.
-  auto first_after = [](const uint32_t* v, int64_t cnt, uint32_t x) {
-    int64_t l = 0, r = cnt;
-    while (l < r) {
-      const int64_t mid = (l + r) / 2;
-      if (v[2 * mid + 1] <= x) l = mid + 1; else r = mid;
-    }
-    return l;
-  };
-  int64_t i = first_after(a, na, lo), j = first_after(b, nb, lo);
-  int64_t inter = 0;
-  // Branch-free merge: the interval that ends first advances (both on a tie); overlaps add max(0, e - s).
-  while (i < na && j < nb) {
-    const uint32_t as = a[2 * i], ae = a[2 * i + 1], bs = b[2 * j], be = b[2 * j + 1];
-    if (as >= hi || bs >= hi) break;
-    const int64_t s = std::max(as, bs), e = std::min(ae, be);
-    inter += std::max<int64_t>(e - s, 0);
-    i += ae <= be;
-    j += be <= ae;
-  }
-  return inter;
+  return cp;
 }
 
 // Sum over shared columns of max(0, min(ends) - max(starts)); the total is at most h*w < 2^32.
@@ -214,25 +157,21 @@ VLK_TARGET("avx2") uint32_t column_inter_avx2(const int32_t* as, const int32_t* 
   return column_inter(as, ae, bs, be, n);
 }
 
-int64_t pair_inter(const RleIndex& D, int64_t d, const RleIndex& G, int64_t g, bool avx2) {
+int64_t planes_inter(const ColumnPlanes& D, int64_t d, const ColumnPlanes& G, int64_t g, bool avx2) {
   const int pd = D.planes[d], pg = G.planes[g];
-  if (pd > 0 && pg > 0) {
-    const int64_t dx0 = D.col_x0[d], gx0 = G.col_x0[g], dn = D.col_n[d], gn = G.col_n[g];
-    const int64_t c0 = std::max(dx0, gx0), c1 = std::min(dx0 + dn, gx0 + gn);
-    if (c1 <= c0) return 0;
-    int64_t inter = 0;
-    for (int p = 0; p < pd; ++p) {
-      for (int q = 0; q < pg; ++q) {
-        const int64_t da = D.col_off[d] + p * dn + (c0 - dx0), ga = G.col_off[g] + q * gn + (c0 - gx0);
-        const int32_t *as = D.cs.data() + da, *ae = D.ce.data() + da;
-        const int32_t *bs = G.cs.data() + ga, *be = G.ce.data() + ga;
-        inter += avx2 ? column_inter_avx2(as, ae, bs, be, c1 - c0) : column_inter(as, ae, bs, be, c1 - c0);
-      }
+  const int64_t dx0 = D.x0[d], gx0 = G.x0[g], dn = D.ncol[d], gn = G.ncol[g];
+  const int64_t c0 = std::max(dx0, gx0), c1 = std::min(dx0 + dn, gx0 + gn);
+  if (c1 <= c0) return 0;
+  int64_t inter = 0;
+  for (int p = 0; p < pd; ++p) {
+    for (int q = 0; q < pg; ++q) {
+      const int64_t da = D.off[d] + p * dn + (c0 - dx0), ga = G.off[g] + q * gn + (c0 - gx0);
+      const int32_t *as = D.cs.data() + da, *ae = D.ce.data() + da;
+      const int32_t *bs = G.cs.data() + ga, *be = G.ce.data() + ga;
+      inter += avx2 ? column_inter_avx2(as, ae, bs, be, c1 - c0) : column_inter(as, ae, bs, be, c1 - c0);
     }
-    return inter;
   }
-  return intersect(D.iv.data() + 2 * D.iv_offsets[d], D.iv_offsets[d + 1] - D.iv_offsets[d],
-                   G.iv.data() + 2 * G.iv_offsets[g], G.iv_offsets[g + 1] - G.iv_offsets[g]);
+  return inter;
 }
 
 }  // namespace
@@ -326,19 +265,34 @@ void launch_rle_to_bbox(const int64_t* counts, const int64_t* offsets, int64_t n
   });
 }
 
-void launch_rle_iou(const int64_t* dt_counts, const int64_t* dt_offsets, int64_t nd, const int64_t* gt_counts,
-                    const int64_t* gt_offsets, int64_t ng, int64_t h, int64_t w, const uint8_t* iscrowd, double* out) {
+void launch_rle_iou_csum(const int64_t* dt_csum, const int64_t* dt_offsets, const int64_t* dt_area,
+                         const double* dt_bbox, int64_t nd, const int64_t* gt_csum, const int64_t* gt_offsets,
+                         const int64_t* gt_area, const double* gt_bbox, int64_t ng, int64_t h, int64_t w,
+                         const uint8_t* iscrowd, double* out, int64_t parts) {
   if (nd == 0 || ng == 0) return;
-  const RleIndex D = build_index(dt_counts, dt_offsets, nd, h, w);
-  const RleIndex G = build_index(gt_counts, gt_offsets, ng, h, w);
+  // One slice per pair: the column planes where both masks have them. A lane split (parts > 1) replays the CUDA
+  // kernel exactly: rle::inter_part only.
+  ColumnPlanes D, G;
+  if (parts == 1) {
+    D = build_planes(dt_csum, dt_offsets, nd, h, w);
+    G = build_planes(gt_csum, gt_offsets, ng, h, w);
+  }
   const bool avx2 = cpu_has_avx2();
   parallel_for(nd, 1, [&](int64_t begin, int64_t end) {
     for (int64_t d = begin; d < end; ++d) {
+      const rle::Intervals A = rle::intervals_of(dt_csum, dt_offsets, d);
+      const bool d_planes = parts == 1 && D.planes[d] > 0;
       for (int64_t g = 0; g < ng; ++g) {
         double o = 0.0;
-        if (rle::bbox_overlap(D.bbox.data() + 4 * d, G.bbox.data() + 4 * g)) {
-          const int64_t inter = pair_inter(D, d, G, g, avx2);
-          o = rle::iou_value(inter, D.area[d], G.area[g], iscrowd != nullptr && iscrowd[g]);
+        if (rle::bbox_overlap(dt_bbox + 4 * d, gt_bbox + 4 * g)) {
+          int64_t inter = 0;
+          if (d_planes && G.planes[g] > 0) {
+            inter = planes_inter(D, d, G, g, avx2);
+          } else {
+            const rle::Intervals B = rle::intervals_of(gt_csum, gt_offsets, g);
+            for (int64_t p = 0; p < parts; ++p) inter += rle::inter_part(A, B, p, parts);
+          }
+          o = rle::iou_value(inter, dt_area[d], gt_area[g], iscrowd != nullptr && iscrowd[g]);
         }
         out[d * ng + g] = o;
       }

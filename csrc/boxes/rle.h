@@ -1,6 +1,7 @@
 // COCO run-length encoding, bit-compatible with pycocotools' maskApi.c: column-major runs alternating
 // background/foreground starting with background, the compressed-string (LEB128-like, 6 bits per char, deltas
-// against the run two back) format, area, bbox, and IoU (iscrowd -> intersection / area(dt)).
+// against the run two back) format, encode, and the CPU launchers of area, bbox and IoU (iscrowd -> intersection /
+// area(dt)): the one host engine, built on the per-element functions of rle_counts.h that the CUDA kernels share.
 // RLE sets are flattened: counts[offsets[k] .. offsets[k+1]) are the runs of RLE k (int64, validated
 // non-negative, < 2^32, summing to h*w by the Python layer or by rle_parse_strings).
 #pragma once
@@ -41,9 +42,15 @@ void launch_rle_area(const int64_t* counts, const int64_t* offsets, int64_t n, i
 void launch_rle_to_bbox(const int64_t* counts, const int64_t* offsets, int64_t n, const int64_t* h, const int64_t* w,
                         double* out);
 
-// out: [nd, ng] float64, pycocotools rleIou with its bbox prefilter; all RLEs share one size h x w.
-void launch_rle_iou(const int64_t* dt_counts, const int64_t* dt_offsets, int64_t nd, const int64_t* gt_counts,
-                    const int64_t* gt_offsets, int64_t ng, int64_t h, int64_t w, const uint8_t* iscrowd, double* out);
+// The RLE IoU (pycocotools rleIou, bbox prefilter included) of every (dt, gt) pair of two sets of one size h x w, on
+// their run sums (rle_counts.h): out [nd, ng] float64; area [n] int64 and bbox [n, 4] float64 from launch_rle_area /
+// launch_rle_to_bbox; iscrowd may be null. The CPU twin of launch_rle_iou_csum_cuda and the one CPU IoU: parts = 1
+// intersects masks with at most 4 pieces per column by their column planes (vectorized) and the others with
+// rle::inter_part; parts > 1 sums that many inter_part slices per pair, as the CUDA warp's lanes do (tests: 32).
+void launch_rle_iou_csum(const int64_t* dt_csum, const int64_t* dt_offsets, const int64_t* dt_area,
+                         const double* dt_bbox, int64_t nd, const int64_t* gt_csum, const int64_t* gt_offsets,
+                         const int64_t* gt_area, const double* gt_bbox, int64_t ng, int64_t h, int64_t w,
+                         const uint8_t* iscrowd, double* out, int64_t parts = 1);
 
 // out: [nd, ng] float64, pycocotools bbIou on xywh float64 boxes.
 void launch_coco_box_iou(const double* dt, int64_t nd, const double* gt, int64_t ng, const uint8_t* iscrowd,

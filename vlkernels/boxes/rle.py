@@ -269,10 +269,8 @@ def rle_iou(
             C.coco_box_iou(d, g, crowd, out)
         return out
     ds, gs = _parse(dt, "dt"), _parse(gt, "gt")
-    # The kernel writes every entry.
-    out = torch.empty(len(ds), len(gs), dtype=torch.float64)
-    if out.numel() == 0:
-        return out
+    if len(ds) == 0 or len(gs) == 0:
+        return torch.empty(len(ds), len(gs), dtype=torch.float64)
     h, w = int(gs.h[0]), int(gs.w[0])
     for name, s in (("dt", ds), ("gt", gs)):
         bad = ((s.h != h) | (s.w != w)).nonzero()
@@ -281,5 +279,7 @@ def rle_iou(
             raise ValueError(
                 f"{name}[{k}] has size {[int(s.h[k]), int(s.w[k])]} but gt[0] has {[h, w]}; masks must match"
             )
-    C.rle_iou(ds.counts, ds.offsets, gs.counts, gs.offsets, h, w, crowd, out)
-    return out
+    # The one IoU engine, as for RleCounts (the parser checked every mask's runs).
+    return _rc.iou_counts(
+        RleCounts._trusted(ds.counts, ds.offsets, (h, w)), RleCounts._trusted(gs.counts, gs.offsets, (h, w)), crowd
+    )

@@ -266,7 +266,19 @@ def iou_counts(dt: RleCounts, gt: RleCounts, crowd: torch.Tensor) -> torch.Tenso
     d_box, g_box = bbox_counts(dt), bbox_counts(gt)
     C = _ext.load()
     C.rle_iou_csum(
-        d_csum, dt.offsets, d_area, d_box, g_csum, gt.offsets, g_area, g_box, crowd, out, _parts(), stream(out)
+        d_csum,
+        dt.offsets,
+        d_area,
+        d_box,
+        g_csum,
+        gt.offsets,
+        g_area,
+        g_box,
+        *dt.size,
+        crowd,
+        out,
+        _parts(),
+        stream(out),
     )
     return out.to(device)
 
