@@ -34,19 +34,31 @@ TensorArg cpu_masks(py::handle obj) {
   return masks;
 }
 
-// Compressed strings -> (counts, offsets, error): the error (bad character, truncated count, runs not summing to
-// hw[k], ...) is data, returned for Python to raise with the caller's names. hw: int64 [len(strings)].
-py::tuple rle_parse(const std::vector<std::string>& strings, py::handle hw_obj) {
-  auto hw = TensorArg::from(hw_obj, "hw");
-  hw.ndim(1).dtype_is(vlk::kI64).device(vlk::kCPU).size(0, static_cast<int64_t>(strings.size()), "one per string");
-  hw.contiguous();
-  std::vector<int64_t> counts, offsets;
-  std::string error;
-  {
-    py::gil_scoped_release release;
-    error = vlk::rle_parse_strings(strings, hw.data<const int64_t>(), counts, offsets);
-  }
-  return py::make_tuple(to_array(std::move(counts)), to_array(std::move(offsets)), error);
+// Compressed strings (vlk::boxes::strings_arg) -> run_off int64 [N + 1]: the CSR offsets of their runs, from which
+// Python allocates the counts that rle_parse fills.
+void rle_string_run_offsets(py::handle buf_obj, py::handle off_obj, py::handle run_off_obj) {
+  const auto s = vlk::boxes::strings_arg(buf_obj, off_obj);
+  auto run_off = vlk::boxes::int64_vector(run_off_obj, "run_offsets", s.buf, s.n() + 1, "N + 1");
+  run_off.writable();
+  py::gil_scoped_release release;
+  vlk::rle_string_run_offsets(s.buf.data<const uint8_t>(), s.off.data<const int64_t>(), s.n(),
+                              run_off.data<int64_t>());
+}
+
+// Compressed strings -> their runs in counts[run_off[k] .. run_off[k + 1]) (run_off from rle_string_run_offsets).
+// Returns "" or the data error (bad character, truncated count, runs not summing to hw[k], ...) for Python to raise
+// with the caller's names. hw: int64 [N].
+std::string rle_parse(py::handle buf_obj, py::handle off_obj, py::handle hw_obj, py::handle run_off_obj,
+                      py::handle counts_obj) {
+  const auto s = vlk::boxes::strings_arg(buf_obj, off_obj);
+  auto hw = vlk::boxes::int64_vector(hw_obj, "hw", s.buf, s.n(), "one per string");
+  auto counts = runs_vector(counts_obj, "counts");
+  counts.device(vlk::kCPU).writable();
+  auto run_off = csr_offsets(run_off_obj, counts, "run_offsets");
+  run_off.size(0, s.n() + 1, "N + 1");
+  py::gil_scoped_release release;
+  return vlk::rle_parse_strings(s.buf.data<const uint8_t>(), s.off.data<const int64_t>(), s.n(),
+                                hw.data<const int64_t>(), run_off.data<const int64_t>(), counts.data<int64_t>());
 }
 
 py::list rle_to_strings(py::handle counts_obj, py::handle offsets_obj) {
@@ -86,7 +98,10 @@ py::tuple rle_encode_runs(py::handle masks_obj) {
 }  // namespace
 
 VLK_BIND(boxes_rle) {
-  m.def("rle_parse", &rle_parse, py::arg("strings"), py::arg("hw"));
+  m.def("rle_string_run_offsets", &rle_string_run_offsets, py::arg("strings"), py::arg("string_offsets"),
+        py::arg("run_offsets"));
+  m.def("rle_parse", &rle_parse, py::arg("strings"), py::arg("string_offsets"), py::arg("hw"), py::arg("run_offsets"),
+        py::arg("counts"));
   m.def("rle_to_strings", &rle_to_strings, py::arg("counts"), py::arg("offsets"));
   m.def("rle_encode", &rle_encode, py::arg("masks"));
   m.def("rle_encode_runs", &rle_encode_runs, py::arg("masks"));

@@ -371,6 +371,7 @@ def _rle_binding_cases():
     csum = counts.cumsum(0)
     area, crowd, iou = torch.tensor([3, 4]), torch.zeros(2, dtype=torch.uint8), torch.empty(2, 2, dtype=torch.float64)
     one_mask = torch.zeros(1, 4, 4, dtype=torch.uint8)
+    strs = (torch.tensor(list(b"1304"), dtype=torch.uint8), torch.tensor([0, 2, 4]))
     one_mask[0, 1:3, 1:3] = 1
     return {
         "area-counts-dtype": (lambda: C.rle_area(counts.int(), offsets, out2), "counts has dtype int32"),
@@ -390,7 +391,25 @@ def _rle_binding_cases():
         "decode-out": (lambda: C.rle_decode_csum(csum, offsets, torch.zeros(3, 2, 2, dtype=torch.uint8)), "out must"),
         "decode-out-dtype": (lambda: C.rle_decode_csum(csum, offsets, torch.zeros(2, 2, 2)), "out has dtype float32"),
         "to-strings-csr": (lambda: C.rle_to_strings(counts, torch.tensor([0, 2, 9])), "offsets is not a valid CSR"),
-        "parse-hw": (lambda: C.rle_parse([b"13", b"04"], hw[:1]), "hw must have size 2"),
+        "parse-hw": (lambda: C.rle_parse(*strs, hw[:1], offsets, counts.clone()), "hw must have size 2"),
+        "parse-counts-short": (lambda: C.rle_parse(*strs, hw, torch.tensor([0, 2, 9]), counts.clone()), "run_offsets"),
+        "parse-string-offsets": (
+            lambda: C.rle_parse(strs[0], torch.tensor([0, 2, 9]), hw, offsets, counts.clone()),
+            "string_offsets is not a valid CSR",
+        ),
+        "run-offsets-out": (lambda: C.rle_string_run_offsets(*strs, offsets[:2]), "run_offsets must have size 3"),
+        "polygons-csr": (
+            lambda: C.rle_from_polygons(torch.zeros(6, dtype=torch.float64), torch.tensor([0, 5]), 4, 4),
+            "polygon_offsets is not a valid CSR",
+        ),
+        "polygons-odd": (
+            lambda: C.rle_from_polygons(torch.zeros(5, dtype=torch.float64), torch.tensor([0, 2]), 4, 4),
+            "even number",
+        ),
+        "merge-strings-csr": (
+            lambda: C.rle_merge_strings(strs[0], torch.tensor([0, 3]), 2, 2, False),
+            "string_offsets is not a valid CSR",
+        ),
         "iou-size": (
             lambda: C.rle_iou_csum(csum, offsets, area, box2, csum, offsets, area, box2, 2**20, 2**20, crowd, iou),
             "h\\*w < 2\\*\\*32",

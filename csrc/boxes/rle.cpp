@@ -15,17 +15,20 @@ namespace {
 
 constexpr int64_t kMaxRun = 0xFFFFFFFFLL;  // pycocotools stores runs as 32-bit unsigned
 
-// Parses one compressed string into runs; returns an empty message on success, else the defect.
-std::string parse_one(const std::string& s, std::vector<int64_t>& cnts) {
-  const size_t len = s.size();
-  size_t p = 0;
+// Whether character c ends a count (no continuation bit): the runs of a well-formed string, one per such character.
+inline bool ends_count(uint8_t c) { return ((static_cast<int>(c) - 48) & 0x20) == 0; }
+
+// Parses one compressed string s[0, len) into out[0, cap); returns "" once exactly cap runs are read, else the
+// defect. Never reads past the string's end nor writes past out[cap - 1].
+std::string parse_one(const uint8_t* s, int64_t len, int64_t* out, int64_t cap) {
+  int64_t p = 0, mi = 0;
   while (p < len) {
     int64_t x = 0;
     int k = 0;
     bool more = true;
     while (more) {
       if (p >= len) return "truncated count at end of string";
-      const int c = static_cast<unsigned char>(s[p]) - 48;
+      const int c = static_cast<int>(s[p]) - 48;
       if (c < 0 || c > 63) return "invalid character at position " + std::to_string(p);
       // 7 chars carry 35 bits: more than any 32-bit run delta needs; longer groups are malformed.
       if (k >= 7) return "count longer than 7 characters at position " + std::to_string(p);
@@ -35,11 +38,12 @@ std::string parse_one(const std::string& s, std::vector<int64_t>& cnts) {
       ++k;
       if (!more && (c & 0x10)) x |= static_cast<int64_t>(~uint64_t{0} << (5 * k));
     }
-    const size_t mi = cnts.size();
-    if (mi > 2) x += cnts[mi - 2];
+    if (mi > 2) x += out[mi - 2];
     if (x < 0 || x > kMaxRun) return "run " + std::to_string(mi) + " decodes to " + std::to_string(x);
-    cnts.push_back(x);
+    if (mi >= cap) return "more runs than count-ending characters";
+    out[mi++] = x;
   }
+  if (mi != cap) return "fewer runs than count-ending characters";
   return {};
 }
 
@@ -176,27 +180,32 @@ int64_t planes_inter(const ColumnPlanes& D, int64_t d, const ColumnPlanes& G, in
 
 }  // namespace
 
-std::string rle_parse_strings(const std::vector<std::string>& strings, const int64_t* hw,
-                              std::vector<int64_t>& counts, std::vector<int64_t>& offsets) {
-  const int64_t n = static_cast<int64_t>(strings.size());
-  std::vector<std::vector<int64_t>> per(static_cast<size_t>(n));
+void rle_string_run_offsets(const uint8_t* buf, const int64_t* str_off, int64_t n, int64_t* run_off) {
+  run_off[0] = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    int64_t m = 0;
+    for (int64_t p = str_off[k]; p < str_off[k + 1]; ++p) m += ends_count(buf[p]);
+    run_off[k + 1] = run_off[k] + m;
+  }
+}
+
+std::string rle_parse_strings(const uint8_t* buf, const int64_t* str_off, int64_t n, const int64_t* hw,
+                              const int64_t* run_off, int64_t* counts) {
   std::vector<std::string> errors(static_cast<size_t>(n));
   parallel_for(n, 16, [&](int64_t begin, int64_t end) {
     for (int64_t k = begin; k < end; ++k) {
-      errors[k] = parse_one(strings[k], per[k]);
+      int64_t* out = counts + run_off[k];
+      const int64_t m = run_off[k + 1] - run_off[k];
+      errors[k] = parse_one(buf + str_off[k], str_off[k + 1] - str_off[k], out, m);
       if (!errors[k].empty()) continue;
       int64_t total = 0;
-      for (int64_t c : per[k]) total += c;
+      for (int64_t i = 0; i < m; ++i) total += out[i];
       if (total != hw[k])
         errors[k] = "runs sum to " + std::to_string(total) + " but the size h*w is " + std::to_string(hw[k]);
     }
   });
   for (int64_t k = 0; k < n; ++k)
     if (!errors[k].empty()) return "malformed RLE string at index " + std::to_string(k) + ": " + errors[k];
-  offsets.assign(static_cast<size_t>(n) + 1, 0);
-  for (int64_t k = 0; k < n; ++k) offsets[k + 1] = offsets[k] + static_cast<int64_t>(per[k].size());
-  counts.resize(static_cast<size_t>(offsets[n]));
-  for (int64_t k = 0; k < n; ++k) std::copy(per[k].begin(), per[k].end(), counts.begin() + offsets[k]);
   return {};
 }
 

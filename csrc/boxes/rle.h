@@ -14,11 +14,16 @@
 
 namespace vlk {
 
-// Decodes compressed strings. Returns "" on success, else a message naming the string index and the defect (bad
-// character, truncated count, count overflow, negative run, runs not summing to hw[k]); the caller raises it (no
-// C++ exception crosses the module boundary). Never reads past a string's end.
-std::string rle_parse_strings(const std::vector<std::string>& strings, const int64_t* hw, std::vector<int64_t>& counts,
-                       std::vector<int64_t>& offsets);
+// n compressed strings back to back in buf, string k at [str_off[k], str_off[k + 1]). run_off [n + 1] receives the
+// CSR offsets of their runs: one per character that ends a count, exact for every well-formed string.
+void rle_string_run_offsets(const uint8_t* buf, const int64_t* str_off, int64_t n, int64_t* run_off);
+
+// Decodes the strings into counts[run_off[k] .. run_off[k + 1]) (run_off from rle_string_run_offsets). Returns "" on
+// success, else a message naming the string index and the defect (bad character, truncated count, count overflow,
+// negative run, runs not summing to hw[k]); the caller raises it (no C++ exception crosses the module boundary).
+// Never reads past a string's end nor writes outside its runs' slots.
+std::string rle_parse_strings(const uint8_t* buf, const int64_t* str_off, int64_t n, const int64_t* hw,
+                              const int64_t* run_off, int64_t* counts);
 
 // Runs -> compressed strings (pycocotools rleToString).
 std::vector<std::string> rle_to_strings(const int64_t* counts, const int64_t* offsets, int64_t n);
