@@ -1,8 +1,8 @@
 // Bindings of the COCO RLE string codec and the CPU string-path kernels: compressed strings <-> run counts in CSR
 // form (counts[offsets[k] .. offsets[k + 1]) are mask k's runs) and the CPU encoders. Tensors
-// only (vlk::TensorArg), checked here, CSR and runs included, so a wrong tensor is a ValueError. Data errors of the
+// only (vlk::TensorArg), checked here, CSR and runs included, so a wrong tensor is a ValueError; Python allocates the
+// runs once C++ has counted them. The outputs that are not arrays are the compressed strings themselves (bytes). Data errors of the
 // compressed strings come back as a message (see rle_parse). The counts path is bind_boxes_rle_counts.cpp.
-#include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
 #include "boxes/launch_args.h"
@@ -15,12 +15,6 @@ using vlk::boxes::csr_offsets;
 using vlk::boxes::runs_vector;
 
 namespace {
-
-py::array_t<int64_t> to_array(std::vector<int64_t>&& v) {
-  auto* heap = new std::vector<int64_t>(std::move(v));
-  py::capsule owner(heap, [](void* p) { delete static_cast<std::vector<int64_t>*>(p); });
-  return py::array_t<int64_t>({static_cast<py::ssize_t>(heap->size())}, {sizeof(int64_t)}, heap->data(), owner);
-}
 
 py::list to_bytes_list(const std::vector<std::string>& strings) {
   py::list out(strings.size());
@@ -84,15 +78,31 @@ py::list rle_encode(py::handle masks_obj) {
   return to_bytes_list(s);
 }
 
-py::tuple rle_encode_runs(py::handle masks_obj) {
+// Masks -> run_off int64 [N + 1], the CSR offsets of their runs, from which Python allocates the counts.
+void rle_encode_run_offsets(py::handle masks_obj, py::handle run_off_obj) {
   auto masks = cpu_masks(masks_obj);
   const vlk::MaskStrides ms = vlk::boxes::mask_strides(masks);
-  std::vector<int64_t> counts, offsets;
+  auto run_off = vlk::boxes::int64_vector(run_off_obj, "run_offsets", masks, masks.size(0) + 1, "N + 1");
+  run_off.writable();
+  py::gil_scoped_release release;
+  vlk::rle_encode_run_offsets(masks.data<const uint8_t>(), masks.size(0), ms, run_off.data<int64_t>());
+}
+
+// Masks -> their runs in counts[run_off[k] .. run_off[k + 1]) (run_off from rle_encode_run_offsets).
+void rle_encode_runs(py::handle masks_obj, py::handle run_off_obj, py::handle counts_obj) {
+  auto masks = cpu_masks(masks_obj);
+  const vlk::MaskStrides ms = vlk::boxes::mask_strides(masks);
+  auto counts = runs_vector(counts_obj, "counts");
+  counts.device(vlk::kCPU).writable();
+  auto run_off = csr_offsets(run_off_obj, counts, "run_offsets");
+  run_off.size(0, masks.size(0) + 1, "N + 1");
+  bool fits = true;
   {
     py::gil_scoped_release release;
-    vlk::rle_encode_runs(masks.data<const uint8_t>(), masks.size(0), ms, counts, offsets);
+    fits = vlk::rle_encode_runs(masks.data<const uint8_t>(), masks.size(0), ms, run_off.data<const int64_t>(),
+                                counts.data<int64_t>());
   }
-  return py::make_tuple(to_array(std::move(counts)), to_array(std::move(offsets)));
+  if (!fits) run_off.refuse("does not match the masks' run counts (from rle_encode_run_offsets)");
 }
 
 }  // namespace
@@ -104,5 +114,6 @@ VLK_BIND(boxes_rle) {
         py::arg("counts"));
   m.def("rle_to_strings", &rle_to_strings, py::arg("counts"), py::arg("offsets"));
   m.def("rle_encode", &rle_encode, py::arg("masks"));
-  m.def("rle_encode_runs", &rle_encode_runs, py::arg("masks"));
+  m.def("rle_encode_run_offsets", &rle_encode_run_offsets, py::arg("masks"), py::arg("run_offsets"));
+  m.def("rle_encode_runs", &rle_encode_runs, py::arg("masks"), py::arg("run_offsets"), py::arg("counts"));
 }

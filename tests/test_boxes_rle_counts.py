@@ -438,7 +438,12 @@ def _rle_binding_cases():
         ),
         "encode-dtype": (lambda: C.rle_encode(masks.int()), "masks has dtype int32"),
         "encode-rank": (lambda: C.rle_encode(masks[0]), "masks must have 3 dimensions"),
-        "encode-runs-dtype": (lambda: C.rle_encode_runs(masks.bool()), "masks has dtype bool"),
+        "encode-runs-dtype": (lambda: C.rle_encode_run_offsets(masks.bool(), offsets), "masks has dtype bool"),
+        "encode-runs-offsets": (lambda: C.rle_encode_run_offsets(masks, offsets[:2]), "run_offsets must have size 3"),
+        "encode-runs-mismatch": (
+            lambda: C.rle_encode_runs(masks, torch.tensor([0, 2, 4]), counts.clone()),
+            "run_offsets does not match",
+        ),
         "count-chunks-shape": (
             lambda: C.rle_count_chunks(masks, torch.zeros(2, 2, **i64)),
             "chunk_cnt must have size 1",
@@ -468,7 +473,10 @@ def test_rle_bindings_accept_numpy_and_any_mask_strides():
     C = _ext.load()
     g = np.random.default_rng(7)
     m = np.asfortranarray((g.random((9, 11, 3)) < 0.4).astype(np.uint8))
-    counts, offsets = C.rle_encode_runs(m.transpose(2, 0, 1))
+    offsets = np.empty(4, dtype=np.int64)
+    C.rle_encode_run_offsets(m.transpose(2, 0, 1), offsets)
+    counts = np.empty(offsets[-1], dtype=np.int64)
+    C.rle_encode_runs(m.transpose(2, 0, 1), offsets, counts)
     ref = coco_mask.encode(m)
     strings = C.rle_to_strings(counts, offsets)
     assert strings == [r["counts"] for r in ref]

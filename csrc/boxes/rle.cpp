@@ -1,6 +1,7 @@
 #include "boxes/rle.h"
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -217,43 +218,79 @@ std::vector<std::string> rle_to_strings(const int64_t* counts, const int64_t* of
   return out;
 }
 
-void rle_encode_runs(const uint8_t* masks, int64_t n, const MaskStrides& ms, std::vector<int64_t>& counts,
-                     std::vector<int64_t>& offsets) {
+namespace {
+
+// Mask k's run boundaries (column-major positions): the SIMD bit-packing encoder for column- or row-contiguous
+// masks (rle_encode.h), else one pass chunk by chunk (a chunk holds at most kChunk boundaries), so the scratch grows
+// with the runs, not with the pixels.
+void mask_ends(const uint8_t* mask, const MaskStrides& ms, std::vector<int64_t>& ends, std::vector<int64_t>& buf,
+               std::vector<uint64_t>& scratch) {
+  ends.clear();
+  if (rle_mask_boundaries(mask, ms, ends, scratch)) return;
   const int64_t hw = ms.h * ms.w;
-  std::vector<std::vector<int64_t>> per(static_cast<size_t>(n));
+  buf.resize(static_cast<size_t>(rle::kChunk));
+  for (int64_t c = 0; c * rle::kChunk < hw; ++c) {
+    int64_t b, e;
+    rle::chunk_range(c, hw, &b, &e);
+    const int64_t got = rle::write_transitions(mask, ms.h, ms.sy, ms.sx, b, e, buf.data());
+    ends.insert(ends.end(), buf.begin(), buf.begin() + got);
+  }
+}
+
+}  // namespace
+
+void rle_encode_run_offsets(const uint8_t* masks, int64_t n, const MaskStrides& ms, int64_t* run_off) {
+  const int64_t hw = ms.h * ms.w;
+  std::vector<int64_t> nruns(static_cast<size_t>(n));
   parallel_for(n, 1, [&](int64_t begin, int64_t end) {
-    // Column- or row-contiguous masks: the SIMD bit-packing encoder (rle_encode.h). Other strides: one pass per
-    // mask, chunk by chunk (a chunk holds at most kChunk boundaries), so the scratch grows with the runs, not with
-    // the pixels.
+    std::vector<uint64_t> scratch;
+    for (int64_t k = begin; k < end; ++k) {
+      const uint8_t* mask = masks + k * ms.sn;
+      int64_t b = rle_mask_boundary_count(mask, ms, scratch);
+      if (b < 0) b = rle::count_transitions(mask, ms.h, ms.sy, ms.sx, 0, hw);
+      nruns[k] = b + 1;
+    }
+  });
+  run_off[0] = 0;
+  for (int64_t k = 0; k < n; ++k) run_off[k + 1] = run_off[k] + nruns[k];
+}
+
+bool rle_encode_runs(const uint8_t* masks, int64_t n, const MaskStrides& ms, const int64_t* run_off,
+                     int64_t* counts) {
+  const int64_t hw = ms.h * ms.w;
+  std::atomic<bool> fits{true};
+  parallel_for(n, 1, [&](int64_t begin, int64_t end) {
     std::vector<int64_t> buf, ends;
     std::vector<uint64_t> scratch;
     for (int64_t k = begin; k < end; ++k) {
-      ends.clear();
-      const uint8_t* mask = masks + k * ms.sn;
-      if (!rle_mask_boundaries(mask, ms, ends, scratch)) {
-        buf.resize(static_cast<size_t>(rle::kChunk));
-        for (int64_t c = 0; c * rle::kChunk < hw; ++c) {
-          int64_t b, e;
-          rle::chunk_range(c, hw, &b, &e);
-          const int64_t got = rle::write_transitions(mask, ms.h, ms.sy, ms.sx, b, e, buf.data());
-          ends.insert(ends.end(), buf.begin(), buf.begin() + got);
-        }
-      }
+      mask_ends(masks + k * ms.sn, ms, ends, buf, scratch);
       const int64_t m = static_cast<int64_t>(ends.size()) + 1;
-      per[k].resize(static_cast<size_t>(m));
-      for (int64_t i = 0; i < m; ++i) per[k][i] = rle::run_from_ends(ends.data(), m, i, hw);
+      if (m != run_off[k + 1] - run_off[k]) {
+        fits.store(false, std::memory_order_relaxed);
+        continue;
+      }
+      int64_t* out = counts + run_off[k];
+      for (int64_t i = 0; i < m; ++i) out[i] = rle::run_from_ends(ends.data(), m, i, hw);
     }
   });
-  offsets.assign(static_cast<size_t>(n) + 1, 0);
-  for (int64_t k = 0; k < n; ++k) offsets[k + 1] = offsets[k] + static_cast<int64_t>(per[k].size());
-  counts.resize(static_cast<size_t>(offsets[n]));
-  for (int64_t k = 0; k < n; ++k) std::copy(per[k].begin(), per[k].end(), counts.begin() + offsets[k]);
+  return fits.load();
 }
 
 std::vector<std::string> rle_encode_strings(const uint8_t* masks, int64_t n, const MaskStrides& ms) {
-  std::vector<int64_t> counts, offsets;
-  rle_encode_runs(masks, n, ms, counts, offsets);
-  return rle_to_strings(counts.data(), offsets.data(), n);
+  const int64_t hw = ms.h * ms.w;
+  std::vector<std::string> out(static_cast<size_t>(n));
+  parallel_for(n, 1, [&](int64_t begin, int64_t end) {
+    std::vector<int64_t> buf, ends, runs;
+    std::vector<uint64_t> scratch;
+    for (int64_t k = begin; k < end; ++k) {
+      mask_ends(masks + k * ms.sn, ms, ends, buf, scratch);
+      const int64_t m = static_cast<int64_t>(ends.size()) + 1;
+      runs.resize(static_cast<size_t>(m));
+      for (int64_t i = 0; i < m; ++i) runs[i] = rle::run_from_ends(ends.data(), m, i, hw);
+      append_string(runs.data(), m, out[k]);
+    }
+  });
+  return out;
 }
 
 void launch_rle_area(const int64_t* counts, const int64_t* offsets, int64_t n, int64_t* out, int64_t parts) {

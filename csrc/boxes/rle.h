@@ -32,10 +32,14 @@ std::vector<std::string> rle_to_strings(const int64_t* counts, const int64_t* of
 // column-major order (as pycocotools); nonzero = foreground.
 std::vector<std::string> rle_encode_strings(const uint8_t* masks, int64_t n, const MaskStrides& ms);
 
-// The same masks -> runs in CSR (the CPU encoder: one pass per mask with write_transitions, chunk by chunk; the
-// two-pass CUDA encoder's twin is launch_rle_count_chunks / launch_rle_write_ends).
-void rle_encode_runs(const uint8_t* masks, int64_t n, const MaskStrides& ms, std::vector<int64_t>& counts,
-                     std::vector<int64_t>& offsets);
+// The same masks -> runs in CSR, in two calls so that the caller allocates them: rle_encode_run_offsets fills
+// run_off [n + 1] (boundaries counted, nothing written: popcounts of the packed bits for column- or row-contiguous
+// masks), then rle_encode_runs writes mask k's runs to counts[run_off[k] .. run_off[k + 1]), one pass per mask with
+// the SIMD encoder of rle_encode.h (or write_transitions for other strides). Returns false, leaving that mask's slots
+// unwritten, where run_off does not match the masks. (The two-pass CUDA encoder's twin is launch_rle_count_chunks /
+// launch_rle_write_ends.)
+void rle_encode_run_offsets(const uint8_t* masks, int64_t n, const MaskStrides& ms, int64_t* run_off);
+bool rle_encode_runs(const uint8_t* masks, int64_t n, const MaskStrides& ms, const int64_t* run_off, int64_t* counts);
 
 // Decoding is launch_rle_decode_csum (rle_counts.h), shared with the counts path.
 

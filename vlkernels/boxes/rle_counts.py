@@ -193,9 +193,11 @@ def encode_counts(masks: torch.Tensor) -> RleCounts:
     C = _ext.load()
     t = mask_bytes(masks.to(on))
     if on.type == "cpu" and not _REPLAY_GPU_SPLIT:
-        counts, offsets = C.rle_encode_runs(t)
-        rc = RleCounts._trusted(torch.from_numpy(counts), torch.from_numpy(offsets), (h, w))
-        return rc.to(device)
+        offsets = torch.empty(n + 1, dtype=torch.int64)
+        C.rle_encode_run_offsets(t, offsets)
+        counts = torch.empty(int(offsets[-1]), dtype=torch.int64)
+        C.rle_encode_runs(t, offsets, counts)
+        return RleCounts._trusted(counts, offsets, (h, w)).to(device)
     chunk = int(C.rle_chunk)
     nchunks = (hw + chunk - 1) // chunk
     chunk_cnt = torch.zeros(n, nchunks, dtype=torch.int64, device=on)
