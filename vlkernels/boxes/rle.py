@@ -224,7 +224,7 @@ def rle_iou(
 
     Note:
         Two empty masks give 0. RLE IoU uses pycocotools' bbox prefilter, then intersects the foreground
-        intervals (binary search to the overlap, then a merge); counts are exact integers and the ratio is one
+        intervals (column planes on CPU, or a binary search to the overlap and a merge); counts are exact integers and the ratio is one
         float64 division, so every value equals pycocotools bit for bit. Multithreaded over detections.
         RleCounts: one CUDA warp per pair (the lanes split dt's foreground intervals inside the common extent, each
         slice binary-searches gt's intervals once, then merges), or the C++ twin of that per-pair code on CPU;
