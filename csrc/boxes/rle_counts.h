@@ -224,10 +224,11 @@ VLK_HD double iou_value(int64_t inter, int64_t area_d, int64_t area_g, bool crow
 }  // namespace rle
 
 // CPU twins (rle_counts.cpp; area, bbox and IoU are launch_rle_area / launch_rle_to_bbox / launch_rle_iou_csum in
-// rle.h). masks: n masks of h x w bytes, mask k's pixel (y, x) at masks[k * sn + y * sy + x * sx] (strides in bytes, non-negative).
-// chunk_cnt / chunk_base: [n, nchunks] with nchunks = ceil(h * w / rle::kChunk). Both replay the CUDA block exactly:
-// one call per thread range, in thread order, the block's exclusive scan as a running sum. (The CPU encoder of the
-// public API is rle_encode_runs, one pass; these twins serve the tests.)
+// rle.h). masks: n masks of h x w bytes, mask k's pixel (y, x) at masks[k * sn + y * sy + x * sx] (strides in
+// bytes, non-negative). chunk_cnt / chunk_base: [n, nchunks] with nchunks = ceil(h * w / rle::kChunk). Both replay
+// the CUDA block exactly: one call per thread range, in thread order, the block's exclusive scan as a running sum.
+// (The CPU encoder of the public API is rle_encode_run_offsets / rle_encode_runs in rle.h; these twins serve the
+// tests.)
 struct MaskStrides {
   int64_t h, w, sn, sy, sx;
 };
