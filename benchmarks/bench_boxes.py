@@ -163,7 +163,13 @@ for _name, (_layout, _dtype) in _ENCODE_LAYOUTS.items():
     )
 
 
-@register("boxes", "coco_mask_encode", quick={"n": 32, "h": 480, "w": 640}, full={"n": 120, "h": 480, "w": 640})
+@register(
+    "boxes",
+    "coco_mask_encode",
+    quick={"n": 32, "h": 480, "w": 640},
+    full={"n": 120, "h": 480, "w": 640},
+    devices=("cpu",),  # numpy arrays in, as pycocotools
+)
 def _coco_mask_encode(n: int, h: int, w: int, device: str) -> Bench:
     """The pycocotools.mask drop-in on pycocotools' own layout: the same (H, W, N) Fortran uint8 array handed to
     each module's encode, nothing converted by anyone."""
