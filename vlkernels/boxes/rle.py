@@ -224,8 +224,9 @@ def rle_iou(
 
     Note:
         Two empty masks give 0. RLE IoU uses pycocotools' bbox prefilter, then intersects the foreground
-        intervals (column planes on CPU, or a binary search to the overlap and a merge); counts are exact integers and the ratio is one
-        float64 division, so every value equals pycocotools bit for bit. Multithreaded over detections.
+        intervals (column planes on CPU, or a binary search to the overlap and a merge); counts are exact integers
+        and the ratio is one float64 division, so every value equals pycocotools bit for bit. Multithreaded over
+        detections.
         RleCounts: one CUDA warp per pair (the lanes split dt's foreground intervals inside the common extent, each
         slice binary-searches gt's intervals once, then merges), or the C++ twin of that per-pair code on CPU;
         no host synchronization. Zero-length runs after the first (never produced by pycocotools) give the exact
