@@ -165,6 +165,42 @@ for _name, (_layout, _dtype) in _ENCODE_LAYOUTS.items():
 
 @register(
     "boxes",
+    "coco_mask_encode",
+    quick={"n": 32, "h": 480, "w": 640},
+    full={"n": 120, "h": 480, "w": 640},
+    devices=("cpu",),  # numpy arrays in, as pycocotools
+)
+def _coco_mask_encode(n: int, h: int, w: int, device: str) -> Bench:
+    """The pycocotools.mask drop-in on pycocotools' own layout: the same (H, W, N) Fortran uint8 array handed to
+    each module's encode, nothing converted by anyone."""
+    from faster_coco_eval.core import mask as fce_mask
+    from pycocotools import mask as coco_mask
+
+    from vlkernels.boxes import coco_mask as vlk_mask
+
+    held = coco_mask.decode(_coco_rles(n, h, w, 5))  # (H, W, N) Fortran-order uint8
+
+    def check(out):
+        for name in ("vlkernels", "faster_coco_eval"):
+            if out[name] != out["pycocotools"]:
+                raise AssertionError(f"{name}: encode differs from pycocotools")
+
+    return Bench(
+        providers={
+            "vlkernels": lambda: vlk_mask.encode(held),
+            "pycocotools": lambda: coco_mask.encode(held),
+            "faster_coco_eval": lambda: fce_mask.encode(held),
+        },
+        baseline="pycocotools",
+        check=check,
+        bytes=n * h * w,
+        notes="maskUtils.encode(a) with a = (H, W, N) Fortran uint8 numpy array, the same array for all three: "
+        "vlkernels.boxes.coco_mask, pycocotools.mask, faster_coco_eval.core.mask; check: identical dicts",
+    )
+
+
+@register(
+    "boxes",
     "mask_iou",
     quick={"n": 32, "m": 32, "h": 480, "w": 640},
     full={"n": 100, "m": 100, "h": 480, "w": 640},

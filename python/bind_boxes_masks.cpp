@@ -1,13 +1,14 @@
 // Bindings of the COCO mask API (pycocotools' frPyObjects and merge): polygons and xywh boxes to compressed RLE
-// strings, and the union / intersection of RLEs. Inputs are copied before the GIL is released; boxes and runs
-// arrive as tensors (vlk::TensorArg: dtype, shape, strides and device checked here, ValueError otherwise). Data errors
-// come back as a str "TypeError: ..." / "ValueError: ..." that Python raises with the caller's names.
-#include <pybind11/numpy.h>
+// strings, and the union / intersection of RLEs. Every array arrives as a tensor (vlk::TensorArg: dtype, shape,
+// strides and device checked here, ValueError otherwise): polygons and strings flattened to CSR form by Python. The
+// outputs are the RLE strings themselves (bytes). Data errors come back as a str "ValueError: ..." that Python
+// raises with the caller's names.
 #include <pybind11/stl.h>
 
 #include <string>
 #include <vector>
 
+#include "boxes/launch_args.h"
 #include "boxes/rle.h"
 #include "boxes/rle_merge.h"
 #include "boxes/rle_poly.h"
@@ -17,43 +18,6 @@
 namespace py = pybind11;
 
 namespace {
-
-std::string type_name(py::handle h) { return Py_TYPE(h.ptr())->tp_name; }
-
-// Appends one polygon's coordinates: a 1-D array of any real dtype, or a list / tuple of numbers (read from a tuple
-// snapshot, so a __float__ that mutates the list cannot invalidate what is being read). "" or the error.
-std::string read_polygon(py::handle p, size_t index, std::vector<double>& xy) {
-  const std::string where = "polygon " + std::to_string(index);
-  if (py::isinstance<py::array>(p)) {
-    auto a = py::array_t<double, py::array::c_style | py::array::forcecast>::ensure(p);
-    if (!a) {
-      PyErr_Clear();
-      return "TypeError: " + where + " is an array that does not convert to float64";
-    }
-    if (a.ndim() != 1)
-      return "ValueError: " + where + " must be a flat [x1, y1, x2, y2, ...] array, got " + std::to_string(a.ndim()) +
-             " dimensions";
-    xy.insert(xy.end(), a.data(), a.data() + a.size());
-    return {};
-  }
-  if (!PyList_Check(p.ptr()) && !PyTuple_Check(p.ptr()))
-    return "TypeError: " + where + " must be a flat list [x1, y1, x2, y2, ...] of numbers, got " + type_name(p);
-  const py::tuple t = py::reinterpret_steal<py::tuple>(PySequence_Tuple(p.ptr()));
-  if (!t) {
-    PyErr_Clear();
-    return "TypeError: " + where + " could not be read as a sequence";
-  }
-  for (size_t j = 0; j < t.size(); ++j) {
-    const double v = PyFloat_AsDouble(t[j].ptr());
-    if (v == -1.0 && PyErr_Occurred()) {
-      PyErr_Clear();
-      return "TypeError: " + where + ": coordinate " + std::to_string(j) + " is a " + type_name(t[j]) +
-             "; a polygon is a flat list of numbers [x1, y1, x2, y2, ...]";
-    }
-    xy.push_back(v);
-  }
-  return {};
-}
 
 py::list runs_to_bytes(const std::vector<int64_t>& runs, const std::vector<int64_t>& off) {
   std::vector<std::string> s;
@@ -68,28 +32,22 @@ py::list runs_to_bytes(const std::vector<int64_t>& runs, const std::vector<int64
 
 py::object value_error(const std::string& message) { return py::str("ValueError: " + message); }
 
-py::object from_polygons(const py::sequence& polys, int64_t h, int64_t w) {
-  const py::tuple items = py::reinterpret_steal<py::tuple>(PySequence_Tuple(polys.ptr()));
-  if (!items) {
-    PyErr_Clear();
-    return py::str("TypeError: polygons could not be read as a sequence");
-  }
-  std::vector<double> xy;
-  std::vector<int64_t> off{0};
-  for (size_t p = 0; p < items.size(); ++p) {
-    const size_t before = xy.size();
-    const std::string bad = read_polygon(items[p], p, xy);
-    if (!bad.empty()) return py::str(bad);
-    if ((xy.size() - before) % 2)
-      return value_error("polygon " + std::to_string(p) + " has " + std::to_string(xy.size() - before) +
-                         " coordinates; a polygon is a flat list of x, y pairs");
-    off.push_back(static_cast<int64_t>(xy.size() / 2));
-  }
+// Polygons in CSR form: xy float64 [2V] (x, y pairs back to back), poly_off int64 [P + 1] in vertices (polygon p
+// is vertices poly_off[p] .. poly_off[p + 1]). Flattened and checked for form (flat, even length) in Python.
+py::object from_polygons(py::handle xy_obj, py::handle off_obj, int64_t h, int64_t w) {
+  auto xy = vlk::TensorArg::from(xy_obj, "xy");
+  xy.ndim(1).dtype_is(vlk::kF64).device(vlk::kCPU).contiguous();
+  if (xy.numel() % 2) xy.refuse("must hold x, y pairs (an even number of values)");
+  auto off = vlk::boxes::int64_vector(off_obj, "polygon_offsets", xy);
+  if (off.size(0) < 1) off.refuse("must hold P + 1 >= 1 entries");
+  const std::string csr = vlk::rle_check_csr(off.data<const int64_t>(), off.size(0) - 1, xy.numel() / 2);
+  if (!csr.empty()) off.refuse("is not a valid CSR over the vertices: " + csr);
   std::vector<int64_t> runs, run_off;
   std::string error;
   {
     py::gil_scoped_release release;
-    error = vlk::rle_from_polygons(xy.data(), off.data(), static_cast<int64_t>(items.size()), h, w, runs, run_off);
+    error = vlk::rle_from_polygons(xy.data<const double>(), off.data<const int64_t>(), off.size(0) - 1, h, w, runs,
+                                   run_off);
   }
   if (!error.empty()) return value_error(error);
   return runs_to_bytes(runs, run_off);
@@ -135,21 +93,28 @@ py::object merge(py::handle counts_obj, py::handle offsets_obj, bool intersect) 
   return py::bytes(s);
 }
 
-// Compressed strings of one h x w size -> merged string (parse, merge and encode with the GIL released).
-py::object merge_strings(const std::vector<std::string>& strings, int64_t h, int64_t w, bool intersect) {
-  if (strings.empty()) return value_error("rle merge: no RLE strings");
-  std::vector<int64_t> counts, offsets, out;
+// Compressed strings (vlk::boxes::strings_arg) of one h x w size -> merged string (parse, merge and encode with
+// the GIL released; the runs are internal to this call).
+py::object merge_strings(py::handle buf_obj, py::handle off_obj, int64_t h, int64_t w, bool intersect) {
+  const auto strings = vlk::boxes::strings_arg(buf_obj, off_obj);
+  const int64_t n = strings.n();
+  if (n == 0) return value_error("rle merge: no RLE strings");
+  std::vector<int64_t> run_off(static_cast<size_t>(n) + 1), counts, out;
   std::string error, s;
   {
     py::gil_scoped_release release;
-    const std::vector<int64_t> hw(strings.size(), h * w);
-    error = vlk::rle_parse_strings(strings, hw.data(), counts, offsets);
+    const uint8_t* buf = strings.buf.data<const uint8_t>();
+    const int64_t* off = strings.off.data<const int64_t>();
+    vlk::rle_string_run_offsets(buf, off, n, run_off.data());
+    counts.resize(static_cast<size_t>(run_off[n]));
+    const std::vector<int64_t> hw(static_cast<size_t>(n), h * w);
+    error = vlk::rle_parse_strings(buf, off, n, hw.data(), run_off.data(), counts.data());
     if (error.empty())
-      error = vlk::rle_merge_runs(counts.data(), static_cast<int64_t>(counts.size()), offsets.data(),
-                                  static_cast<int64_t>(strings.size()), intersect, out);
+      error = vlk::rle_merge_runs(counts.data(), static_cast<int64_t>(counts.size()), run_off.data(), n, intersect,
+                                  out);
     if (error.empty()) {
-      const int64_t off[2] = {0, static_cast<int64_t>(out.size())};
-      s = vlk::rle_to_strings(out.data(), off, 1)[0];
+      const int64_t o[2] = {0, static_cast<int64_t>(out.size())};
+      s = vlk::rle_to_strings(out.data(), o, 1)[0];
     }
   }
   if (!error.empty()) return value_error(error);

@@ -1,8 +1,8 @@
 // Bindings of the COCO RLE string codec and the CPU string-path kernels: compressed strings <-> run counts in CSR
-// form (counts[offsets[k] .. offsets[k + 1]) are mask k's runs), the CPU encoders, and pycocotools' rleIou. Tensors
-// only (vlk::TensorArg), checked here, CSR and runs included, so a wrong tensor is a ValueError. Data errors of the
+// form (counts[offsets[k] .. offsets[k + 1]) are mask k's runs) and the CPU encoders. Tensors
+// only (vlk::TensorArg), checked here, CSR and runs included, so a wrong tensor is a ValueError; Python allocates the
+// runs once C++ has counted them. The outputs that are not arrays are the compressed strings themselves (bytes). Data errors of the
 // compressed strings come back as a message (see rle_parse). The counts path is bind_boxes_rle_counts.cpp.
-#include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
 #include "boxes/launch_args.h"
@@ -16,12 +16,6 @@ using vlk::boxes::runs_vector;
 
 namespace {
 
-py::array_t<int64_t> to_array(std::vector<int64_t>&& v) {
-  auto* heap = new std::vector<int64_t>(std::move(v));
-  py::capsule owner(heap, [](void* p) { delete static_cast<std::vector<int64_t>*>(p); });
-  return py::array_t<int64_t>({static_cast<py::ssize_t>(heap->size())}, {sizeof(int64_t)}, heap->data(), owner);
-}
-
 py::list to_bytes_list(const std::vector<std::string>& strings) {
   py::list out(strings.size());
   for (size_t k = 0; k < strings.size(); ++k) out[k] = py::bytes(strings[k]);
@@ -34,19 +28,31 @@ TensorArg cpu_masks(py::handle obj) {
   return masks;
 }
 
-// Compressed strings -> (counts, offsets, error): the error (bad character, truncated count, runs not summing to
-// hw[k], ...) is data, returned for Python to raise with the caller's names. hw: int64 [len(strings)].
-py::tuple rle_parse(const std::vector<std::string>& strings, py::handle hw_obj) {
-  auto hw = TensorArg::from(hw_obj, "hw");
-  hw.ndim(1).dtype_is(vlk::kI64).device(vlk::kCPU).size(0, static_cast<int64_t>(strings.size()), "one per string");
-  hw.contiguous();
-  std::vector<int64_t> counts, offsets;
-  std::string error;
-  {
-    py::gil_scoped_release release;
-    error = vlk::rle_parse_strings(strings, hw.data<const int64_t>(), counts, offsets);
-  }
-  return py::make_tuple(to_array(std::move(counts)), to_array(std::move(offsets)), error);
+// Compressed strings (vlk::boxes::strings_arg) -> run_off int64 [N + 1]: the CSR offsets of their runs, from which
+// Python allocates the counts that rle_parse fills.
+void rle_string_run_offsets(py::handle buf_obj, py::handle off_obj, py::handle run_off_obj) {
+  const auto s = vlk::boxes::strings_arg(buf_obj, off_obj);
+  auto run_off = vlk::boxes::int64_vector(run_off_obj, "run_offsets", s.buf, s.n() + 1, "N + 1");
+  run_off.writable();
+  py::gil_scoped_release release;
+  vlk::rle_string_run_offsets(s.buf.data<const uint8_t>(), s.off.data<const int64_t>(), s.n(),
+                              run_off.data<int64_t>());
+}
+
+// Compressed strings -> their runs in counts[run_off[k] .. run_off[k + 1]) (run_off from rle_string_run_offsets).
+// Returns "" or the data error (bad character, truncated count, runs not summing to hw[k], ...) for Python to raise
+// with the caller's names. hw: int64 [N].
+std::string rle_parse(py::handle buf_obj, py::handle off_obj, py::handle hw_obj, py::handle run_off_obj,
+                      py::handle counts_obj) {
+  const auto s = vlk::boxes::strings_arg(buf_obj, off_obj);
+  auto hw = vlk::boxes::int64_vector(hw_obj, "hw", s.buf, s.n(), "one per string");
+  auto counts = runs_vector(counts_obj, "counts");
+  counts.device(vlk::kCPU).writable();
+  auto run_off = csr_offsets(run_off_obj, counts, "run_offsets");
+  run_off.size(0, s.n() + 1, "N + 1");
+  py::gil_scoped_release release;
+  return vlk::rle_parse_strings(s.buf.data<const uint8_t>(), s.off.data<const int64_t>(), s.n(),
+                                hw.data<const int64_t>(), run_off.data<const int64_t>(), counts.data<int64_t>());
 }
 
 py::list rle_to_strings(py::handle counts_obj, py::handle offsets_obj) {
@@ -72,50 +78,42 @@ py::list rle_encode(py::handle masks_obj) {
   return to_bytes_list(s);
 }
 
-py::tuple rle_encode_runs(py::handle masks_obj) {
+// Masks -> run_off int64 [N + 1], the CSR offsets of their runs, from which Python allocates the counts.
+void rle_encode_run_offsets(py::handle masks_obj, py::handle run_off_obj) {
   auto masks = cpu_masks(masks_obj);
   const vlk::MaskStrides ms = vlk::boxes::mask_strides(masks);
-  std::vector<int64_t> counts, offsets;
-  {
-    py::gil_scoped_release release;
-    vlk::rle_encode_runs(masks.data<const uint8_t>(), masks.size(0), ms, counts, offsets);
-  }
-  return py::make_tuple(to_array(std::move(counts)), to_array(std::move(offsets)));
+  auto run_off = vlk::boxes::int64_vector(run_off_obj, "run_offsets", masks, masks.size(0) + 1, "N + 1");
+  run_off.writable();
+  py::gil_scoped_release release;
+  vlk::rle_encode_run_offsets(masks.data<const uint8_t>(), masks.size(0), ms, run_off.data<int64_t>());
 }
 
-// pycocotools rleIou on CPU run counts of one h x w size (the index builder walks the runs: they are checked to
-// lie in [0, h*w] and sum to h*w).
-void rle_iou(py::handle dc, py::handle doff, py::handle gc, py::handle goff, int64_t h, int64_t w,
-             py::handle crowd_obj, py::handle out_obj) {
-  if (h < 0 || w < 0 || (w > 0 && h > vlk::boxes::kMaxPixels / w)) {
-    throw py::value_error("size (h, w) must be non-negative with h*w < 2**32, got (" + std::to_string(h) + ", " +
-                          std::to_string(w) + ")");
+// Masks -> their runs in counts[run_off[k] .. run_off[k + 1]) (run_off from rle_encode_run_offsets).
+void rle_encode_runs(py::handle masks_obj, py::handle run_off_obj, py::handle counts_obj) {
+  auto masks = cpu_masks(masks_obj);
+  const vlk::MaskStrides ms = vlk::boxes::mask_strides(masks);
+  auto counts = runs_vector(counts_obj, "counts");
+  counts.device(vlk::kCPU).writable();
+  auto run_off = csr_offsets(run_off_obj, counts, "run_offsets");
+  run_off.size(0, masks.size(0) + 1, "N + 1");
+  bool fits = true;
+  {
+    py::gil_scoped_release release;
+    fits = vlk::rle_encode_runs(masks.data<const uint8_t>(), masks.size(0), ms, run_off.data<const int64_t>(),
+                                counts.data<int64_t>());
   }
-  auto d = runs_vector(dc, "dt_counts");
-  d.device(vlk::kCPU);
-  auto d_off = csr_offsets(doff, d, "dt_offsets");
-  auto g = runs_vector(gc, "gt_counts");
-  g.device(vlk::kCPU);
-  auto g_off = csr_offsets(goff, g, "gt_offsets");
-  vlk::boxes::check_runs(d, d_off, h * w, h * w);
-  vlk::boxes::check_runs(g, g_off, h * w, h * w);
-  const int64_t nd = d_off.size(0) - 1, ng = g_off.size(0) - 1;
-  auto crowd = TensorArg::from(crowd_obj, "iscrowd");
-  crowd.ndim(1).dtype_is(vlk::kU8).device(vlk::kCPU).size(0, ng, "one per ground truth").contiguous();
-  auto out = TensorArg::from(out_obj, "out");
-  out.ndim(2).dtype_is(vlk::kF64).device(vlk::kCPU).size(0, nd).size(1, ng).contiguous().writable();
-  py::gil_scoped_release release;
-  vlk::launch_rle_iou(d.data<const int64_t>(), d_off.data<const int64_t>(), nd, g.data<const int64_t>(),
-                      g_off.data<const int64_t>(), ng, h, w, crowd.data<const uint8_t>(), out.data<double>());
+  if (!fits) run_off.refuse("does not match the masks' run counts (from rle_encode_run_offsets)");
 }
 
 }  // namespace
 
 VLK_BIND(boxes_rle) {
-  m.def("rle_parse", &rle_parse, py::arg("strings"), py::arg("hw"));
+  m.def("rle_string_run_offsets", &rle_string_run_offsets, py::arg("strings"), py::arg("string_offsets"),
+        py::arg("run_offsets"));
+  m.def("rle_parse", &rle_parse, py::arg("strings"), py::arg("string_offsets"), py::arg("hw"), py::arg("run_offsets"),
+        py::arg("counts"));
   m.def("rle_to_strings", &rle_to_strings, py::arg("counts"), py::arg("offsets"));
   m.def("rle_encode", &rle_encode, py::arg("masks"));
-  m.def("rle_encode_runs", &rle_encode_runs, py::arg("masks"));
-  m.def("rle_iou", &rle_iou, py::arg("dt_counts"), py::arg("dt_offsets"), py::arg("gt_counts"),
-        py::arg("gt_offsets"), py::arg("h"), py::arg("w"), py::arg("iscrowd"), py::arg("out"));
+  m.def("rle_encode_run_offsets", &rle_encode_run_offsets, py::arg("masks"), py::arg("run_offsets"));
+  m.def("rle_encode_runs", &rle_encode_runs, py::arg("masks"), py::arg("run_offsets"), py::arg("counts"));
 }

@@ -171,10 +171,15 @@ CsumSide csum_side(py::handle c, py::handle o, py::handle a, py::handle b, const
   return {std::move(csum), std::move(offsets), std::move(area), std::move(bbox)};
 }
 
+// h, w: the mask size (the CPU column planes index columns with it).
 void rle_iou_csum(py::handle dc, py::handle doff, py::handle darea, py::handle dbox, py::handle gc, py::handle goff,
-                  py::handle garea, py::handle gbox, py::handle crowd_obj, py::handle out_obj, int64_t parts,
-                  [[maybe_unused]] std::uintptr_t stream) {
+                  py::handle garea, py::handle gbox, int64_t h, int64_t w, py::handle crowd_obj, py::handle out_obj,
+                  int64_t parts, [[maybe_unused]] std::uintptr_t stream) {
   check_parts(parts);
+  if (h < 0 || w < 0 || (w > 0 && h > vlk::boxes::kMaxPixels / w)) {
+    throw py::value_error("size (h, w) must be non-negative with h*w < 2**32, got (" + std::to_string(h) + ", " +
+                          std::to_string(w) + ")");
+  }
   CsumSide d = csum_side(dc, doff, darea, dbox, "dt", nullptr);
   CsumSide g = csum_side(gc, goff, garea, gbox, "gt", &d.csum);
   const int64_t nd = d.area.size(0), ng = g.area.size(0);
@@ -189,7 +194,7 @@ void rle_iou_csum(py::handle dc, py::handle doff, py::handle darea, py::handle d
     vlk::launch_rle_iou_csum(d.csum.data<const int64_t>(), d.offsets.data<const int64_t>(),
                              d.area.data<const int64_t>(), d.bbox.data<const double>(), nd,
                              g.csum.data<const int64_t>(), g.offsets.data<const int64_t>(),
-                             g.area.data<const int64_t>(), g.bbox.data<const double>(), ng,
+                             g.area.data<const int64_t>(), g.bbox.data<const double>(), ng, h, w,
                              crowd.data<const uint8_t>(), out.data<double>(), parts);
   }
 #ifdef VLK_WITH_CUDA
@@ -220,5 +225,5 @@ VLK_BIND(boxes_rle_counts) {
         py::arg("out"), py::arg("stream") = 0);
   m.def("rle_iou_csum", &rle_iou_csum, py::arg("dt_csum"), py::arg("dt_offsets"), py::arg("dt_area"),
         py::arg("dt_bbox"), py::arg("gt_csum"), py::arg("gt_offsets"), py::arg("gt_area"), py::arg("gt_bbox"),
-        py::arg("iscrowd"), py::arg("out"), py::arg("parts") = 1, py::arg("stream") = 0);
+        py::arg("h"), py::arg("w"), py::arg("iscrowd"), py::arg("out"), py::arg("parts") = 1, py::arg("stream") = 0);
 }

@@ -267,6 +267,7 @@ def test_rle_str_counts_must_be_ascii():
         "vlkernels.boxes.rle_dicts",
         "vlkernels.boxes.mask_api",
         "vlkernels.boxes.masks",
+        "vlkernels.boxes.coco_mask",
         "vlkernels.boxes.iou",
         "vlkernels.boxes",
     ],

@@ -371,6 +371,7 @@ def _rle_binding_cases():
     csum = counts.cumsum(0)
     area, crowd, iou = torch.tensor([3, 4]), torch.zeros(2, dtype=torch.uint8), torch.empty(2, 2, dtype=torch.float64)
     one_mask = torch.zeros(1, 4, 4, dtype=torch.uint8)
+    strs = (torch.tensor(list(b"1304"), dtype=torch.uint8), torch.tensor([0, 2, 4]))
     one_mask[0, 1:3, 1:3] = 1
     return {
         "area-counts-dtype": (lambda: C.rle_area(counts.int(), offsets, out2), "counts has dtype int32"),
@@ -390,29 +391,59 @@ def _rle_binding_cases():
         "decode-out": (lambda: C.rle_decode_csum(csum, offsets, torch.zeros(3, 2, 2, dtype=torch.uint8)), "out must"),
         "decode-out-dtype": (lambda: C.rle_decode_csum(csum, offsets, torch.zeros(2, 2, 2)), "out has dtype float32"),
         "to-strings-csr": (lambda: C.rle_to_strings(counts, torch.tensor([0, 2, 9])), "offsets is not a valid CSR"),
-        "parse-hw": (lambda: C.rle_parse([b"13", b"04"], hw[:1]), "hw must have size 2"),
-        "iou-sum": (lambda: C.rle_iou(counts, offsets, counts, offsets, 2, 3, crowd, iou), "sum to 4 but the size h"),
+        "parse-hw": (lambda: C.rle_parse(*strs, hw[:1], offsets, counts.clone()), "hw must have size 2"),
+        "parse-counts-short": (lambda: C.rle_parse(*strs, hw, torch.tensor([0, 2, 9]), counts.clone()), "run_offsets"),
+        "parse-string-offsets": (
+            lambda: C.rle_parse(strs[0], torch.tensor([0, 2, 9]), hw, offsets, counts.clone()),
+            "string_offsets is not a valid CSR",
+        ),
+        "run-offsets-out": (lambda: C.rle_string_run_offsets(*strs, offsets[:2]), "run_offsets must have size 3"),
+        "polygons-csr": (
+            lambda: C.rle_from_polygons(torch.zeros(6, dtype=torch.float64), torch.tensor([0, 5]), 4, 4),
+            "polygon_offsets is not a valid CSR",
+        ),
+        "polygons-odd": (
+            lambda: C.rle_from_polygons(torch.zeros(5, dtype=torch.float64), torch.tensor([0, 2]), 4, 4),
+            "even number",
+        ),
+        "merge-strings-csr": (
+            lambda: C.rle_merge_strings(strs[0], torch.tensor([0, 3]), 2, 2, False),
+            "string_offsets is not a valid CSR",
+        ),
         "iou-size": (
-            lambda: C.rle_iou(counts, offsets, counts, offsets, 2**20, 2**20, crowd, iou),
+            lambda: C.rle_iou_csum(csum, offsets, area, box2, csum, offsets, area, box2, 2**20, 2**20, crowd, iou),
             "h\\*w < 2\\*\\*32",
         ),
-        "iou-crowd": (lambda: C.rle_iou(counts, offsets, counts, offsets, 2, 2, crowd[:1], iou), "iscrowd must have"),
-        "iou-out": (lambda: C.rle_iou(counts, offsets, counts, offsets, 2, 2, crowd, iou[:1]), "out must have size 2"),
+        "iou-crowd": (
+            lambda: C.rle_iou_csum(csum, offsets, area, box2, csum, offsets, area, box2, 2, 2, crowd[:1], iou),
+            "iscrowd must have",
+        ),
+        "iou-out": (
+            lambda: C.rle_iou_csum(csum, offsets, area, box2, csum, offsets, area, box2, 2, 2, crowd, iou[:1]),
+            "out must have size 2",
+        ),
         "iou-csum-bbox": (
-            lambda: C.rle_iou_csum(csum, offsets, area, box2, csum, offsets, area, box2[:1], crowd, iou),
+            lambda: C.rle_iou_csum(csum, offsets, area, box2, csum, offsets, area, box2[:1], 2, 2, crowd, iou),
             "gt_bbox must have size 2",
         ),
         "iou-csum-area": (
-            lambda: C.rle_iou_csum(csum, offsets, area.int(), box2, csum, offsets, area, box2, crowd, iou),
+            lambda: C.rle_iou_csum(csum, offsets, area.int(), box2, csum, offsets, area, box2, 2, 2, crowd, iou),
             "dt_area has dtype int32",
         ),
         "iou-csum-offsets": (
-            lambda: C.rle_iou_csum(csum, offsets, area, box2, csum, torch.tensor([0, 3, 1]), area, box2, crowd, iou),
+            lambda: C.rle_iou_csum(
+                csum, offsets, area, box2, csum, torch.tensor([0, 3, 1]), area, box2, 2, 2, crowd, iou
+            ),
             "gt_offsets is not a valid CSR",
         ),
         "encode-dtype": (lambda: C.rle_encode(masks.int()), "masks has dtype int32"),
         "encode-rank": (lambda: C.rle_encode(masks[0]), "masks must have 3 dimensions"),
-        "encode-runs-dtype": (lambda: C.rle_encode_runs(masks.bool()), "masks has dtype bool"),
+        "encode-runs-dtype": (lambda: C.rle_encode_run_offsets(masks.bool(), offsets), "masks has dtype bool"),
+        "encode-runs-offsets": (lambda: C.rle_encode_run_offsets(masks, offsets[:2]), "run_offsets must have size 3"),
+        "encode-runs-mismatch": (
+            lambda: C.rle_encode_runs(masks, torch.tensor([0, 2, 4]), counts.clone()),
+            "run_offsets does not match",
+        ),
         "count-chunks-shape": (
             lambda: C.rle_count_chunks(masks, torch.zeros(2, 2, **i64)),
             "chunk_cnt must have size 1",
@@ -442,10 +473,30 @@ def test_rle_bindings_accept_numpy_and_any_mask_strides():
     C = _ext.load()
     g = np.random.default_rng(7)
     m = np.asfortranarray((g.random((9, 11, 3)) < 0.4).astype(np.uint8))
-    counts, offsets = C.rle_encode_runs(m.transpose(2, 0, 1))
+    offsets = np.empty(4, dtype=np.int64)
+    C.rle_encode_run_offsets(m.transpose(2, 0, 1), offsets)
+    counts = np.empty(offsets[-1], dtype=np.int64)
+    C.rle_encode_runs(m.transpose(2, 0, 1), offsets, counts)
     ref = coco_mask.encode(m)
     strings = C.rle_to_strings(counts, offsets)
     assert strings == [r["counts"] for r in ref]
     area = np.zeros(3, dtype=np.int64)
     C.rle_area(counts, offsets, area)
     np.testing.assert_array_equal(area, coco_mask.area(ref))
+
+
+def test_rle_iou_binding_reads_runs_of_another_size_in_bounds():
+    # Runs that are not masks of the h x w passed (a direct call; the Python layer never makes one): the CPU column
+    # planes are built only from columns inside [0, w), so the answer is the interval merge's, read in bounds
+    # (this file runs under ASan).
+    C = _ext.load()
+    counts = torch.tensor([3, 40, 5, 2, 1, 9])
+    offsets = torch.tensor([0, 3, 6])
+    csum = counts.cumsum(0)
+    area = torch.tensor([40, 2])
+    box = torch.tensor([[0.0, 0.0, 9.0, 9.0]] * 2, dtype=torch.float64)
+    crowd = torch.zeros(2, dtype=torch.uint8)
+    out, ref = torch.empty(2, 2, dtype=torch.float64), torch.empty(2, 2, dtype=torch.float64)
+    C.rle_iou_csum(csum, offsets, area, box, csum, offsets, area, box, 4, 2, crowd, out)
+    C.rle_iou_csum(csum, offsets, area, box, csum, offsets, area, box, 4, 2, crowd, ref, 32)
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)

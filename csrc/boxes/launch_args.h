@@ -83,6 +83,22 @@ inline void check_runs(const TensorArg& counts, const TensorArg& offsets, int64_
   }
 }
 
+// Compressed strings back to back: buf 1-D uint8 CPU, str_off int64 [N + 1] whose values are a CSR over buf (string
+// k is buf[str_off[k] .. str_off[k + 1])).
+struct StringsArg {
+  TensorArg buf, off;
+  int64_t n() const { return off.size(0) - 1; }
+};
+inline StringsArg strings_arg(pybind11::handle buf_obj, pybind11::handle off_obj) {
+  auto buf = TensorArg::from(buf_obj, "strings");
+  buf.ndim(1).dtype_is(kU8).device(kCPU).contiguous();
+  auto off = int64_vector(off_obj, "string_offsets", buf);
+  if (off.size(0) < 1) off.refuse("must hold N + 1 >= 1 entries");
+  const std::string error = rle_check_csr(off.data<const int64_t>(), off.size(0) - 1, buf.numel());
+  if (!error.empty()) off.refuse("is not a valid CSR over strings: " + error);
+  return {std::move(buf), std::move(off)};
+}
+
 constexpr int64_t kMaxPixels = (int64_t{1} << 32) - 1;  // COCO RLE keeps sizes and runs in 32-bit unsigned ints
 
 // masks: (N, H, W) uint8 (nonzero = foreground) with any non-negative strides (bytes = elements) -> the kernels'

@@ -1,6 +1,7 @@
 // COCO run-length encoding, bit-compatible with pycocotools' maskApi.c: column-major runs alternating
 // background/foreground starting with background, the compressed-string (LEB128-like, 6 bits per char, deltas
-// against the run two back) format, area, bbox, and IoU (iscrowd -> intersection / area(dt)).
+// against the run two back) format, encode, and the CPU launchers of area, bbox and IoU (iscrowd -> intersection /
+// area(dt)): the one host engine, built on the per-element functions of rle_counts.h that the CUDA kernels share.
 // RLE sets are flattened: counts[offsets[k] .. offsets[k+1]) are the runs of RLE k (int64, validated
 // non-negative, < 2^32, summing to h*w by the Python layer or by rle_parse_strings).
 #pragma once
@@ -13,11 +14,16 @@
 
 namespace vlk {
 
-// Decodes compressed strings. Returns "" on success, else a message naming the string index and the defect (bad
-// character, truncated count, count overflow, negative run, runs not summing to hw[k]); the caller raises it (no
-// C++ exception crosses the module boundary). Never reads past a string's end.
-std::string rle_parse_strings(const std::vector<std::string>& strings, const int64_t* hw, std::vector<int64_t>& counts,
-                       std::vector<int64_t>& offsets);
+// n compressed strings back to back in buf, string k at [str_off[k], str_off[k + 1]). run_off [n + 1] receives the
+// CSR offsets of their runs: one per character that ends a count, exact for every well-formed string.
+void rle_string_run_offsets(const uint8_t* buf, const int64_t* str_off, int64_t n, int64_t* run_off);
+
+// Decodes the strings into counts[run_off[k] .. run_off[k + 1]) (run_off from rle_string_run_offsets). Returns "" on
+// success, else a message naming the string index and the defect (bad character, truncated count, count overflow,
+// negative run, runs not summing to hw[k]); the caller raises it (no C++ exception crosses the module boundary).
+// Never reads past a string's end nor writes outside its runs' slots.
+std::string rle_parse_strings(const uint8_t* buf, const int64_t* str_off, int64_t n, const int64_t* hw,
+                              const int64_t* run_off, int64_t* counts);
 
 // Runs -> compressed strings (pycocotools rleToString).
 std::vector<std::string> rle_to_strings(const int64_t* counts, const int64_t* offsets, int64_t n);
@@ -26,10 +32,14 @@ std::vector<std::string> rle_to_strings(const int64_t* counts, const int64_t* of
 // column-major order (as pycocotools); nonzero = foreground.
 std::vector<std::string> rle_encode_strings(const uint8_t* masks, int64_t n, const MaskStrides& ms);
 
-// The same masks -> runs in CSR (the CPU encoder: one pass per mask with write_transitions, chunk by chunk; the
-// two-pass CUDA encoder's twin is launch_rle_count_chunks / launch_rle_write_ends).
-void rle_encode_runs(const uint8_t* masks, int64_t n, const MaskStrides& ms, std::vector<int64_t>& counts,
-                     std::vector<int64_t>& offsets);
+// The same masks -> runs in CSR, in two calls so that the caller allocates them: rle_encode_run_offsets fills
+// run_off [n + 1] (boundaries counted, nothing written: popcounts of the packed bits for column- or row-contiguous
+// masks), then rle_encode_runs writes mask k's runs to counts[run_off[k] .. run_off[k + 1]), one pass per mask with
+// the SIMD encoder of rle_encode.h (or write_transitions for other strides). Returns false, leaving that mask's slots
+// unwritten, where run_off does not match the masks. (The two-pass CUDA encoder's twin is launch_rle_count_chunks /
+// launch_rle_write_ends.)
+void rle_encode_run_offsets(const uint8_t* masks, int64_t n, const MaskStrides& ms, int64_t* run_off);
+bool rle_encode_runs(const uint8_t* masks, int64_t n, const MaskStrides& ms, const int64_t* run_off, int64_t* counts);
 
 // Decoding is launch_rle_decode_csum (rle_counts.h), shared with the counts path.
 
@@ -41,9 +51,15 @@ void launch_rle_area(const int64_t* counts, const int64_t* offsets, int64_t n, i
 void launch_rle_to_bbox(const int64_t* counts, const int64_t* offsets, int64_t n, const int64_t* h, const int64_t* w,
                         double* out);
 
-// out: [nd, ng] float64, pycocotools rleIou with its bbox prefilter; all RLEs share one size h x w.
-void launch_rle_iou(const int64_t* dt_counts, const int64_t* dt_offsets, int64_t nd, const int64_t* gt_counts,
-                    const int64_t* gt_offsets, int64_t ng, int64_t h, int64_t w, const uint8_t* iscrowd, double* out);
+// The RLE IoU (pycocotools rleIou, bbox prefilter included) of every (dt, gt) pair of two sets of one size h x w, on
+// their run sums (rle_counts.h): out [nd, ng] float64; area [n] int64 and bbox [n, 4] float64 from launch_rle_area /
+// launch_rle_to_bbox; iscrowd may be null. The CPU twin of launch_rle_iou_csum_cuda and the one CPU IoU: parts = 1
+// intersects masks with at most 4 pieces per column by their column planes (vectorized) and the others with
+// rle::inter_part; parts > 1 sums that many inter_part slices per pair, as the CUDA warp's lanes do (tests: 32).
+void launch_rle_iou_csum(const int64_t* dt_csum, const int64_t* dt_offsets, const int64_t* dt_area,
+                         const double* dt_bbox, int64_t nd, const int64_t* gt_csum, const int64_t* gt_offsets,
+                         const int64_t* gt_area, const double* gt_bbox, int64_t ng, int64_t h, int64_t w,
+                         const uint8_t* iscrowd, double* out, int64_t parts = 1);
 
 // out: [nd, ng] float64, pycocotools bbIou on xywh float64 boxes.
 void launch_coco_box_iou(const double* dt, int64_t nd, const double* gt, int64_t ng, const uint8_t* iscrowd,

@@ -1,7 +1,6 @@
-// CPU twins of rle_counts.cu: the same per-range / per-mask / per-pair functions of rle_counts.h. The encode twins
+// CPU twins of rle_counts.cu's encode and decode: the same per-range functions of rle_counts.h. The encode twins
 // replay the CUDA block exactly (thread ranges in order, the block scan as a running sum); decode uses the GPU's
-// 16-pixel steps; area and IoU take `parts` (1 for speed; the tests also run 32, the warp's lanes), which the lane
-// split reproduces by construction (the slices' partial sums add up). Multithreaded over chunks, masks or rows.
+// 16-pixel steps. Area, bbox and IoU twins are in rle.cpp. Multithreaded over chunks or masks.
 #include <algorithm>
 #include <atomic>
 
@@ -91,27 +90,6 @@ void launch_rle_decode_csum(const int64_t* csum, const int64_t* offsets, int64_t
       for (int64_t q = 0; q < items; ++q) {
         const int64_t p0 = q * rle::kDecodeItems;
         rle::decode_range(csum + o, m, base, p0, std::min(hw, p0 + rle::kDecodeItems), out + k * hw);
-      }
-    }
-  });
-}
-
-void launch_rle_iou_csum(const int64_t* dt_csum, const int64_t* dt_offsets, const int64_t* dt_area,
-                         const double* dt_bbox, int64_t nd, const int64_t* gt_csum, const int64_t* gt_offsets,
-                         const int64_t* gt_area, const double* gt_bbox, int64_t ng, const uint8_t* iscrowd,
-                         double* out, int64_t parts) {
-  parallel_for(nd, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t d = begin; d < end; ++d) {
-      const rle::Intervals A = rle::intervals_of(dt_csum, dt_offsets, d);
-      for (int64_t g = 0; g < ng; ++g) {
-        double o = 0.0;
-        if (rle::bbox_overlap(dt_bbox + 4 * d, gt_bbox + 4 * g)) {
-          const rle::Intervals B = rle::intervals_of(gt_csum, gt_offsets, g);
-          int64_t inter = 0;
-          for (int64_t p = 0; p < parts; ++p) inter += rle::inter_part(A, B, p, parts);
-          o = rle::iou_value(inter, dt_area[d], gt_area[g], iscrowd != nullptr && iscrowd[g]);
-        }
-        out[d * ng + g] = o;
       }
     }
   });

@@ -1,6 +1,6 @@
-// COCO RLE on uncompressed run counts in CSR form: the per-mask and per-pair logic shared by the CPU twins
-// (rle.cpp, rle_counts.cpp) and the CUDA kernels (rle_counts.cu), so the CPU tests exercise exactly what the GPU
-// runs. A set of N masks of one size h x w: counts[offsets[k] .. offsets[k + 1]) are mask k's runs over the
+// COCO RLE on uncompressed run counts in CSR form: the per-mask and per-pair logic of the one RLE engine, shared by
+// the CPU launchers (rle.cpp, rle_counts.cpp) and the CUDA kernels (rle_counts.cu), so the CPU tests exercise exactly
+// what the GPU runs. A set of N masks of one size h x w: counts[offsets[k] .. offsets[k + 1]) are mask k's runs over the
 // column-major pixels, alternating background / foreground, starting with background (pycocotools' layout);
 // csum is the inclusive prefix sum of counts over the whole set, so mask k's runs are local positions
 // csum[offsets[k] + i] - base_k with base_k = csum[offsets[k] - 1] (0 for the first run of the set). The Python layer
@@ -223,11 +223,12 @@ VLK_HD double iou_value(int64_t inter, int64_t area_d, int64_t area_g, bool crow
 
 }  // namespace rle
 
-// CPU twins (rle_counts.cpp; area and bbox are launch_rle_area / launch_rle_to_bbox in rle.h). masks: n masks of
-// h x w bytes, mask k's pixel (y, x) at masks[k * sn + y * sy + x * sx] (strides in bytes, non-negative).
-// chunk_cnt / chunk_base: [n, nchunks] with nchunks = ceil(h * w / rle::kChunk). Both replay the CUDA block exactly:
-// one call per thread range, in thread order, the block's exclusive scan as a running sum. (The CPU encoder of the
-// public API is rle_encode_runs, one pass; these twins serve the tests.)
+// CPU twins (rle_counts.cpp; area, bbox and IoU are launch_rle_area / launch_rle_to_bbox / launch_rle_iou_csum in
+// rle.h). masks: n masks of h x w bytes, mask k's pixel (y, x) at masks[k * sn + y * sy + x * sx] (strides in
+// bytes, non-negative). chunk_cnt / chunk_base: [n, nchunks] with nchunks = ceil(h * w / rle::kChunk). Both replay
+// the CUDA block exactly: one call per thread range, in thread order, the block's exclusive scan as a running sum.
+// (The CPU encoder of the public API is rle_encode_run_offsets / rle_encode_runs in rle.h; these twins serve the
+// tests.)
 struct MaskStrides {
   int64_t h, w, sn, sy, sx;
 };
@@ -244,12 +245,7 @@ bool launch_rle_write_ends(const uint8_t* masks, int64_t n, MaskStrides ms, cons
 void launch_rle_runs_from_ends(const int64_t* ends, const int64_t* offsets, int64_t n, int64_t hw, int64_t* counts);
 // out: [n, hw] uint8 column-major.
 void launch_rle_decode_csum(const int64_t* csum, const int64_t* offsets, int64_t n, int64_t hw, uint8_t* out);
-// out: [nd, ng] float64. area: [n] int64, bbox: [n, 4] float64 (launch_rle_area / launch_rle_to_bbox). iscrowd
-// may be null. parts: inter_part slices summed per pair (CUDA: 32 lanes; tests replay that split).
-void launch_rle_iou_csum(const int64_t* dt_csum, const int64_t* dt_offsets, const int64_t* dt_area,
-                         const double* dt_bbox, int64_t nd, const int64_t* gt_csum, const int64_t* gt_offsets,
-                         const int64_t* gt_area, const double* gt_bbox, int64_t ng, const uint8_t* iscrowd,
-                         double* out, int64_t parts = 1);
+// IoU: launch_rle_iou_csum (rle.h).
 
 #ifdef VLK_WITH_CUDA
 void launch_rle_count_chunks_cuda(const uint8_t* masks, int64_t n, MaskStrides ms, int64_t* chunk_cnt,

@@ -88,6 +88,52 @@ void column_major(const uint8_t* m, int64_t hw, PackFn pack, std::vector<int64_t
   }
 }
 
+// How many boundaries column_major would append (the same bits, popcounted).
+int64_t column_major_count(const uint8_t* m, int64_t hw, PackFn pack, std::vector<uint64_t>& words) {
+  constexpr int64_t kBlock = 64 * 256;
+  words.resize(kBlock / 64);
+  uint64_t carry = 0;
+  int64_t count = 0;
+  for (int64_t b0 = 0; b0 < hw; b0 += kBlock) {
+    const int64_t nb = std::min(kBlock, hw - b0), nw = (nb + 63) / 64;
+    pack(m + b0, nb, words.data());
+    for (int64_t i = 0; i < nw; ++i) {
+      const uint64_t w = words[i];
+      uint64_t t = w ^ ((w << 1) | carry);
+      carry = w >> 63;
+      if (i == nw - 1 && (nb & 63)) t &= (uint64_t{1} << (nb & 63)) - 1;
+      count += __builtin_popcountll(t);
+    }
+  }
+  return count;
+}
+
+// How many boundaries row_major would append: row 0 against the last row shifted one column, then each row against
+// the one above, popcounted.
+int64_t row_major_count(const uint8_t* m, int64_t h, int64_t w, int64_t sy, PackFn pack,
+                        std::vector<uint64_t>& scratch) {
+  const int64_t nw = (w + 63) / 64;
+  scratch.assign(static_cast<size_t>(3 * nw), 0);
+  uint64_t* prev = scratch.data();
+  uint64_t* cur = prev + nw;
+  uint64_t* last = cur + nw;
+  const uint64_t tail = (w & 63) ? (uint64_t{1} << (w & 63)) - 1 : ~uint64_t{0};
+  int64_t count = 0;
+  pack(m + (h - 1) * sy, w, last);
+  pack(m, w, prev);
+  for (int64_t i = 0; i < nw; ++i) {
+    uint64_t d = prev[i] ^ ((last[i] << 1) | (i > 0 ? last[i - 1] >> 63 : 0));
+    if (i == nw - 1) d &= tail;
+    count += __builtin_popcountll(d);
+  }
+  for (int64_t y = 1; y < h; ++y) {
+    pack(m + y * sy, w, cur);
+    for (int64_t i = 0; i < nw; ++i) count += __builtin_popcountll(cur[i] ^ prev[i]);
+    std::swap(prev, cur);
+  }
+  return count;
+}
+
 // Row-contiguous (rows of w bytes, sy apart): pixel (y, x) starts a run when it differs from (y - 1, x), or for
 // y = 0 from (h - 1, x - 1), the previous pixel in column order. Boundaries come out row by row; a counting sort
 // over columns (stable, so rows stay increasing) puts them in column order.
@@ -135,6 +181,15 @@ void row_major(const uint8_t* m, int64_t h, int64_t w, int64_t sy, PackFn pack, 
 }
 
 }  // namespace
+
+int64_t rle_mask_boundary_count(const uint8_t* mask, const MaskStrides& ms, std::vector<uint64_t>& scratch) {
+  static const PackFn pack = pick_pack();
+  const int64_t h = ms.h, w = ms.w;
+  if (h <= 0 || w <= 0) return 0;
+  if (ms.sy == 1 && (ms.sx == h || w == 1)) return column_major_count(mask, h * w, pack, scratch);
+  if (ms.sx == 1) return row_major_count(mask, h, w, ms.sy, pack, scratch);
+  return -1;
+}
 
 bool rle_mask_boundaries(const uint8_t* mask, const MaskStrides& ms, std::vector<int64_t>& ends,
                          std::vector<uint64_t>& scratch) {

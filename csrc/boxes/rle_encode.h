@@ -20,4 +20,8 @@ namespace vlk {
 bool rle_mask_boundaries(const uint8_t* mask, const MaskStrides& ms, std::vector<int64_t>& ends,
                          std::vector<uint64_t>& scratch);
 
+// How many positions rle_mask_boundaries appends for the same mask (bits popcounted, nothing written), or -1 for
+// layouts it does not take.
+int64_t rle_mask_boundary_count(const uint8_t* mask, const MaskStrides& ms, std::vector<uint64_t>& scratch);
+
 }  // namespace vlk

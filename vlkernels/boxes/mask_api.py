@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from vlkernels import _ext
-from vlkernels.boxes.rle_dicts import _MAX_PIXELS, _counts_bytes, _parse, _run_lengths, _size_of
+from vlkernels.boxes.rle_dicts import _MAX_PIXELS, _counts_bytes, _parse, _run_lengths, _size_of, strings_buffer
 
 RLE = dict  # {"size": [h, w], "counts": bytes}
 
@@ -87,7 +87,39 @@ def rle_from_polygons(polygons: Sequence[Sequence[float]] | np.ndarray, h: int, 
         polygons = list(polygons)
     if isinstance(polygons, (str, bytes, Mapping)) or not isinstance(polygons, (Sequence, np.ndarray)):
         raise TypeError(f"polygons must be a list of flat coordinate lists, got {type(polygons).__name__}")
-    return _dicts(_ext.load().rle_from_polygons(list(polygons), h, w), h, w)
+    xy, offsets = _flat_polygons(polygons)
+    return _dicts(_ext.load().rle_from_polygons(xy, offsets, h, w), h, w)
+
+
+def _flat_polygons(polygons: Sequence) -> tuple[np.ndarray, np.ndarray]:
+    """Polygons -> their coordinates back to back (float64) and the CSR offsets of their vertices (int64)."""
+    parts = []
+    for p, poly in enumerate(polygons):
+        where = f"polygon {p}"
+        if isinstance(poly, np.ndarray):
+            if poly.ndim != 1:
+                raise ValueError(f"{where} must be a flat [x1, y1, x2, y2, ...] array, got {poly.ndim} dimensions")
+            try:
+                a = poly.astype(np.float64)
+            except (TypeError, ValueError):
+                raise TypeError(f"{where} is an array that does not convert to float64") from None
+        elif isinstance(poly, (list, tuple)):
+            for j, v in enumerate(poly):
+                if not isinstance(v, (numbers.Real, np.number)) or isinstance(v, np.bool_):
+                    raise TypeError(
+                        f"{where}: coordinate {j} is a {type(v).__name__}; a polygon is a flat list of numbers "
+                        "[x1, y1, x2, y2, ...]"
+                    )
+            a = np.array(poly, dtype=np.float64)
+        else:
+            raise TypeError(f"{where} must be a flat list [x1, y1, x2, y2, ...] of numbers, got {type(poly).__name__}")
+        if a.size % 2:
+            raise ValueError(f"{where} has {a.size} coordinates; a polygon is a flat list of x, y pairs")
+        parts.append(a)
+    offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+    np.cumsum([a.size // 2 for a in parts], out=offsets[1:])
+    xy = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float64)
+    return xy, offsets
 
 
 def rle_from_bboxes(boxes: Sequence[Sequence[float]] | np.ndarray | torch.Tensor, h: int, w: int) -> list[RLE]:
@@ -269,7 +301,8 @@ def rle_merge(rles: Sequence[Mapping], intersect: bool = False) -> RLE:
         # Compressed strings of one size (what frPyObjects returns): parsed, merged and encoded in one C++ call.
         if all(s == sizes[0] for s in sizes) and all(isinstance(c, (bytes, str)) for c in raw):
             strings = [_counts_bytes(c, "rles", k) for k, c in enumerate(raw)]
-            counts = _checked(_ext.load().rle_merge_strings(strings, *sizes[0], bool(intersect)))
+            buf, str_off = strings_buffer(strings)
+            counts = _checked(_ext.load().rle_merge_strings(buf, str_off, *sizes[0], bool(intersect)))
             return {"size": list(sizes[0]), "counts": counts}
     s = _parse(rles, "rles")
     if len(s) == 0:

@@ -9,7 +9,7 @@ import torch
 from vlkernels import _ext
 from vlkernels._validate import check_same_device, check_tensor
 from vlkernels.boxes.iou import check_pair
-from vlkernels.boxes.launch import stream
+from vlkernels.boxes.launch import as_tensor_view, stream
 from vlkernels.boxes.reference import mask_iou_ref
 
 
@@ -63,6 +63,7 @@ def _(masks1, masks2, aligned):
 
 
 def _prepare(masks1: torch.Tensor, masks2: torch.Tensor, aligned: bool):
+    masks1, masks2 = as_tensor_view(masks1), as_tensor_view(masks2)
     check_tensor(masks1, "masks1", dtypes=(torch.bool, torch.uint8), min_ndim=3)
     check_tensor(masks2, "masks2", dtypes=(torch.bool, torch.uint8), min_ndim=3)
     check_same_device(masks1=masks1, masks2=masks2)
@@ -86,7 +87,8 @@ def mask_iou(masks1: torch.Tensor, masks2: torch.Tensor, aligned: bool = False) 
     .. math:: o_{ij} = \\frac{|a_i \\wedge b_j|}{|a_i| + |b_j| - |a_i \\wedge b_j|}, \\quad 0 \\text{ if both are empty}
 
     Args:
-        masks1: ``(..., N, H, W)`` bool or uint8 (nonzero = foreground), CPU or CUDA.
+        masks1: ``(..., N, H, W)`` bool or uint8 (nonzero = foreground), CPU or CUDA (a numpy array is taken as a
+            CPU tensor over its buffer).
         masks2: ``(..., M, H, W)`` (aligned: ``(..., N, H, W)``), same batch shape, mask size and device.
         aligned: pair ``masks1[..., i]`` with ``masks2[..., i]``: output ``(..., N)``.
 

@@ -13,6 +13,7 @@ import torch
 from vlkernels import _ext
 from vlkernels._validate import check_finite, check_same_device, check_tensor
 from vlkernels.boxes import rle_counts as _rc
+from vlkernels.boxes.launch import as_tensor_view
 from vlkernels.boxes.rle_counts import RleCounts
 from vlkernels.boxes.rle_dicts import _MAX_PIXELS, RLE, _parse
 
@@ -23,14 +24,16 @@ def _as_list(rles: RLE | Sequence[RLE]) -> tuple[list, bool]:
     return rles, False
 
 
-def rle_encode(masks: torch.Tensor, compress: bool = True) -> RLE | list[RLE] | RleCounts:
+def rle_encode(masks: torch.Tensor | np.ndarray, compress: bool = True) -> RLE | list[RLE] | RleCounts:
     """Encode binary masks as COCO RLE (``pycocotools.mask.encode``), compressed strings or run counts on device.
 
     Runs alternate background/foreground over the column-major (Fortran-order) pixels, starting with background
     (a mask whose first pixel is foreground opens with a zero run).
 
     Args:
-        masks: ``(H, W)`` or ``(N, H, W)`` bool or uint8 (nonzero = foreground), any strides, CPU or CUDA.
+        masks: ``(H, W)`` or ``(N, H, W)`` bool or uint8 (nonzero = foreground), any strides: a tensor (CPU or
+            CUDA) or a numpy array, read in place (pycocotools' Fortran ``(H, W, N)`` array ``a`` is
+            ``a.transpose(2, 0, 1)``, a view; :mod:`vlkernels.boxes.coco_mask` takes it as it is).
         compress: ``True``: pycocotools' compressed-string dicts. ``False``: an :class:`RleCounts` on the masks'
             device (``(H, W)`` input gives N = 1), the input of the device-side ``rle_*`` ops.
 
@@ -40,7 +43,7 @@ def rle_encode(masks: torch.Tensor, compress: bool = True) -> RLE | list[RLE] | 
         whose runs equal pycocotools' uncompressed counts.
 
     Raises:
-        ValueError: not a tensor, wrong dtype or rank, or more than 2**32 - 1 pixels.
+        ValueError: not a tensor or numpy array, wrong dtype or rank, or more than 2**32 - 1 pixels.
 
     Note:
         pycocotools compares raw bytes, so a uint8 value other than 0/1 starts new runs there; here every nonzero
@@ -55,6 +58,7 @@ def rle_encode(masks: torch.Tensor, compress: bool = True) -> RLE | list[RLE] | 
         >>> rle_encode(torch.tensor([[0, 1], [1, 1]], dtype=torch.uint8), compress=False).counts
         tensor([1, 3])
     """
+    masks = as_tensor_view(masks)
     check_tensor(masks, "masks", dtypes=(torch.bool, torch.uint8), ndim=(2, 3))
     single = masks.dim() == 2
     m = masks[None] if single else masks
@@ -100,14 +104,19 @@ def rle_decode(rles: RLE | Sequence[RLE] | RleCounts) -> torch.Tensor:
     if isinstance(rles, RleCounts):
         return _rc.decode_op(rles.counts, rles.offsets, *rles.size)
     items, single = _as_list(rles)
-    s = _parse(items, "rles")
-    n = len(s)
-    if n == 0:
+    out = decode_columns(items).transpose(1, 2).contiguous()
+    return out[0] if single else out
+
+
+def decode_columns(rles: Sequence[RLE]) -> torch.Tensor:
+    """RLE dicts of one size -> uint8 ``(N, W, H)`` contiguous (column-major masks, as the decoder writes them);
+    ``(0, 0, 0)`` for an empty list. ValueError as :func:`rle_decode`."""
+    s = _parse(rles, "rles")
+    if len(s) == 0:
         return torch.zeros(0, 0, 0, dtype=torch.uint8)
     if bool((s.h != s.h[0]).any()) or bool((s.w != s.w[0]).any()):
-        raise ValueError("rles must share one size to be decoded into one tensor; decode them separately")
-    out = _rc.decode_counts(RleCounts._trusted(s.counts, s.offsets, (int(s.h[0]), int(s.w[0]))))
-    return out[0] if single else out
+        raise ValueError("rles must share one size to be decoded into one array; decode them separately")
+    return _rc.decode_columns(RleCounts._trusted(s.counts, s.offsets, (int(s.h[0]), int(s.w[0]))))
 
 
 def rle_area(rles: RLE | Sequence[RLE] | RleCounts) -> torch.Tensor:
@@ -215,8 +224,9 @@ def rle_iou(
 
     Note:
         Two empty masks give 0. RLE IoU uses pycocotools' bbox prefilter, then intersects the foreground
-        intervals (binary search to the overlap, then a merge); counts are exact integers and the ratio is one
-        float64 division, so every value equals pycocotools bit for bit. Multithreaded over detections.
+        intervals (column planes on CPU, or a binary search to the overlap and a merge); counts are exact integers
+        and the ratio is one float64 division, so every value equals pycocotools bit for bit. Multithreaded over
+        detections.
         RleCounts: one CUDA warp per pair (the lanes split dt's foreground intervals inside the common extent, each
         slice binary-searches gt's intervals once, then merges), or the C++ twin of that per-pair code on CPU;
         no host synchronization. Zero-length runs after the first (never produced by pycocotools) give the exact
@@ -260,10 +270,8 @@ def rle_iou(
             C.coco_box_iou(d, g, crowd, out)
         return out
     ds, gs = _parse(dt, "dt"), _parse(gt, "gt")
-    # The kernel writes every entry.
-    out = torch.empty(len(ds), len(gs), dtype=torch.float64)
-    if out.numel() == 0:
-        return out
+    if len(ds) == 0 or len(gs) == 0:
+        return torch.empty(len(ds), len(gs), dtype=torch.float64)
     h, w = int(gs.h[0]), int(gs.w[0])
     for name, s in (("dt", ds), ("gt", gs)):
         bad = ((s.h != h) | (s.w != w)).nonzero()
@@ -272,5 +280,7 @@ def rle_iou(
             raise ValueError(
                 f"{name}[{k}] has size {[int(s.h[k]), int(s.w[k])]} but gt[0] has {[h, w]}; masks must match"
             )
-    C.rle_iou(ds.counts, ds.offsets, gs.counts, gs.offsets, h, w, crowd, out)
-    return out
+    # The one IoU engine, as for RleCounts (the parser checked every mask's runs).
+    return _rc.iou_counts(
+        RleCounts._trusted(ds.counts, ds.offsets, (h, w)), RleCounts._trusted(gs.counts, gs.offsets, (h, w)), crowd
+    )

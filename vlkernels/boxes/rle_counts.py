@@ -14,7 +14,7 @@ import torch
 
 from vlkernels import _ext
 from vlkernels._validate import check_same_device, check_tensor
-from vlkernels.boxes.launch import stream
+from vlkernels.boxes.launch import as_tensor_view, stream
 from vlkernels.boxes.rle_dicts import _MAX_PIXELS, _parse
 
 # Tests set this: CPU then runs the exact twins of the CUDA kernels' split of the work (the two-pass encoder, one
@@ -33,8 +33,8 @@ class RleCounts:
     :meth:`from_coco`, or from your own tensors (validated here).
 
     Args:
-        counts: ``(T,)`` int64 (int32 is converted) run lengths, each in ``[0, h*w]``.
-        offsets: ``(N + 1,)`` int64, ``offsets[0] = 0``, non-decreasing, ``offsets[N] = T``.
+        counts: ``(T,)`` int64 (int32 is converted) run lengths, each in ``[0, h*w]`` (a tensor or numpy array).
+        offsets: ``(N + 1,)`` int64 (tensor or numpy), ``offsets[0] = 0``, non-decreasing, ``offsets[N] = T``.
         size: ``(h, w)``, non-negative with ``h*w < 2**32``.
 
     Raises:
@@ -121,6 +121,7 @@ class RleCounts:
 
 def _validate_csr(counts: object, offsets: object) -> tuple[torch.Tensor, torch.Tensor]:
     """Dtypes, ranks, device and the CSR structure (offsets 0 .. counts.numel(), non-decreasing)."""
+    counts, offsets = as_tensor_view(counts), as_tensor_view(offsets)
     check_tensor(counts, "counts", dtypes=(torch.int64, torch.int32), ndim=1)
     check_tensor(offsets, "offsets", dtypes=(torch.int64,), ndim=1)
     check_same_device(counts=counts, offsets=offsets)
@@ -192,9 +193,11 @@ def encode_counts(masks: torch.Tensor) -> RleCounts:
     C = _ext.load()
     t = mask_bytes(masks.to(on))
     if on.type == "cpu" and not _REPLAY_GPU_SPLIT:
-        counts, offsets = C.rle_encode_runs(t)
-        rc = RleCounts._trusted(torch.from_numpy(counts), torch.from_numpy(offsets), (h, w))
-        return rc.to(device)
+        offsets = torch.empty(n + 1, dtype=torch.int64)
+        C.rle_encode_run_offsets(t, offsets)
+        counts = torch.empty(int(offsets[-1]), dtype=torch.int64)
+        C.rle_encode_runs(t, offsets, counts)
+        return RleCounts._trusted(counts, offsets, (h, w)).to(device)
     chunk = int(C.rle_chunk)
     nchunks = (hw + chunk - 1) // chunk
     chunk_cnt = torch.zeros(n, nchunks, dtype=torch.int64, device=on)
@@ -214,15 +217,21 @@ def encode_counts(masks: torch.Tensor) -> RleCounts:
     return RleCounts._trusted(counts, offsets, (h, w)).to(device)
 
 
-def decode_counts(rc: RleCounts) -> torch.Tensor:
-    """-> uint8 [N, H, W] on rc's device."""
+def decode_columns(rc: RleCounts) -> torch.Tensor:
+    """-> uint8 [N, W, H] contiguous on rc's device: each mask in column-major order, the kernels' output (as numpy
+    ``.transpose(2, 1, 0)`` it is pycocotools' Fortran ``(H, W, N)`` array, without a copy)."""
     device, rc = rc.device, _on_kernel_device(rc)
     h, w = rc.size
     out = torch.empty(len(rc), w, h, dtype=torch.uint8, device=rc.device)
     if out.numel():
         csum = rc.counts.cumsum(0)
         _ext.load().rle_decode_csum(csum, rc.offsets, out, stream(out))
-    return out.transpose(1, 2).contiguous().to(device)
+    return out.to(device)
+
+
+def decode_counts(rc: RleCounts) -> torch.Tensor:
+    """-> uint8 [N, H, W] contiguous on rc's device."""
+    return decode_columns(rc).transpose(1, 2).contiguous()
 
 
 def area_counts(rc: RleCounts) -> torch.Tensor:
@@ -259,7 +268,19 @@ def iou_counts(dt: RleCounts, gt: RleCounts, crowd: torch.Tensor) -> torch.Tenso
     d_box, g_box = bbox_counts(dt), bbox_counts(gt)
     C = _ext.load()
     C.rle_iou_csum(
-        d_csum, dt.offsets, d_area, d_box, g_csum, gt.offsets, g_area, g_box, crowd, out, _parts(), stream(out)
+        d_csum,
+        dt.offsets,
+        d_area,
+        d_box,
+        g_csum,
+        gt.offsets,
+        g_area,
+        g_box,
+        *dt.size,
+        crowd,
+        out,
+        _parts(),
+        stream(out),
     )
     return out.to(device)
 

@@ -70,6 +70,25 @@ def _counts_bytes(counts: bytes | str, name: str, k: int) -> bytes:
     return counts.encode("ascii")
 
 
+def strings_buffer(strings: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """Compressed strings back to back (uint8) and their CSR offsets (int64 ``[N + 1]``): how strings reach C++."""
+    offsets = np.zeros(len(strings) + 1, dtype=np.int64)
+    np.cumsum([len(b) for b in strings], out=offsets[1:])
+    return np.frombuffer(b"".join(strings), dtype=np.uint8), offsets
+
+
+def _parse_strings(strings: list[bytes], hw: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, str]:
+    """Compressed strings -> (runs, CSR offsets, error message or "") with the C++ codec; Python allocates the runs
+    once C++ has counted them."""
+    C = _ext.load()
+    buf, str_off = strings_buffer(strings)
+    run_off = torch.empty(len(strings) + 1, dtype=torch.int64)
+    C.rle_string_run_offsets(buf, str_off, run_off)
+    counts = torch.empty(int(run_off[-1]), dtype=torch.int64)
+    error = C.rle_parse(buf, str_off, hw, run_off, counts)
+    return counts, run_off, error
+
+
 def _uncompressed_runs(counts: object, hw: int, name: str, k: int) -> np.ndarray:
     runs = _run_lengths(counts, name, k)
     if int(runs.sum()) != hw:
@@ -84,21 +103,19 @@ def _parse(rles: Sequence[RLE], name: str) -> _RleSet:
     sizes = [_size_of(r, name, k) for k, r in enumerate(rles)]
     hw = torch.tensor([h * w for h, w in sizes], dtype=torch.int64)
     raw = [r["counts"] for r in rles]
-    C = _ext.load()
     if all(isinstance(c, (bytes, str)) for c in raw):
         strings = [_counts_bytes(c, name, k) for k, c in enumerate(raw)]
-        counts, offsets, error = C.rle_parse(strings, hw)
+        counts, offsets, error = _parse_strings(strings, hw)
         if error:
             raise ValueError(error)
-        counts, offsets = torch.from_numpy(counts), torch.from_numpy(offsets)
     else:
         parts = []
         for k, c in enumerate(raw):
             if isinstance(c, (bytes, str)):
-                runs, _, error = C.rle_parse([_counts_bytes(c, name, k)], hw[k : k + 1])
+                runs, _, error = _parse_strings([_counts_bytes(c, name, k)], hw[k : k + 1].contiguous())
                 if error:
                     raise ValueError(error.replace("index 0", f"index {k}"))
-                parts.append(runs)
+                parts.append(runs.numpy())
             else:
                 parts.append(_uncompressed_runs(c, int(hw[k]), name, k))
         lengths = torch.tensor([len(p) for p in parts], dtype=torch.int64)
