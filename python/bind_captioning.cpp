@@ -1,13 +1,13 @@
 // Caption metrics: CIDEr(-D), BLEU, ROUGE-L and the SCST document-frequency table. Each public operation is one
 // call: the Python objects are read and checked once, here, with the GIL held, and every object whose memory is read
 // later is held by a strong reference (a caller's thread may replace a caption meanwhile); then the GIL is released
-// for tokenizing and scoring. A malformed input raises ValueError(("__vlk_caption__", item, position, reason)),
-// which vlkernels.captioning turns into a message naming the image. Positions: -1 the candidate, -2 the reference
-// list, >= 0 a reference.
+// for tokenizing and scoring. A malformed input is a ValueError with its final message, naming the image (or group)
+// and the caption: the readers below throw a CaptionError (item, position, reason) and each operation names it.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -48,13 +48,37 @@ class Held {
   std::vector<PyObject*> objs_;
 };
 
+// A malformed caption input, found while reading (GIL held). Positions: -1 the candidate, -2 the reference list
+// (or group), >= 0 a reference. Never crosses into Python: named() turns it into the ValueError.
+struct CaptionError {
+  int64_t item, pos;
+  std::string reason;
+};
+
 [[noreturn]] void bad_caption(int64_t item, int64_t pos, const std::string& reason) {
-  py::tuple args = py::make_tuple("__vlk_caption__", item, pos, reason);
-  PyErr_SetObject(PyExc_ValueError, args.ptr());
-  throw py::error_already_set();
+  throw CaptionError{item, pos, reason};
 }
 
+// Runs f; a CaptionError becomes ValueError("<name(item, pos)>: <reason>").
+template <typename F, typename Name>
+auto named(Name name, F f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const CaptionError& e) {
+    throw py::value_error(name(e.item, e.pos) + ": " + e.reason);
+  }
+}
+
+using vlk::ptb_py::repr_of;
 std::string type_of(PyObject* o) { return Py_TYPE(o)->tp_name; }
+
+// "image 5 candidate", "image 'x' references", "image 5 reference 2": the pycocoevalcap layout's items.
+std::string image_item(PyObject* key, int64_t pos) {
+  std::string s = "image " + repr_of(key);
+  if (pos == -1) return s + " candidate";
+  if (pos == -2) return s + " references";
+  return s + " reference " + std::to_string(pos);
+}
 
 // A str's UTF-8 (cached inside the str, so it lives as long as the held object).
 TextView utf8_of(PyObject* o, Held& held, int64_t item, int64_t pos) {
@@ -80,9 +104,8 @@ struct Image {
   PyObject *key, *refs, *cand;
 };
 
-std::vector<Image> read_layout(PyObject* gts, PyObject* res, Held& held) {
-  if (!PyDict_Check(gts) || !PyDict_Check(res)) throw py::type_error("gts and res must be dicts");
-  std::vector<Image> ims;
+void read_layout(PyObject* gts, PyObject* res, Held& held, std::vector<Image>& ims) {
+  if (!PyDict_Check(gts) || !PyDict_Check(res)) throw py::value_error("gts and res must be dicts");
   ims.reserve(static_cast<size_t>(PyDict_GET_SIZE(gts)));
   Py_ssize_t it = 0;
   PyObject *k, *v;
@@ -104,7 +127,6 @@ std::vector<Image> read_layout(PyObject* gts, PyObject* res, Held& held) {
     if (!PyList_Check(ims[i].refs)) bad_caption(item, -2, "references must be a list, got " + type_of(ims[i].refs));
     if (PyList_GET_SIZE(ims[i].refs) == 0) bad_caption(item, -2, "no reference captions");
   }
-  return ims;
 }
 
 void check_one_candidate(PyObject* cand, int64_t item) {
@@ -153,14 +175,15 @@ struct RawBatch {
   std::vector<PyObject*> ref_obj, cand_obj;                   // held by refs / cands
 };
 
-[[noreturn]] void bad_text(const std::vector<PyObject*>& objs, const std::vector<std::pair<int64_t, int64_t>>& at) {
-  for (size_t i = 0; i < objs.size(); ++i) {
-    if (PyUnicode_AsUTF8AndSize(objs[i], nullptr) == nullptr) {
-      PyErr_Clear();
-      bad_caption(at[i].first, at[i].second, "not valid UTF-8 (lone surrogate)");
-    }
+// Why the tokenizer refused a caption (pos in the layout `at`): a lone surrogate, or too long.
+[[noreturn]] void bad_text(int64_t bad, const std::vector<PyObject*>& objs,
+                           const std::vector<std::pair<int64_t, int64_t>>& at) {
+  PyObject* o = objs[static_cast<size_t>(bad)];
+  if (PyUnicode_AsUTF8AndSize(o, nullptr) == nullptr) {
+    PyErr_Clear();
+    bad_caption(at[bad].first, at[bad].second, "not valid UTF-8 (lone surrogate)");
   }
-  throw py::value_error("a caption is not valid text");
+  bad_caption(at[bad].first, at[bad].second, vlk::ptb_py::text_problem(o));
 }
 
 void read_raw(const std::vector<Image>& ims, PyObject* res, Held& held, RawBatch& raw, ImageBatch& b) {
@@ -205,8 +228,8 @@ void read_raw(const std::vector<Image>& ims, PyObject* res, Held& held, RawBatch
     if (res_pos[i] < 0) throw py::value_error("gts and res must have the same image ids");
     b.cand.push_back(n_refs + res_pos[i]);
   }
-  if (!raw.refs.tokenize()) bad_text(raw.ref_obj, raw.ref_at);
-  if (!raw.cands.tokenize()) bad_text(raw.cand_obj, raw.cand_at);
+  if (const int64_t bad = raw.refs.tokenize(); bad >= 0) bad_text(bad, raw.ref_obj, raw.ref_at);
+  if (const int64_t bad = raw.cands.tokenize(); bad >= 0) bad_text(bad, raw.cand_obj, raw.cand_at);
 }
 
 // Texts of the tokenizer's results: references first, then the candidates (GIL released).
@@ -250,28 +273,7 @@ void stem_tokens(const py::object& stem, const vlk::cap::Vocab& vocab, Tokens& t
       stem_off.push_back(static_cast<int64_t>(stems.size()));
     }
   }
-  // Word w -> its stem's tokens map_ids[map_off[w] .. map_off[w+1]) in a fresh vocabulary.
-  vlk::cap::Vocab stemmed;
-  std::vector<uint32_t> map_ids;
-  std::vector<int64_t> map_off{0};
-  map_off.reserve(nw + 1);
-  for (uint32_t w = 0; w < nw; ++w) {
-    const TextView t{stems.data() + stem_off[w], stem_off[w + 1] - stem_off[w]};
-    vlk::cap::split_words(t, vlk::cap::Split::kWhitespace, [&](const char* p, int64_t n) {
-      map_ids.push_back(stemmed.intern(p, n, vlk::cap::hash_bytes(p, n)));
-    });
-    map_off.push_back(static_cast<int64_t>(map_ids.size()));
-  }
-  Tokens out;
-  out.off.reserve(tok.off.size());
-  out.ids.reserve(tok.ids.size());
-  for (int64_t c = 0; c < tok.size(); ++c) {
-    for (const uint32_t* w = tok.begin(c); w != tok.begin(c) + tok.len(c); ++w)
-      out.ids.insert(out.ids.end(), map_ids.begin() + map_off[*w], map_ids.begin() + map_off[*w + 1]);
-    out.off.push_back(static_cast<int64_t>(out.ids.size()));
-    if ((c & 4095) == 0) vlk::check_interrupt();
-  }
-  tok = std::move(out);
+  vlk::cap::replace_words(stems, stem_off, tok);
 }
 
 // Scores of the pycocoevalcap layout {id: [references]}, {id: [candidate]} in one call. metrics: a Metric mask.
@@ -285,11 +287,14 @@ py::dict score_images(py::handle gts, py::handle res, bool tokenize, int metrics
   Held held;
   RawBatch raw;
   ImageBatch b;
-  const std::vector<Image> ims = read_layout(gts.ptr(), res.ptr(), held);
-  if (tokenize)
-    read_raw(ims, res.ptr(), held, raw, b);
-  else
-    read_tokenized(ims, held, b);
+  std::vector<Image> ims;
+  named([&](int64_t item, int64_t pos) { return image_item(ims[static_cast<size_t>(item)].key, pos); }, [&] {
+    read_layout(gts.ptr(), res.ptr(), held, ims);
+    if (tokenize)
+      read_raw(ims, res.ptr(), held, raw, b);
+    else
+      read_tokenized(ims, held, b);
+  });
   const int64_t m = static_cast<int64_t>(ims.size());
   py::array_t<double> cider(m), rouge(m), bleu({m, static_cast<int64_t>(n)});
   py::array_t<int64_t> stats({m, static_cast<int64_t>(2 + 2 * n)});
@@ -386,6 +391,20 @@ void tokenize_source(const Source& s, const vlk::cap::Vocab* frozen, vlk::cap::V
   vlk::cap::append_tokens(out, t);
 }
 
+// Names CiderD's items: pos -1 candidates[item], -4 flat reference `item` as refs[group][j], -2 group `item` as
+// refs[group]. `names`: the groups' names (a list: the dict keys of the corpus), or None for their indices.
+struct GroupNames {
+  py::object names;
+  const I64& off;
+  std::string operator()(int64_t item, int64_t pos) const {
+    if (pos == -1) return "candidates[" + std::to_string(item) + "]";
+    const int64_t* o = off.data();
+    const int64_t g = pos == -2 ? item : static_cast<int64_t>(std::upper_bound(o, o + off.size(), item) - o) - 1;
+    const std::string group = names.is_none() ? std::to_string(g) : repr_of(PyList_GET_ITEM(names.ptr(), g));
+    return "refs[" + group + "]" + (pos == -2 ? "" : "[" + std::to_string(item - o[g]) + "]");
+  }
+};
+
 void check_offsets(const I64& off, int64_t count) {
   const int64_t* o = off.data();
   if (off.ndim() != 1 || off.size() < 1 || o[0] != 0 || o[off.size() - 1] != count)
@@ -408,11 +427,15 @@ struct DfScorer {
   double ref_len = 0.0;
 };
 
-void df_add_documents(DfScorer& self, const py::object& refs, const I64& ref_off) {
+void df_add_documents(DfScorer& self, const py::object& refs, const I64& ref_off, const py::object& names) {
+  if (!names.is_none() && (!PyList_Check(names.ptr()) || PyList_GET_SIZE(names.ptr()) + 1 != ref_off.size()))
+    throw py::value_error("names must be None or a list with one name per reference group");
   Held held;
   Source src;
-  read_source(refs, -4, held, src);
-  check_offsets(ref_off, src.size());
+  named(GroupNames{names, ref_off}, [&] {
+    read_source(refs, -4, held, src);
+    check_offsets(ref_off, src.size());
+  });
   const int64_t ndocs = static_cast<int64_t>(ref_off.size()) - 1;
   py::gil_scoped_release release;
   // Ctrl-C stops it before the counts change (the n-gram build polls, the counting does not); the vocabulary may
@@ -427,7 +450,7 @@ void df_add_documents(DfScorer& self, const py::object& refs, const I64& ref_off
 }
 
 // df of n-grams given as "w1 w2 ..." strings; counts are checked against [0, num_docs] (stored as uint32).
-void df_set_items(DfScorer& self, const py::list& ngrams, const I64& counts, int64_t num_docs) {
+void df_set_items_unnamed(DfScorer& self, const py::list& ngrams, const I64& counts, int64_t num_docs) {
   if (num_docs < 1 || num_docs > static_cast<int64_t>(UINT32_MAX)) throw py::value_error("num_docs must be in [1, 2^32)");
   if (counts.ndim() != 1 || counts.size() != static_cast<py::ssize_t>(py::len(ngrams)))
     throw py::value_error("one count per n-gram");
@@ -463,6 +486,11 @@ void df_set_items(DfScorer& self, const py::list& ngrams, const I64& counts, int
   if (bad >= 0) bad_caption(bad, -1, "n-gram must hold 1 to " + std::to_string(self.df.n()) + " words");
 }
 
+void df_set_items(DfScorer& self, const py::list& ngrams, const I64& counts, int64_t num_docs) {
+  named([&](int64_t item, int64_t) { return "document_frequency key " + repr_of(PyList_GET_ITEM(ngrams.ptr(), item)); },
+        [&] { df_set_items_unnamed(self, ngrams, counts, num_docs); });
+}
+
 // Everything save() writes, read under one lock: {"n", "num_docs", "ngrams", "df"}.
 py::dict df_export(DfScorer& self) {
   std::vector<std::string> ngrams;
@@ -490,9 +518,11 @@ py::array_t<double> df_score(DfScorer& self, const py::object& cands, const py::
                              const I64& group, double sigma) {
   Held held;
   Source cs, rs;
-  read_source(cands, -1, held, cs);
-  read_source(refs, -4, held, rs);
-  check_offsets(ref_off, rs.size());
+  named(GroupNames{py::none(), ref_off}, [&] {
+    read_source(cands, -1, held, cs);
+    read_source(refs, -4, held, rs);
+    check_offsets(ref_off, rs.size());
+  });
   const int64_t n_cand = cs.size(), n_refs = rs.size();
   const int64_t n_groups = static_cast<int64_t>(ref_off.size()) - 1;
   if (group.ndim() != 1 || static_cast<int64_t>(group.size()) != n_cand)
@@ -629,9 +659,9 @@ VLK_BIND(captioning) {
   // CapCiderDf(n), CapCiderDf(n, refs, ref_off) (a corpus, one call) or CapCiderDf.from_items(n, ngrams, df, num_docs).
   py::class_<DfScorer>(m, "CapCiderDf")
       .def(py::init<int>())
-      .def(py::init([](int n, const py::object& refs, const I64& ref_off) {
+      .def(py::init([](int n, const py::object& refs, const I64& ref_off, const py::object& names) {
         auto d = std::make_unique<DfScorer>(n);
-        df_add_documents(*d, refs, ref_off);
+        df_add_documents(*d, refs, ref_off, names);
         return d;
       }))
       .def_static("from_items",
@@ -644,7 +674,7 @@ VLK_BIND(captioning) {
       .def_property_readonly("num_docs", [](DfScorer& d) { return locked(d, &vlk::cap::CiderDf::num_docs); })
       .def_property_readonly("max_df", [](DfScorer& d) { return locked(d, &vlk::cap::CiderDf::max_df); })
       .def("__len__", [](DfScorer& d) { return locked(d, &vlk::cap::CiderDf::size); })
-      .def("add_documents", &df_add_documents)
+      .def("add_documents", &df_add_documents, py::arg("refs"), py::arg("ref_off"), py::arg("names") = py::none())
       .def("export", &df_export)
       .def("score", &df_score);
 }

@@ -249,7 +249,10 @@ def test_ptb_tokenize_invalid_input(captions, match):
         ({1: "x"}, r"\[1\] must be a list"),
         ({1: [{"text": "x"}]}, r"\[1\]\[0\] must be a dict with a 'caption' key"),
         ({1: [{"caption": 5}]}, r"\[1\]\[0\]\['caption'\] must be a str"),
-        ({1: [{"caption": "ok"}, {"caption": "\udcff"}]}, r"captions\[1\] is not valid Unicode"),
+        ({1: [{"caption": "ok"}, {"caption": "\udcff"}]}, r"captions_for_image\[1\]\[1\] is not valid Unicode"),
+        ({1: [{"caption": "ok"}], 2: [{"caption": "x"}, {"caption": "\ud800"}]}, r"\[2\]\[1\] is not valid Unicode"),
+        ({1: [{"caption": "ok"}, "a str"]}, r"\[1\]\[1\] must be a dict with a 'caption' key, got str"),
+        ({1: b"x"}, r"\[1\] must be a list of captions, got bytes"),
     ],
 )
 def test_ptbtokenizer_invalid_input(data, match):
@@ -258,8 +261,8 @@ def test_ptbtokenizer_invalid_input(data, match):
 
 
 def test_cpp_utf8_validation_matches_python():
-    """The C++ check of UTF-8 agrees with Python's strict decoder on random bytes (it answers None for bad input, and
-    the Python wrapper then names the item)."""
+    """The C++ check of UTF-8 agrees with Python's strict decoder on random bytes, and its ValueError names the item
+    and gives the decoder's reason and byte offset."""
     from vlkernels import _ext
 
     c = _ext.load()
@@ -286,6 +289,10 @@ def test_cpp_utf8_validation_matches_python():
         if valid:
             assert c.ptb_tokenize([b"x", data]) == ptb_tokenize([b"x", data]) == ptb_tokenize(["x", data.decode()])
         else:
-            assert c.ptb_tokenize([b"x", data]) is None
-            with pytest.raises(ValueError, match=r"captions\[1\] is not valid UTF-8"):
+            with pytest.raises(UnicodeDecodeError) as e:
+                data.decode("utf-8")
+            message = rf"captions\[1\] is not valid UTF-8 \({e.value.reason} at byte {e.value.start}\)"
+            with pytest.raises(ValueError, match=message):
+                c.ptb_tokenize([b"x", data])
+            with pytest.raises(ValueError, match=message):
                 ptb_tokenize([b"x", data])

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from vlkernels.captioning._common import caption_errors, check_dicts, load, score_images
+from vlkernels.captioning._common import check_dicts, load, score_images
 from vlkernels.captioning._text import porter_stemmer
 
 _DF_FORMAT = "vlkernels.cider_document_frequency"
@@ -213,8 +213,7 @@ class CiderD:
             raise ValueError("refs is empty: the corpus needs at least one image")
         names = list(refs.keys()) if isinstance(refs, Mapping) else list(range(len(groups)))
         src, off = self._groups(groups, names, "refs")
-        with caption_errors(_flat_item(off, names, "refs")):
-            self._df = load().CapCiderDf(n, src, off)
+        self._df = load().CapCiderDf(n, src, off, names)
 
     @property
     def n(self) -> int:
@@ -267,8 +266,7 @@ class CiderD:
         self.sigma = float(sigma)
         _check_sigma(self.sigma)
         self.eos = eos
-        with caption_errors(lambda i, pos: f"document_frequency key {ngrams[i]!r}"):
-            self._df = load().CapCiderDf.from_items(n, ngrams, np.asarray(counts, dtype=np.int64), int(num_docs))
+        self._df = load().CapCiderDf.from_items(n, ngrams, np.asarray(counts, dtype=np.int64), int(num_docs))
         return self
 
     def document_frequency(self) -> dict[str, int]:
@@ -337,8 +335,7 @@ class CiderD:
                 raise ValueError(f"ref_index has {index.shape[0]} entries for {b} candidates")
             if b and (index.min() < 0 or index.max() >= len(groups)):
                 raise ValueError(f"ref_index values must be in [0, {len(groups)}), got [{index.min()}, {index.max()}]")
-        with caption_errors(_flat_item(off, list(range(len(groups))), "refs")):
-            return self._df.score(hyp_src, src, off, index, self.sigma)
+        return self._df.score(hyp_src, src, off, index, self.sigma)
 
     def _groups(self, groups: list, names: list, where: str) -> tuple[Any, np.ndarray]:
         """Flattens reference groups into one caption source and group offsets. The first caption decides the kind
@@ -371,18 +368,6 @@ class CiderD:
         off = np.zeros(len(sizes) + 1, np.int64)
         off[1:] = np.cumsum(sizes)
         return src, off
-
-
-def _flat_item(off: np.ndarray, names: list, where: str) -> Any:
-    """Names an error of the C++ layer: pos -1 = candidate `item`, -4 = flat reference `item` (mapped to its group)."""
-
-    def name(item: int, pos: int) -> str:
-        if pos == -1:
-            return f"candidates[{item}]"
-        g = int(np.searchsorted(off, item, side="right")) - 1
-        return f"{where}[{names[g]!r}][{item - int(off[g])}]"
-
-    return name
 
 
 def _read_json(path: str | os.PathLike) -> Any:
