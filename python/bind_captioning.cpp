@@ -69,6 +69,7 @@ auto named(Name name, F f) -> decltype(f()) {
   }
 }
 
+using vlk::ptb_py::poll;
 using vlk::ptb_py::repr_of;
 std::string type_of(PyObject* o) { return Py_TYPE(o)->tp_name; }
 
@@ -109,7 +110,10 @@ void read_layout(PyObject* gts, PyObject* res, Held& held, std::vector<Image>& i
   ims.reserve(static_cast<size_t>(PyDict_GET_SIZE(gts)));
   Py_ssize_t it = 0;
   PyObject *k, *v;
-  while (PyDict_Next(gts, &it, &k, &v)) ims.push_back(Image{held.hold(k), held.hold(v), nullptr});
+  while (PyDict_Next(gts, &it, &k, &v)) {
+    ims.push_back(Image{held.hold(k), held.hold(v), nullptr});
+    poll(static_cast<int64_t>(ims.size()));
+  }
   // A lookup may run a key's __eq__ (Python code): everything read so far is held, the lists are read after.
   for (Image& im : ims) {
     PyObject* c = PyDict_GetItemWithError(res, im.key);
@@ -118,6 +122,7 @@ void read_layout(PyObject* gts, PyObject* res, Held& held, std::vector<Image>& i
       throw py::value_error("gts and res must have the same image ids");
     }
     im.cand = held.hold(c);
+    poll(&im - ims.data());
   }
   if (PyDict_GET_SIZE(res) != static_cast<Py_ssize_t>(ims.size()))
     throw py::value_error("gts and res must have the same image ids");
@@ -126,6 +131,7 @@ void read_layout(PyObject* gts, PyObject* res, Held& held, std::vector<Image>& i
     if (!PyList_Check(ims[i].cand)) bad_caption(item, -1, "candidate must be a list, got " + type_of(ims[i].cand));
     if (!PyList_Check(ims[i].refs)) bad_caption(item, -2, "references must be a list, got " + type_of(ims[i].refs));
     if (PyList_GET_SIZE(ims[i].refs) == 0) bad_caption(item, -2, "no reference captions");
+    poll(item);
   }
 }
 
@@ -145,6 +151,7 @@ void read_tokenized(const std::vector<Image>& ims, Held& held, ImageBatch& b) {
     for (Py_ssize_t j = 0; j < PyList_GET_SIZE(ims[i].refs); ++j) {
       b.ref_caps.push_back(static_cast<int64_t>(b.texts.size()));
       b.texts.push_back(utf8_of(PyList_GET_ITEM(ims[i].refs, j), held, item, j));
+      poll(static_cast<int64_t>(b.texts.size()));
     }
     b.ref_off.push_back(static_cast<int64_t>(b.ref_caps.size()));
   }
@@ -196,13 +203,16 @@ void read_raw(const std::vector<Image>& ims, PyObject* res, Held& held, RawBatch
       raw.ref_obj.push_back(s);
       raw.ref_at.emplace_back(i, j);
       b.ref_caps.push_back(static_cast<int64_t>(b.ref_caps.size()));
+      poll(static_cast<int64_t>(b.ref_caps.size()));
     }
     b.ref_off.push_back(static_cast<int64_t>(b.ref_caps.size()));
   }
   // The candidates in res' key order: position of each gts image in res.
   py::dict image_of;
-  for (int64_t i = 0; i < m; ++i)
+  for (int64_t i = 0; i < m; ++i) {
     if (PyDict_SetItem(image_of.ptr(), ims[i].key, py::int_(i).ptr()) < 0) throw py::error_already_set();
+    poll(i);
+  }
   std::vector<Image> in_res;
   Py_ssize_t it = 0;
   PyObject *k, *v;
@@ -222,6 +232,7 @@ void read_raw(const std::vector<Image>& ims, PyObject* res, Held& held, RawBatch
     if (!raw.cands.add(s)) bad_caption(i, -1, "not valid text");
     raw.cand_obj.push_back(s);
     raw.cand_at.emplace_back(i, -1);
+    poll(static_cast<int64_t>(p));
   }
   const int64_t n_refs = static_cast<int64_t>(b.ref_caps.size());
   for (int64_t i = 0; i < m; ++i) {
@@ -357,7 +368,10 @@ void read_source(const py::object& src, int64_t role, Held& held, Source& out) {
   if (PyList_Check(src.ptr())) {
     PyObject* xs = src.ptr();
     held.hold(xs);
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(xs); ++i) out.texts.push_back(utf8_of(PyList_GET_ITEM(xs, i), held, i, role));
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(xs); ++i) {
+      out.texts.push_back(utf8_of(PyList_GET_ITEM(xs, i), held, i, role));
+      poll(i);
+    }
     return;
   }
   auto tup = src.cast<py::tuple>();
@@ -626,6 +640,7 @@ py::dict evaluate_files(const std::string& refs, const std::string& preds, bool 
     } else {
       keys.append(py::str(k.data() + 1, k.size() - 1));
     }
+    poll(static_cast<int64_t>(py::len(keys)));
   }
   py::dict out;
   out["keys"] = keys;

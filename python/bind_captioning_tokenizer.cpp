@@ -31,6 +31,7 @@ py::list ptb_tokenize(py::handle captions, bool fast_paths) {
     PyObject* c = PySequence_Fast_GET_ITEM(seq, i);
     if (!caps.add(c))
       throw py::value_error("captions[" + std::to_string(i) + "] must be a str (or UTF-8 bytes), got " + type_name(c));
+    poll(i);
   }
   const int64_t bad = caps.tokenize(fast_paths);
   if (bad >= 0) refused_caption(caps.caption(bad), "captions[" + std::to_string(bad) + "]");
@@ -40,6 +41,7 @@ py::list ptb_tokenize(py::handle captions, bool fast_paths) {
     PyObject* s = result_str(r, i);
     if (s == nullptr) throw py::error_already_set();
     PyList_SET_ITEM(out.ptr(), i, s);
+    poll(i);
   }
   return out;
 }
@@ -71,6 +73,7 @@ py::dict ptb_tokenize_dict(py::handle mapping, bool allow_str, bool drop_empty, 
       PyObject* s = result_str(r, at);
       if (s == nullptr) throw py::error_already_set();
       PyList_SET_ITEM(toks.ptr(), j, s);
+      poll(at);
     }
     if (PyDict_SetItem(out.ptr(), k, toks.ptr()) < 0) throw py::error_already_set();
   }

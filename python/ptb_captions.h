@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "captioning/ptb/ptb_tokenizer.h"
+#include "core/parallel.h"
 
 namespace vlk::ptb_py {
 
@@ -33,6 +34,12 @@ inline bool text_of(PyObject* obj, vlk::PtbText& t) {
     return true;
   }
   return false;
+}
+
+// Ctrl-C in the loops over captions that run with the GIL held (reading the input, building the result strs:
+// ~0.5 s for 3,000,000 captions): vlk::check_interrupt() every 4096 items (it runs the signal handlers every ~20 ms).
+inline void poll(int64_t i) {
+  if ((i & 4095) == 4095) vlk::check_interrupt();
 }
 
 // A new reference to the i-th tokenized caption as a str.
@@ -231,6 +238,7 @@ inline void read_caption_dict(PyObject* d, bool allow_str, const char* name, Cap
       }
       caps.add(c);
       ++keys.back().second;
+      poll(static_cast<int64_t>(caps.keys().size()) + j);
     }
   }
 }

@@ -231,7 +231,7 @@ def test_bindings_check_what_they_receive():
 
     C = _ext.load()
     z = np.zeros(2)
-    with pytest.raises(TypeError, match="gts and res must be dicts"):
+    with pytest.raises(ValueError, match="gts and res must be dicts"):
         C.cap_score_images([], {}, False, C.CAP_CIDER, 4, 6.0, True, 0.0, z, None)
     with pytest.raises(ValueError, match="n must be in"):
         C.cap_score_images({}, {}, False, C.CAP_CIDER, 9, 6.0, True, 0.0, z, None)

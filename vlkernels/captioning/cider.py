@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 from collections.abc import Mapping
@@ -372,16 +373,27 @@ class CiderD:
 
 def _read_json(path: str | os.PathLike) -> Any:
     """JSON from a file; every failure a ValueError naming the file. The bytes are dropped before parsing (a big
-    file's text and its objects are what peak memory holds)."""
+    file's text and its objects are what peak memory holds). UTF-8 only: a UTF-8 byte order mark is skipped (as
+    ``json.loads`` does with bytes), UTF-16/UTF-32 text is refused by name -- the rules of the C++ file reader."""
     try:
         with open(path, "rb") as f:
             raw = f.read()
     except OSError as e:
         raise ValueError(f"{path}: cannot read ({e.strerror})") from None
+    bom = len(codecs.BOM_UTF8) if raw.startswith(codecs.BOM_UTF8) else 0
+    if not bom and (
+        raw[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+        or raw[:4] == codecs.BOM_UTF32_BE
+        or raw[:1] == b"\0"
+        or raw[1:2] == b"\0"
+    ):
+        raise ValueError(
+            f"{path}: captions files must be UTF-8; this one looks like UTF-16 or UTF-32 (convert it to UTF-8)"
+        )
     try:
-        text = raw.decode("utf-8")
+        text = codecs.utf_8_decode(memoryview(raw)[bom:], "strict", True)[0]
     except UnicodeDecodeError as e:
-        raise ValueError(f"{path}: invalid UTF-8 at byte {e.start}") from None
+        raise ValueError(f"{path}: invalid UTF-8 at byte {e.start + bom}") from None
     del raw
     try:
         return json.loads(text)
