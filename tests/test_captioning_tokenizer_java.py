@@ -45,6 +45,24 @@ def test_ptb_tokenize_matches_java_corpus():
     assert not bad, _report(bad, len(pairs))
 
 
+@pytest.mark.parametrize("text", ["1.c", "file 1.txt"])
+def test_number_dot_letters_and_file_names_in_every_context(text):
+    """A number, a dot and letters and a file name, as Java tokenizes them in the committed corpus: followed by
+    another caption (kept whole: the file-name rule sees the line break), with a space or '.' after it inside the
+    caption, and as the last caption of the file (end of file: no trailing character, so "1.c" is "1 c")."""
+    corpus = json.loads(CORPUS.read_text(encoding="utf-8"))
+    in_order = corpus["in_order"]
+    raw = [r for r, _ in in_order]
+    got = dict(zip(raw, ptb_tokenize(raw)))
+    followed = [(r, w) for r, w in in_order if r.strip(" .") == text.strip()]
+    alone = [(r, w) for r, w in corpus["alone"] if r == text]
+    assert followed and alone, f"{text!r} is missing from the committed corpus"
+    for r, w in followed:
+        assert got[r] == w, (r, w, got[r])
+    for r, w in alone:
+        assert ptb_tokenize([r])[0] == w, (r, w)
+
+
 def test_ptb_tokenize_matches_java_corpus_alone():
     """Each caption as the whole file (Java's end-of-file rules: a final "sq.2" is "sq. .2", a final "1.txt" is
     split, a final "we'll" loses its apostrophe), as the Java tokenizer gave it."""
