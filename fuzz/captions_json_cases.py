@@ -73,7 +73,7 @@ def mutate(rng: random.Random, data: bytes) -> bytes:
     truncation, a flipped byte."""
     kind = rng.randrange(9)
     text = data.decode("utf-8", "surrogateescape")  # earlier mutations may have broken the UTF-8
-    enc = lambda s: s.encode("utf-8", "surrogateescape")  # noqa: E731
+    enc = lambda s: s.encode("utf-8", "surrogateescape")
     if kind == 0:
         return enc(_duplicate_key(rng, text))
     if kind == 1:

@@ -264,7 +264,7 @@ def test_bindings_check_what_they_receive():
 
 @pytest.mark.slow
 def test_cli_ctrl_c_while_scoring_files_subprocess(tmp_path):
-    # Issue 12 item 8 on the file path: reading, tokenizing and the per-length CIDEr-D passes all poll Ctrl-C, so
+    # Ctrl-C on the file path: reading, tokenizing and the per-length CIDEr-D passes all poll Ctrl-C, so
     # SIGINT 1 s into a multi-second evaluation of files is a KeyboardInterrupt within 0.5 s, and the next call works.
     from vlkernels.testing import interrupt_latency
 

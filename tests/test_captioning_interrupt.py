@@ -15,11 +15,13 @@ BOUND = 0.5
 # Offsets into the loop of calls: early (reading the input), then points spread over one call and into the next.
 WAITS = (0.15, 0.6, 1.3, 2.4)
 
+# 3,000,000 captions built from 1,000 distinct strs (the list holds repeats: quick to build, same work to tokenize).
 _PTB_SETUP = """
 from vlkernels.captioning import ptb_tokenize
 words = "a man rides horse on the beach dog runs grass two cats sleep sofa red car parked street".split()
-caps = [" ".join(words[(i * 7 + k) % len(words)] for k in range(3 + i % 9)) + "." for i in range(3_000_000)]
-ptb_tokenize(caps[:1000])
+base = [" ".join(words[(i * 7 + k) % len(words)] for k in range(3 + i % 9)) + "." for i in range(1000)]
+caps = base * 3000
+ptb_tokenize(base)
 """
 
 _CIDER_SETUP = """
@@ -27,11 +29,10 @@ import numpy as np
 from vlkernels.captioning import Cider, CiderD
 rng = np.random.default_rng(0)
 vocab = np.array(["w%d" % i for i in range(20_000)])
-def cap(n):
-    return " ".join(vocab[rng.integers(0, len(vocab), n)])
+pool = [" ".join(vocab[rng.integers(0, len(vocab), 10)]) for _ in range(20_000)]
 m = 200_000
-gts = {i: [cap(10) for _ in range(5)] for i in range(m)}
-res = {i: [cap(10)] for i in range(m)}
+gts = {i: [pool[(7 * i + k) % 20_000] for k in range(5)] for i in range(m)}
+res = {i: [pool[(11 * i + 3) % 20_000]] for i in range(m)}
 small_g = {1: ["a dog runs", "a dog running"], 2: ["a cat sleeps"]}
 small_r = {1: ["a dog runs"], 2: ["a cat"]}
 want = Cider().compute_score(small_g, small_r)[0]

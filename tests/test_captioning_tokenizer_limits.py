@@ -1,5 +1,5 @@
-"""PTB tokenizer limits: linear time in the caption length on every input shape known to have been quadratic
-(issue 12 item 7), Ctrl-C stopping one huge caption (issue 12 item 8), and the caption length limit (item 2)."""
+"""PTB tokenizer limits: linear time in the caption length on every input shape known to have been quadratic,
+Ctrl-C stopping one huge caption, and the caption length limit."""
 
 import time
 
