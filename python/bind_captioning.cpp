@@ -19,6 +19,7 @@
 #include "captioning/coco_eval.h"
 #include "captioning/ngrams.h"
 #include "core/parallel.h"
+#include "core/tensor_arg.h"
 #include "ptb_captions.h"
 #include "registry.h"
 
@@ -292,9 +293,10 @@ void stem_tokens(const py::object& stem, const vlk::cap::Vocab& vocab, Tokens& t
 // for the metrics asked.
 // `stem`: None, or a callable list[str] -> list[str] applied to the whitespace tokens of CIDEr and BLEU.
 py::dict score_images(py::handle gts, py::handle res, bool tokenize, int metrics, int n, double sigma, bool cider_d,
-                      double ref_len, const py::array_t<double, py::array::c_style | py::array::forcecast>& logdf,
-                      const py::object& stem) {
+                      double ref_len, py::handle logdf_obj, const py::object& stem) {
   if (n < 1 || n > vlk::cap::kMaxN) throw py::value_error("n must be in [1, 4]");
+  auto logdf = vlk::TensorArg::from(logdf_obj, "logdf");
+  logdf.ndim(1).dtype_is(vlk::kF64).device(vlk::kCPU).contiguous();
   Held held;
   RawBatch raw;
   ImageBatch b;
@@ -314,8 +316,8 @@ py::dict score_images(py::handle gts, py::handle res, bool tokenize, int metrics
   o.sigma = sigma;
   o.cider_d = cider_d;
   o.ref_len = ref_len;
-  o.logdf = logdf.data();
-  o.logdf_size = static_cast<int64_t>(logdf.size());
+  o.logdf = logdf.data<double>();
+  o.logdf_size = logdf.numel();
   double *pc = cider.mutable_data(), *pr = rouge.mutable_data(), *pb = bleu.mutable_data();
   int64_t* ps = stats.mutable_data();
   bool any_ref_words = false;
@@ -353,7 +355,21 @@ py::dict score_images(py::handle gts, py::handle res, bool tokenize, int metrics
   return out;
 }
 
-using I64 = py::array_t<int64_t, py::array::c_style>;
+// An int64 array from Python (numpy, torch, any DLPack producer): 1-D, contiguous, on the CPU, checked by
+// vlk::TensorArg (a ValueError naming it otherwise) and held while this lives.
+class I64 {
+ public:
+  I64() = default;
+  I64(py::handle obj, const char* name) : a_(std::make_unique<vlk::TensorArg>(vlk::TensorArg::from(obj, name))) {
+    a_->ndim(1).dtype_is(vlk::kI64).device(vlk::kCPU).contiguous();
+  }
+  const int64_t* data() const { return a_->data<int64_t>(); }
+  int64_t size() const { return a_->numel(); }
+  int64_t ndim() const { return 1; }
+
+ private:
+  std::unique_ptr<vlk::TensorArg> a_;
+};
 
 // A caption source of CiderD: a flat list of str (errors name (index, role)), or token-id rows (data, starts, lens)
 // as int64 arrays (checked to lie inside data). Holds what it reads.
@@ -377,9 +393,9 @@ void read_source(const py::object& src, int64_t role, Held& held, Source& out) {
   auto tup = src.cast<py::tuple>();
   if (tup.size() != 3) throw py::value_error("token-id source must be (data, starts, lens)");
   out.ids = true;
-  out.data = tup[0].cast<I64>();
-  out.starts = tup[1].cast<I64>();
-  out.lens = tup[2].cast<I64>();
+  out.data = I64(tup[0], "token ids");
+  out.starts = I64(tup[1], "row starts");
+  out.lens = I64(tup[2], "row lengths");
   if (out.starts.ndim() != 1 || out.lens.ndim() != 1 || out.starts.size() != out.lens.size())
     throw py::value_error("starts and lens must be 1-D of one length");
   const int64_t total = static_cast<int64_t>(out.data.size());
@@ -441,7 +457,8 @@ struct DfScorer {
   double ref_len = 0.0;
 };
 
-void df_add_documents(DfScorer& self, const py::object& refs, const I64& ref_off, const py::object& names) {
+void df_add_documents(DfScorer& self, const py::object& refs, py::handle ref_off_obj, const py::object& names) {
+  const I64 ref_off(ref_off_obj, "ref_off");
   if (!names.is_none() && (!PyList_Check(names.ptr()) || PyList_GET_SIZE(names.ptr()) + 1 != ref_off.size()))
     throw py::value_error("names must be None or a list with one name per reference group");
   Held held;
@@ -500,7 +517,8 @@ void df_set_items_unnamed(DfScorer& self, const py::list& ngrams, const I64& cou
   if (bad >= 0) bad_caption(bad, -1, "n-gram must hold 1 to " + std::to_string(self.df.n()) + " words");
 }
 
-void df_set_items(DfScorer& self, const py::list& ngrams, const I64& counts, int64_t num_docs) {
+void df_set_items(DfScorer& self, const py::list& ngrams, py::handle counts_obj, int64_t num_docs) {
+  const I64 counts(counts_obj, "counts");
   named([&](int64_t item, int64_t) { return "document_frequency key " + repr_of(PyList_GET_ITEM(ngrams.ptr(), item)); },
         [&] { df_set_items_unnamed(self, ngrams, counts, num_docs); });
 }
@@ -528,8 +546,9 @@ py::dict df_export(DfScorer& self) {
 
 // Rewards of candidates against reference groups with the table's document frequencies, in one call: the log table
 // and ref_len come from numpy through vlkernels.captioning._common (fetched again only when the table has grown).
-py::array_t<double> df_score(DfScorer& self, const py::object& cands, const py::object& refs, const I64& ref_off,
-                             const I64& group, double sigma) {
+py::array_t<double> df_score(DfScorer& self, const py::object& cands, const py::object& refs, py::handle ref_off_obj,
+                             py::handle group_obj, double sigma) {
+  const I64 ref_off(ref_off_obj, "ref_off"), group(group_obj, "ref_index");
   Held held;
   Source cs, rs;
   named(GroupNames{py::none(), ref_off}, [&] {
@@ -608,7 +627,9 @@ py::dict evaluate_files(const std::string& refs, const std::string& preds, bool 
   const int64_t m = ev->num_images();
   py::module_ common = py::module_::import("vlkernels.captioning._common");
   // The logarithms come from numpy, as the Python scorers compute them (bit-identical scores).
-  auto logdf = common.attr("log_table")(m).cast<py::array_t<double, py::array::c_style | py::array::forcecast>>();
+  py::object logdf_obj = common.attr("log_table")(m);
+  auto logdf = vlk::TensorArg::from(logdf_obj, "log_table");
+  logdf.ndim(1).dtype_is(vlk::kF64).device(vlk::kCPU).contiguous();
   const double ref_len = common.attr("ref_len_of")(m).cast<double>();
   py::array_t<double> cider(m), rouge(m), bleu({m, int64_t{4}});
   py::array_t<int64_t> stats({m, int64_t{10}});
@@ -629,7 +650,7 @@ py::dict evaluate_files(const std::string& refs, const std::string& preds, bool 
     vlk::cap::coco_release_text(e);
     any_ref_words = words.off[e.ref_caps.size()] > 0;
     vlk::cap::bleu_images(words, e.cand.data(), e.ref_off.data(), e.ref_caps.data(), m, 4, ps, pb);
-    if (any_ref_words) vlk::cap::coco_cider_d(e, std::move(words), logdf.data(), logdf.size(), ref_len, pc);
+    if (any_ref_words) vlk::cap::coco_cider_d(e, std::move(words), logdf.data<double>(), logdf.numel(), ref_len, pc);
   }
   py::list keys;
   for (const std::string& k : ev->keys) {
@@ -674,13 +695,13 @@ VLK_BIND(captioning) {
   // CapCiderDf(n), CapCiderDf(n, refs, ref_off) (a corpus, one call) or CapCiderDf.from_items(n, ngrams, df, num_docs).
   py::class_<DfScorer>(m, "CapCiderDf")
       .def(py::init<int>())
-      .def(py::init([](int n, const py::object& refs, const I64& ref_off, const py::object& names) {
+      .def(py::init([](int n, const py::object& refs, py::handle ref_off, const py::object& names) {
         auto d = std::make_unique<DfScorer>(n);
         df_add_documents(*d, refs, ref_off, names);
         return d;
       }))
       .def_static("from_items",
-                  [](int n, const py::list& ngrams, const I64& counts, int64_t num_docs) {
+                  [](int n, const py::list& ngrams, py::handle counts, int64_t num_docs) {
                     auto d = std::make_unique<DfScorer>(n);
                     df_set_items(*d, ngrams, counts, num_docs);
                     return d;

@@ -258,6 +258,13 @@ def test_bindings_check_what_they_receive():
         df.score(["a"], ["a b"], np.array([0, 1], i64), np.array([3], i64), 6.0)
     with pytest.raises(ValueError, match="one entry per candidate"):
         df.score(["a", "b"], ["a b"], np.array([0, 1], i64), np.array([0], i64), 6.0)
+    # Arrays go through vlk::TensorArg: dtype, rank and layout checked, the argument named.
+    with pytest.raises(ValueError, match="ref_off"):
+        df.add_documents(["a b"], np.array([0.0, 1.0]))
+    with pytest.raises(ValueError, match="ref_index"):
+        df.score(["a"], ["a b"], np.array([0, 1], i64), np.array([[0]], i64), 6.0)
+    with pytest.raises(ValueError, match="logdf .*contiguous"):
+        C.cap_score_images({1: ["a"]}, {1: ["a"]}, False, C.CAP_CIDER, 4, 6.0, True, 0.0, np.zeros(4)[::2], None)
     with pytest.raises(ValueError, match=r"outside \[0, num_docs = 2\]"):
         C.CapCiderDf.from_items(4, ["a"], np.array([3], i64), 2)
 
