@@ -55,7 +55,7 @@ def generate(rng: random.Random) -> tuple[bytes, bytes]:
 
 def _duplicate_key(rng: random.Random, text: str) -> str:
     """Repeats one member of an object with another value (json.load keeps the last)."""
-    for _ in range(5):
+    for _ in range(5 if text else 0):
         at = text.find('"', rng.randrange(len(text)))
         if at < 0:
             return text
@@ -91,7 +91,7 @@ def mutate(rng: random.Random, data: bytes) -> bytes:
         return enc(text.replace('"image_id": ', f'"image_id": {rng.choice(EDGE_IDS)}, "image_id": ', 1))
     if kind == 6:
         return data[: rng.randrange(len(data) + 1)]
-    if kind == 7:
+    if kind == 7 and data:
         b = bytearray(data)
         b[rng.randrange(len(b))] = rng.randrange(256)
         return bytes(b)
@@ -138,6 +138,7 @@ class Differential:
         assert cpp[0] == py[0], f"C++ reader: {cpp}\nPython path: {py}\nrefs={refs[:300]!r}\npreds={preds[:300]!r}"
         if cpp[0] == "ok":
             assert cpp[1] == py[1], f"scores differ\nC++: {cpp[1]}\nPython: {py[1]}\nrefs={refs[:300]!r}"
-        elif "refs.json" not in cpp[1] and "preds.json" not in cpp[1] and "results" not in cpp[1]:
+        elif cpp[1] != py[1] and not any(name in cpp[1] for name in ("refs.json", "preds.json", "results")):
+            # (an error about the content as a whole, e.g. no reference word at all, is the same on both paths)
             raise AssertionError(f"the C++ reader's error does not name the file: {cpp[1]}")
         return cpp[0]
