@@ -1,13 +1,13 @@
 // Caption metrics: CIDEr(-D), BLEU, ROUGE-L and the SCST document-frequency table. Each public operation is one
 // call: the Python objects are read and checked once, here, with the GIL held, and every object whose memory is read
 // later is held by a strong reference (a caller's thread may replace a caption meanwhile); then the GIL is released
-// for tokenizing and scoring. A malformed input raises ValueError(("__vlk_caption__", item, position, reason)),
-// which vlkernels.captioning turns into a message naming the image. Positions: -1 the candidate, -2 the reference
-// list, >= 0 a reference.
+// for tokenizing and scoring. A malformed input is a ValueError with its final message, naming the image (or group)
+// and the caption: the readers below throw a CaptionError (item, position, reason) and each operation names it.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -19,6 +19,7 @@
 #include "captioning/coco_eval.h"
 #include "captioning/ngrams.h"
 #include "core/parallel.h"
+#include "core/tensor_arg.h"
 #include "ptb_captions.h"
 #include "registry.h"
 
@@ -48,13 +49,38 @@ class Held {
   std::vector<PyObject*> objs_;
 };
 
+// A malformed caption input, found while reading (GIL held). Positions: -1 the candidate, -2 the reference list
+// (or group), >= 0 a reference. Never crosses into Python: named() turns it into the ValueError.
+struct CaptionError {
+  int64_t item, pos;
+  std::string reason;
+};
+
 [[noreturn]] void bad_caption(int64_t item, int64_t pos, const std::string& reason) {
-  py::tuple args = py::make_tuple("__vlk_caption__", item, pos, reason);
-  PyErr_SetObject(PyExc_ValueError, args.ptr());
-  throw py::error_already_set();
+  throw CaptionError{item, pos, reason};
 }
 
+// Runs f; a CaptionError becomes ValueError("<name(item, pos)>: <reason>").
+template <typename F, typename Name>
+auto named(Name name, F f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const CaptionError& e) {
+    throw py::value_error(name(e.item, e.pos) + ": " + e.reason);
+  }
+}
+
+using vlk::ptb_py::poll;
+using vlk::ptb_py::repr_of;
 std::string type_of(PyObject* o) { return Py_TYPE(o)->tp_name; }
+
+// "image 5 candidate", "image 'x' references", "image 5 reference 2": the pycocoevalcap layout's items.
+std::string image_item(PyObject* key, int64_t pos) {
+  std::string s = "image " + repr_of(key);
+  if (pos == -1) return s + " candidate";
+  if (pos == -2) return s + " references";
+  return s + " reference " + std::to_string(pos);
+}
 
 // A str's UTF-8 (cached inside the str, so it lives as long as the held object).
 TextView utf8_of(PyObject* o, Held& held, int64_t item, int64_t pos) {
@@ -80,13 +106,15 @@ struct Image {
   PyObject *key, *refs, *cand;
 };
 
-std::vector<Image> read_layout(PyObject* gts, PyObject* res, Held& held) {
-  if (!PyDict_Check(gts) || !PyDict_Check(res)) throw py::type_error("gts and res must be dicts");
-  std::vector<Image> ims;
+void read_layout(PyObject* gts, PyObject* res, Held& held, std::vector<Image>& ims) {
+  if (!PyDict_Check(gts) || !PyDict_Check(res)) throw py::value_error("gts and res must be dicts");
   ims.reserve(static_cast<size_t>(PyDict_GET_SIZE(gts)));
   Py_ssize_t it = 0;
   PyObject *k, *v;
-  while (PyDict_Next(gts, &it, &k, &v)) ims.push_back(Image{held.hold(k), held.hold(v), nullptr});
+  while (PyDict_Next(gts, &it, &k, &v)) {
+    ims.push_back(Image{held.hold(k), held.hold(v), nullptr});
+    poll(static_cast<int64_t>(ims.size()));
+  }
   // A lookup may run a key's __eq__ (Python code): everything read so far is held, the lists are read after.
   for (Image& im : ims) {
     PyObject* c = PyDict_GetItemWithError(res, im.key);
@@ -95,6 +123,7 @@ std::vector<Image> read_layout(PyObject* gts, PyObject* res, Held& held) {
       throw py::value_error("gts and res must have the same image ids");
     }
     im.cand = held.hold(c);
+    poll(&im - ims.data());
   }
   if (PyDict_GET_SIZE(res) != static_cast<Py_ssize_t>(ims.size()))
     throw py::value_error("gts and res must have the same image ids");
@@ -103,8 +132,8 @@ std::vector<Image> read_layout(PyObject* gts, PyObject* res, Held& held) {
     if (!PyList_Check(ims[i].cand)) bad_caption(item, -1, "candidate must be a list, got " + type_of(ims[i].cand));
     if (!PyList_Check(ims[i].refs)) bad_caption(item, -2, "references must be a list, got " + type_of(ims[i].refs));
     if (PyList_GET_SIZE(ims[i].refs) == 0) bad_caption(item, -2, "no reference captions");
+    poll(item);
   }
-  return ims;
 }
 
 void check_one_candidate(PyObject* cand, int64_t item) {
@@ -123,6 +152,7 @@ void read_tokenized(const std::vector<Image>& ims, Held& held, ImageBatch& b) {
     for (Py_ssize_t j = 0; j < PyList_GET_SIZE(ims[i].refs); ++j) {
       b.ref_caps.push_back(static_cast<int64_t>(b.texts.size()));
       b.texts.push_back(utf8_of(PyList_GET_ITEM(ims[i].refs, j), held, item, j));
+      poll(static_cast<int64_t>(b.texts.size()));
     }
     b.ref_off.push_back(static_cast<int64_t>(b.ref_caps.size()));
   }
@@ -153,14 +183,15 @@ struct RawBatch {
   std::vector<PyObject*> ref_obj, cand_obj;                   // held by refs / cands
 };
 
-[[noreturn]] void bad_text(const std::vector<PyObject*>& objs, const std::vector<std::pair<int64_t, int64_t>>& at) {
-  for (size_t i = 0; i < objs.size(); ++i) {
-    if (PyUnicode_AsUTF8AndSize(objs[i], nullptr) == nullptr) {
-      PyErr_Clear();
-      bad_caption(at[i].first, at[i].second, "not valid UTF-8 (lone surrogate)");
-    }
+// Why the tokenizer refused a caption (pos in the layout `at`): a lone surrogate, or too long.
+[[noreturn]] void bad_text(int64_t bad, const std::vector<PyObject*>& objs,
+                           const std::vector<std::pair<int64_t, int64_t>>& at) {
+  PyObject* o = objs[static_cast<size_t>(bad)];
+  if (PyUnicode_AsUTF8AndSize(o, nullptr) == nullptr) {
+    PyErr_Clear();
+    bad_caption(at[bad].first, at[bad].second, "not valid UTF-8 (lone surrogate)");
   }
-  throw py::value_error("a caption is not valid text");
+  bad_caption(at[bad].first, at[bad].second, vlk::ptb_py::text_problem(o));
 }
 
 void read_raw(const std::vector<Image>& ims, PyObject* res, Held& held, RawBatch& raw, ImageBatch& b) {
@@ -173,13 +204,16 @@ void read_raw(const std::vector<Image>& ims, PyObject* res, Held& held, RawBatch
       raw.ref_obj.push_back(s);
       raw.ref_at.emplace_back(i, j);
       b.ref_caps.push_back(static_cast<int64_t>(b.ref_caps.size()));
+      poll(static_cast<int64_t>(b.ref_caps.size()));
     }
     b.ref_off.push_back(static_cast<int64_t>(b.ref_caps.size()));
   }
   // The candidates in res' key order: position of each gts image in res.
   py::dict image_of;
-  for (int64_t i = 0; i < m; ++i)
+  for (int64_t i = 0; i < m; ++i) {
     if (PyDict_SetItem(image_of.ptr(), ims[i].key, py::int_(i).ptr()) < 0) throw py::error_already_set();
+    poll(i);
+  }
   std::vector<Image> in_res;
   Py_ssize_t it = 0;
   PyObject *k, *v;
@@ -199,14 +233,15 @@ void read_raw(const std::vector<Image>& ims, PyObject* res, Held& held, RawBatch
     if (!raw.cands.add(s)) bad_caption(i, -1, "not valid text");
     raw.cand_obj.push_back(s);
     raw.cand_at.emplace_back(i, -1);
+    poll(static_cast<int64_t>(p));
   }
   const int64_t n_refs = static_cast<int64_t>(b.ref_caps.size());
   for (int64_t i = 0; i < m; ++i) {
     if (res_pos[i] < 0) throw py::value_error("gts and res must have the same image ids");
     b.cand.push_back(n_refs + res_pos[i]);
   }
-  if (!raw.refs.tokenize()) bad_text(raw.ref_obj, raw.ref_at);
-  if (!raw.cands.tokenize()) bad_text(raw.cand_obj, raw.cand_at);
+  if (const int64_t bad = raw.refs.tokenize(); bad >= 0) bad_text(bad, raw.ref_obj, raw.ref_at);
+  if (const int64_t bad = raw.cands.tokenize(); bad >= 0) bad_text(bad, raw.cand_obj, raw.cand_at);
 }
 
 // Texts of the tokenizer's results: references first, then the candidates (GIL released).
@@ -250,28 +285,7 @@ void stem_tokens(const py::object& stem, const vlk::cap::Vocab& vocab, Tokens& t
       stem_off.push_back(static_cast<int64_t>(stems.size()));
     }
   }
-  // Word w -> its stem's tokens map_ids[map_off[w] .. map_off[w+1]) in a fresh vocabulary.
-  vlk::cap::Vocab stemmed;
-  std::vector<uint32_t> map_ids;
-  std::vector<int64_t> map_off{0};
-  map_off.reserve(nw + 1);
-  for (uint32_t w = 0; w < nw; ++w) {
-    const TextView t{stems.data() + stem_off[w], stem_off[w + 1] - stem_off[w]};
-    vlk::cap::split_words(t, vlk::cap::Split::kWhitespace, [&](const char* p, int64_t n) {
-      map_ids.push_back(stemmed.intern(p, n, vlk::cap::hash_bytes(p, n)));
-    });
-    map_off.push_back(static_cast<int64_t>(map_ids.size()));
-  }
-  Tokens out;
-  out.off.reserve(tok.off.size());
-  out.ids.reserve(tok.ids.size());
-  for (int64_t c = 0; c < tok.size(); ++c) {
-    for (const uint32_t* w = tok.begin(c); w != tok.begin(c) + tok.len(c); ++w)
-      out.ids.insert(out.ids.end(), map_ids.begin() + map_off[*w], map_ids.begin() + map_off[*w + 1]);
-    out.off.push_back(static_cast<int64_t>(out.ids.size()));
-    if ((c & 4095) == 0) vlk::check_interrupt();
-  }
-  tok = std::move(out);
+  vlk::cap::replace_words(stems, stem_off, tok);
 }
 
 // Scores of the pycocoevalcap layout {id: [references]}, {id: [candidate]} in one call. metrics: a Metric mask.
@@ -279,17 +293,21 @@ void stem_tokens(const py::object& stem, const vlk::cap::Vocab& vocab, Tokens& t
 // for the metrics asked.
 // `stem`: None, or a callable list[str] -> list[str] applied to the whitespace tokens of CIDEr and BLEU.
 py::dict score_images(py::handle gts, py::handle res, bool tokenize, int metrics, int n, double sigma, bool cider_d,
-                      double ref_len, const py::array_t<double, py::array::c_style | py::array::forcecast>& logdf,
-                      const py::object& stem) {
+                      double ref_len, py::handle logdf_obj, const py::object& stem) {
   if (n < 1 || n > vlk::cap::kMaxN) throw py::value_error("n must be in [1, 4]");
+  auto logdf = vlk::TensorArg::from(logdf_obj, "logdf");
+  logdf.ndim(1).dtype_is(vlk::kF64).device(vlk::kCPU).contiguous();
   Held held;
   RawBatch raw;
   ImageBatch b;
-  const std::vector<Image> ims = read_layout(gts.ptr(), res.ptr(), held);
-  if (tokenize)
-    read_raw(ims, res.ptr(), held, raw, b);
-  else
-    read_tokenized(ims, held, b);
+  std::vector<Image> ims;
+  named([&](int64_t item, int64_t pos) { return image_item(ims[static_cast<size_t>(item)].key, pos); }, [&] {
+    read_layout(gts.ptr(), res.ptr(), held, ims);
+    if (tokenize)
+      read_raw(ims, res.ptr(), held, raw, b);
+    else
+      read_tokenized(ims, held, b);
+  });
   const int64_t m = static_cast<int64_t>(ims.size());
   py::array_t<double> cider(m), rouge(m), bleu({m, static_cast<int64_t>(n)});
   py::array_t<int64_t> stats({m, static_cast<int64_t>(2 + 2 * n)});
@@ -298,8 +316,8 @@ py::dict score_images(py::handle gts, py::handle res, bool tokenize, int metrics
   o.sigma = sigma;
   o.cider_d = cider_d;
   o.ref_len = ref_len;
-  o.logdf = logdf.data();
-  o.logdf_size = static_cast<int64_t>(logdf.size());
+  o.logdf = logdf.data<double>();
+  o.logdf_size = logdf.numel();
   double *pc = cider.mutable_data(), *pr = rouge.mutable_data(), *pb = bleu.mutable_data();
   int64_t* ps = stats.mutable_data();
   bool any_ref_words = false;
@@ -337,7 +355,21 @@ py::dict score_images(py::handle gts, py::handle res, bool tokenize, int metrics
   return out;
 }
 
-using I64 = py::array_t<int64_t, py::array::c_style>;
+// An int64 array from Python (numpy, torch, any DLPack producer): 1-D, contiguous, on the CPU, checked by
+// vlk::TensorArg (a ValueError naming it otherwise) and held while this lives.
+class I64 {
+ public:
+  I64() = default;
+  I64(py::handle obj, const char* name) : a_(std::make_unique<vlk::TensorArg>(vlk::TensorArg::from(obj, name))) {
+    a_->ndim(1).dtype_is(vlk::kI64).device(vlk::kCPU).contiguous();
+  }
+  const int64_t* data() const { return a_->data<int64_t>(); }
+  int64_t size() const { return a_->numel(); }
+  int64_t ndim() const { return 1; }
+
+ private:
+  std::unique_ptr<vlk::TensorArg> a_;
+};
 
 // A caption source of CiderD: a flat list of str (errors name (index, role)), or token-id rows (data, starts, lens)
 // as int64 arrays (checked to lie inside data). Holds what it reads.
@@ -352,15 +384,18 @@ void read_source(const py::object& src, int64_t role, Held& held, Source& out) {
   if (PyList_Check(src.ptr())) {
     PyObject* xs = src.ptr();
     held.hold(xs);
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(xs); ++i) out.texts.push_back(utf8_of(PyList_GET_ITEM(xs, i), held, i, role));
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(xs); ++i) {
+      out.texts.push_back(utf8_of(PyList_GET_ITEM(xs, i), held, i, role));
+      poll(i);
+    }
     return;
   }
   auto tup = src.cast<py::tuple>();
   if (tup.size() != 3) throw py::value_error("token-id source must be (data, starts, lens)");
   out.ids = true;
-  out.data = tup[0].cast<I64>();
-  out.starts = tup[1].cast<I64>();
-  out.lens = tup[2].cast<I64>();
+  out.data = I64(tup[0], "token ids");
+  out.starts = I64(tup[1], "row starts");
+  out.lens = I64(tup[2], "row lengths");
   if (out.starts.ndim() != 1 || out.lens.ndim() != 1 || out.starts.size() != out.lens.size())
     throw py::value_error("starts and lens must be 1-D of one length");
   const int64_t total = static_cast<int64_t>(out.data.size());
@@ -386,6 +421,20 @@ void tokenize_source(const Source& s, const vlk::cap::Vocab* frozen, vlk::cap::V
   vlk::cap::append_tokens(out, t);
 }
 
+// Names CiderD's items: pos -1 candidates[item], -4 flat reference `item` as refs[group][j], -2 group `item` as
+// refs[group]. `names`: the groups' names (a list: the dict keys of the corpus), or None for their indices.
+struct GroupNames {
+  py::object names;
+  const I64& off;
+  std::string operator()(int64_t item, int64_t pos) const {
+    if (pos == -1) return "candidates[" + std::to_string(item) + "]";
+    const int64_t* o = off.data();
+    const int64_t g = pos == -2 ? item : static_cast<int64_t>(std::upper_bound(o, o + off.size(), item) - o) - 1;
+    const std::string group = names.is_none() ? std::to_string(g) : repr_of(PyList_GET_ITEM(names.ptr(), g));
+    return "refs[" + group + "]" + (pos == -2 ? "" : "[" + std::to_string(item - o[g]) + "]");
+  }
+};
+
 void check_offsets(const I64& off, int64_t count) {
   const int64_t* o = off.data();
   if (off.ndim() != 1 || off.size() < 1 || o[0] != 0 || o[off.size() - 1] != count)
@@ -408,11 +457,16 @@ struct DfScorer {
   double ref_len = 0.0;
 };
 
-void df_add_documents(DfScorer& self, const py::object& refs, const I64& ref_off) {
+void df_add_documents(DfScorer& self, const py::object& refs, py::handle ref_off_obj, const py::object& names) {
+  const I64 ref_off(ref_off_obj, "ref_off");
+  if (!names.is_none() && (!PyList_Check(names.ptr()) || PyList_GET_SIZE(names.ptr()) + 1 != ref_off.size()))
+    throw py::value_error("names must be None or a list with one name per reference group");
   Held held;
   Source src;
-  read_source(refs, -4, held, src);
-  check_offsets(ref_off, src.size());
+  named(GroupNames{names, ref_off}, [&] {
+    read_source(refs, -4, held, src);
+    check_offsets(ref_off, src.size());
+  });
   const int64_t ndocs = static_cast<int64_t>(ref_off.size()) - 1;
   py::gil_scoped_release release;
   // Ctrl-C stops it before the counts change (the n-gram build polls, the counting does not); the vocabulary may
@@ -427,7 +481,7 @@ void df_add_documents(DfScorer& self, const py::object& refs, const I64& ref_off
 }
 
 // df of n-grams given as "w1 w2 ..." strings; counts are checked against [0, num_docs] (stored as uint32).
-void df_set_items(DfScorer& self, const py::list& ngrams, const I64& counts, int64_t num_docs) {
+void df_set_items_unnamed(DfScorer& self, const py::list& ngrams, const I64& counts, int64_t num_docs) {
   if (num_docs < 1 || num_docs > static_cast<int64_t>(UINT32_MAX)) throw py::value_error("num_docs must be in [1, 2^32)");
   if (counts.ndim() != 1 || counts.size() != static_cast<py::ssize_t>(py::len(ngrams)))
     throw py::value_error("one count per n-gram");
@@ -463,6 +517,12 @@ void df_set_items(DfScorer& self, const py::list& ngrams, const I64& counts, int
   if (bad >= 0) bad_caption(bad, -1, "n-gram must hold 1 to " + std::to_string(self.df.n()) + " words");
 }
 
+void df_set_items(DfScorer& self, const py::list& ngrams, py::handle counts_obj, int64_t num_docs) {
+  const I64 counts(counts_obj, "counts");
+  named([&](int64_t item, int64_t) { return "document_frequency key " + repr_of(PyList_GET_ITEM(ngrams.ptr(), item)); },
+        [&] { df_set_items_unnamed(self, ngrams, counts, num_docs); });
+}
+
 // Everything save() writes, read under one lock: {"n", "num_docs", "ngrams", "df"}.
 py::dict df_export(DfScorer& self) {
   std::vector<std::string> ngrams;
@@ -486,13 +546,16 @@ py::dict df_export(DfScorer& self) {
 
 // Rewards of candidates against reference groups with the table's document frequencies, in one call: the log table
 // and ref_len come from numpy through vlkernels.captioning._common (fetched again only when the table has grown).
-py::array_t<double> df_score(DfScorer& self, const py::object& cands, const py::object& refs, const I64& ref_off,
-                             const I64& group, double sigma) {
+py::array_t<double> df_score(DfScorer& self, const py::object& cands, const py::object& refs, py::handle ref_off_obj,
+                             py::handle group_obj, double sigma) {
+  const I64 ref_off(ref_off_obj, "ref_off"), group(group_obj, "ref_index");
   Held held;
   Source cs, rs;
-  read_source(cands, -1, held, cs);
-  read_source(refs, -4, held, rs);
-  check_offsets(ref_off, rs.size());
+  named(GroupNames{py::none(), ref_off}, [&] {
+    read_source(cands, -1, held, cs);
+    read_source(refs, -4, held, rs);
+    check_offsets(ref_off, rs.size());
+  });
   const int64_t n_cand = cs.size(), n_refs = rs.size();
   const int64_t n_groups = static_cast<int64_t>(ref_off.size()) - 1;
   if (group.ndim() != 1 || static_cast<int64_t>(group.size()) != n_cand)
@@ -564,7 +627,9 @@ py::dict evaluate_files(const std::string& refs, const std::string& preds, bool 
   const int64_t m = ev->num_images();
   py::module_ common = py::module_::import("vlkernels.captioning._common");
   // The logarithms come from numpy, as the Python scorers compute them (bit-identical scores).
-  auto logdf = common.attr("log_table")(m).cast<py::array_t<double, py::array::c_style | py::array::forcecast>>();
+  py::object logdf_obj = common.attr("log_table")(m);
+  auto logdf = vlk::TensorArg::from(logdf_obj, "log_table");
+  logdf.ndim(1).dtype_is(vlk::kF64).device(vlk::kCPU).contiguous();
   const double ref_len = common.attr("ref_len_of")(m).cast<double>();
   py::array_t<double> cider(m), rouge(m), bleu({m, int64_t{4}});
   py::array_t<int64_t> stats({m, int64_t{10}});
@@ -585,7 +650,7 @@ py::dict evaluate_files(const std::string& refs, const std::string& preds, bool 
     vlk::cap::coco_release_text(e);
     any_ref_words = words.off[e.ref_caps.size()] > 0;
     vlk::cap::bleu_images(words, e.cand.data(), e.ref_off.data(), e.ref_caps.data(), m, 4, ps, pb);
-    if (any_ref_words) vlk::cap::coco_cider_d(e, std::move(words), logdf.data(), logdf.size(), ref_len, pc);
+    if (any_ref_words) vlk::cap::coco_cider_d(e, std::move(words), logdf.data<double>(), logdf.numel(), ref_len, pc);
   }
   py::list keys;
   for (const std::string& k : ev->keys) {
@@ -596,6 +661,7 @@ py::dict evaluate_files(const std::string& refs, const std::string& preds, bool 
     } else {
       keys.append(py::str(k.data() + 1, k.size() - 1));
     }
+    poll(static_cast<int64_t>(py::len(keys)));
   }
   py::dict out;
   out["keys"] = keys;
@@ -629,13 +695,13 @@ VLK_BIND(captioning) {
   // CapCiderDf(n), CapCiderDf(n, refs, ref_off) (a corpus, one call) or CapCiderDf.from_items(n, ngrams, df, num_docs).
   py::class_<DfScorer>(m, "CapCiderDf")
       .def(py::init<int>())
-      .def(py::init([](int n, const py::object& refs, const I64& ref_off) {
+      .def(py::init([](int n, const py::object& refs, py::handle ref_off, const py::object& names) {
         auto d = std::make_unique<DfScorer>(n);
-        df_add_documents(*d, refs, ref_off);
+        df_add_documents(*d, refs, ref_off, names);
         return d;
       }))
       .def_static("from_items",
-                  [](int n, const py::list& ngrams, const I64& counts, int64_t num_docs) {
+                  [](int n, const py::list& ngrams, py::handle counts, int64_t num_docs) {
                     auto d = std::make_unique<DfScorer>(n);
                     df_set_items(*d, ngrams, counts, num_docs);
                     return d;
@@ -644,7 +710,7 @@ VLK_BIND(captioning) {
       .def_property_readonly("num_docs", [](DfScorer& d) { return locked(d, &vlk::cap::CiderDf::num_docs); })
       .def_property_readonly("max_df", [](DfScorer& d) { return locked(d, &vlk::cap::CiderDf::max_df); })
       .def("__len__", [](DfScorer& d) { return locked(d, &vlk::cap::CiderDf::size); })
-      .def("add_documents", &df_add_documents)
+      .def("add_documents", &df_add_documents, py::arg("refs"), py::arg("ref_off"), py::arg("names") = py::none())
       .def("export", &df_export)
       .def("score", &df_score);
 }

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "captioning/ptb_tokenizer.h"
+#include "captioning/ptb/ptb_tokenizer.h"
 #include "ptb_captions.h"
 #include "registry.h"
 
@@ -16,36 +16,52 @@ namespace {
 
 using namespace vlk::ptb_py;
 
-// captions: a list or tuple of str / UTF-8 bytes. Returns the list of tokenized captions, or None when an item is
-// anything else or not valid text: the Python wrapper then names the bad item (no C++ exception on that path).
+// captions: a list or tuple of str / UTF-8 bytes. Returns the list of tokenized captions; anything else is a
+// ValueError naming the item ("captions[i] ..."), raised here with its final message.
 // _fast_paths=False (tests only) tries every rule at every position, the reference for the fast paths.
-py::object ptb_tokenize(py::handle captions, bool fast_paths) {
+py::list ptb_tokenize(py::handle captions, bool fast_paths) {
   PyObject* seq = captions.ptr();
-  if (!PyList_Check(seq) && !PyTuple_Check(seq)) return py::none();
-  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-  PyObject** items = PySequence_Fast_ITEMS(seq);
+  if (!PyList_Check(seq) && !PyTuple_Check(seq))
+    throw py::value_error("captions must be a list or tuple of str, got " + type_name(seq));
   Captions caps;
-  for (Py_ssize_t i = 0; i < n; ++i)
-    if (!caps.add(items[i])) return py::none();
-  if (!caps.tokenize(fast_paths)) return py::none();
+  // Read by index each time, the sequence held: nothing here runs Python code, but the list is the caller's.
+  caps.hold(seq);
+  const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* c = PySequence_Fast_GET_ITEM(seq, i);
+    if (!caps.add(c))
+      throw py::value_error("captions[" + std::to_string(i) + "] must be a str (or UTF-8 bytes), got " + type_name(c));
+    poll(i);
+  }
+  const int64_t bad = caps.tokenize(fast_paths);
+  if (bad >= 0) refused_caption(caps.caption(bad), "captions[" + std::to_string(bad) + "]");
   const vlk::PtbResult& r = caps.result();
   py::list out(n);
   for (Py_ssize_t i = 0; i < n; ++i) {
     PyObject* s = result_str(r, i);
     if (s == nullptr) throw py::error_already_set();
     PyList_SET_ITEM(out.ptr(), i, s);
+    poll(i);
   }
-  return std::move(out);
+  return out;
 }
 
 // {key: [caption, ...]} -> {key: [tokenized caption, ...]}, all captions tokenized as one batch in the dict's order
 // (as pycocoevalcap does). With drop_empty, keys with no caption are left out of the result (pycocoevalcap's
-// PTBTokenizer). Returns None when read_caption_dict refuses the input or a caption is not valid text.
-py::object ptb_tokenize_dict(py::handle mapping, bool allow_str, bool drop_empty) {
+// PTBTokenizer). Errors are ValueErrors naming `name`[key][position].
+py::dict ptb_tokenize_dict(py::handle mapping, bool allow_str, bool drop_empty, const std::string& name) {
   Captions caps;
-  if (!read_caption_dict(mapping.ptr(), allow_str, caps)) return py::none();
+  read_caption_dict(mapping.ptr(), allow_str, name.c_str(), caps);
   auto& keys = caps.keys();
-  if (!caps.tokenize()) return py::none();
+  const int64_t bad = caps.tokenize();
+  if (bad >= 0) {
+    int64_t first = 0;
+    for (const auto& [k, count] : keys) {
+      if (bad < first + count)
+        refused_caption(caps.caption(bad), name + "[" + repr_of(k) + "][" + std::to_string(bad - first) + "]");
+      first += count;
+    }
+  }
   const vlk::PtbResult& r = caps.result();
   GcPause pause;
   py::dict out;
@@ -57,10 +73,11 @@ py::object ptb_tokenize_dict(py::handle mapping, bool allow_str, bool drop_empty
       PyObject* s = result_str(r, at);
       if (s == nullptr) throw py::error_already_set();
       PyList_SET_ITEM(toks.ptr(), j, s);
+      poll(at);
     }
     if (PyDict_SetItem(out.ptr(), k, toks.ptr()) < 0) throw py::error_already_set();
   }
-  return std::move(out);
+  return out;
 }
 
 // Raw PTBTokenizer tokens of one caption (before the punctuation filter), for tests and debugging.
@@ -77,6 +94,7 @@ py::list ptb_tokens(const py::bytes& caption, const py::bytes& following) {
 
 VLK_BIND(captioning_tokenizer) {
   m.def("ptb_tokenize", &ptb_tokenize, py::arg("captions"), py::arg("_fast_paths") = true);
-  m.def("ptb_tokenize_dict", &ptb_tokenize_dict, py::arg("captions"), py::arg("allow_str"), py::arg("drop_empty"));
+  m.def("ptb_tokenize_dict", &ptb_tokenize_dict, py::arg("captions"), py::arg("allow_str"), py::arg("drop_empty"),
+        py::arg("name"));
   m.def("ptb_tokens", &ptb_tokens, py::arg("caption"), py::arg("following") = py::bytes(""));
 }

@@ -32,6 +32,7 @@ SANITIZED_TESTS = [
     "tests/test_captioning_api.py",
     "tests/test_captioning_safety.py",
     "tests/test_captioning_cli.py",
+    "tests/test_captioning_files.py",
     "tests/test_retrieval.py",
     "tests/test_retrieval_edges.py",
     "tests/test_parallel.py",

@@ -2,8 +2,10 @@
 
 import gzip
 import json
+import lzma
 import shutil
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -29,10 +31,25 @@ KARPATHY_SETS = [
 ]
 
 
+# Committed with the tests (sources and licences in its README): the Karpathy-test references, one MIT-licensed
+# prediction set with its pycocoevalcap per-image scores, the PTB edge cases. The shared data folder adds the rest.
+COMMITTED = Path(__file__).resolve().parent / "data" / "golden"
+COMMITTED_SETS = ["transformer_cil_vis"]
+
+
 def _json(path):
-    opener = gzip.open if str(path).endswith(".gz") else open
+    path = Path(path)
+    opener = {".gz": gzip.open, ".xz": lzma.open}.get(path.suffix, open)
     with opener(path, "rt", encoding="utf-8") as f:
         return json.load(f)
+
+
+def _committed(name):
+    """A golden file committed under tests/data/golden (xz-compressed where large)."""
+    for path in (COMMITTED / name, COMMITTED / f"{name}.xz"):
+        if path.exists():
+            return _json(path)
+    raise FileNotFoundError(name)
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +58,15 @@ def golden(shared_data):
 
 
 @pytest.fixture(scope="module")
-def karpathy_refs(golden):
-    return _json(golden / "karpathy_test_refs_ptb.json")
+def karpathy_refs():
+    return _committed("karpathy_test_refs_ptb.json")
+
+
+def _karpathy_set(name, request):
+    """A Karpathy-test golden prediction set: committed ones on every checkout, the others from the shared data."""
+    if name in COMMITTED_SETS:
+        return _committed(f"karpathy_test__{name}.json")
+    return _json(request.getfixturevalue("golden") / f"karpathy_test__{name}.json")
 
 
 @pytest.fixture(scope="module")
@@ -63,8 +87,8 @@ def _check_golden(d, refs, scorer=None):
 
 
 @pytest.mark.parametrize("name", KARPATHY_SETS)
-def test_cider_golden_karpathy(golden, karpathy_refs, name):
-    d = _json(golden / f"karpathy_test__{name}.json")
+def test_cider_golden_karpathy(request, karpathy_refs, name):
+    d = _karpathy_set(name, request)
     mean = _check_golden(d, karpathy_refs)
     if name == "magic__magic_result":
         assert abs(mean - 0.4928873510252646) <= TOL and round(mean, 3) == 0.493  # MAGIC's reported figure
@@ -119,7 +143,11 @@ def test_scst_golden_ruotianluo(golden, val2014_ptb, karpathy_refs):
 
 
 def _subset(golden, karpathy_refs, name, size, seed):
-    d = _json(golden / f"karpathy_test__{name}.json")
+    d = (
+        _committed(f"karpathy_test__{name}.json")
+        if name in COMMITTED_SETS
+        else _json(golden / f"karpathy_test__{name}.json")
+    )
     rng = np.random.default_rng(seed)
     ids = list(rng.choice(d["image_ids_in_scorer_order"], size=size, replace=False))
     return {k: karpathy_refs[k] for k in ids}, {k: [d["candidates_ptb"][k]] for k in ids}
@@ -202,23 +230,19 @@ def test_whitespace_split_matches_python():
     assert C.cap_split_words("", True) == [""]
 
 
-def test_threads_agree(golden, karpathy_refs):
-    gts, res = _subset(golden, karpathy_refs, "ersan_vis", 500, seed=1)
-    before = vlkernels.get_num_threads()
-    try:
-        vlkernels.set_num_threads(1)
+def test_threads_agree(karpathy_refs):
+    gts, res = _subset(None, karpathy_refs, "transformer_cil_vis", 500, seed=1)
+    from vlkernels.core.threads import limit
+
+    with limit(1):
         one = Cider().compute_score(gts, res)[1]
-        vlkernels.set_num_threads(2)
-        two = Cider().compute_score(gts, res)[1]
-    finally:
-        vlkernels.set_num_threads(before)
-    np.testing.assert_array_equal(one, two)
+    np.testing.assert_array_equal(one, Cider().compute_score(gts, res)[1])  # the process default: every core
 
 
-def test_stemming_matches_nltk_then_pycocoevalcap(golden, karpathy_refs):
+def test_stemming_matches_nltk_then_pycocoevalcap(karpathy_refs):
     porter = pytest.importorskip("nltk.stem.porter")
     stemmer = porter.PorterStemmer()
-    gts, res = _subset(golden, karpathy_refs, "transformer_cil_vis", 200, seed=3)
+    gts, res = _subset(None, karpathy_refs, "transformer_cil_vis", 200, seed=3)
 
     def stem(d):
         return {k: [" ".join(stemmer.stem(w) for w in c.split()) for c in v] for k, v in d.items()}
@@ -347,3 +371,27 @@ def test_cider_raw_plain_dicts_equal_dict_subclasses(golden):
     fast = Cider(tokenize=True).compute_score(gts, res)
     general = Cider(tokenize=True).compute_score(Plain(gts), Plain(res))
     assert np.array_equal(fast[1], general[1]) and fast[0] == general[0]
+
+
+def test_committed_golden_from_raw_captions():
+    """On every checkout: the shipped raw Karpathy-test references and the committed raw predictions, PTB-tokenized
+    and scored in one call, give pycocoevalcap 1.2's per-image CIDEr-D; the tokenized references equal the Java
+    tokenizer's (25,010 captions)."""
+    from vlkernels.captioning import ptb_tokenize
+    from vlkernels.data import karpathy_test_captions
+
+    raw_refs = {str(k): v for k, v in karpathy_test_captions().items()}
+    java_refs = _committed("karpathy_test_refs_ptb.json")
+    assert raw_refs.keys() == java_refs.keys()
+    ids = list(java_refs)
+    flat = ptb_tokenize([c for k in ids for c in raw_refs[k]])
+    assert flat == [c for k in ids for c in java_refs[k]]
+    d = _committed("karpathy_test__transformer_cil_vis.json")
+    order = d["image_ids_in_scorer_order"]
+    assert ptb_tokenize([d["candidates_raw"][k] for k in order]) == [d["candidates_ptb"][k] for k in order]
+    mean, scores = Cider(tokenize=True).compute_score(
+        {k: raw_refs[k] for k in order}, {k: [d["candidates_raw"][k]] for k in order}
+    )
+    want = np.array([d["per_image_cider"][k] for k in order])
+    np.testing.assert_allclose(scores, want, rtol=0, atol=TOL)
+    assert abs(mean - d["corpus_cider"]) <= TOL

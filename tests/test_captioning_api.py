@@ -315,7 +315,7 @@ def _public_calls(tmp_path):
 
 
 def test_one_cpp_call_per_public_operation(crossings, tmp_path):
-    # Issue 11 item 5: each public operation reads and checks its captions in one C++ call (no second entry to
+    # Each public operation reads and checks its captions in one C++ call (no second entry to
     # ask for sizes, logarithms or a fallback path), stem=True and tokenize=True included.
     for name, call in _public_calls(tmp_path).items():
         crossings.clear()

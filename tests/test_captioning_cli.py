@@ -231,7 +231,7 @@ def test_bindings_check_what_they_receive():
 
     C = _ext.load()
     z = np.zeros(2)
-    with pytest.raises(TypeError, match="gts and res must be dicts"):
+    with pytest.raises(ValueError, match="gts and res must be dicts"):
         C.cap_score_images([], {}, False, C.CAP_CIDER, 4, 6.0, True, 0.0, z, None)
     with pytest.raises(ValueError, match="n must be in"):
         C.cap_score_images({}, {}, False, C.CAP_CIDER, 9, 6.0, True, 0.0, z, None)
@@ -258,13 +258,20 @@ def test_bindings_check_what_they_receive():
         df.score(["a"], ["a b"], np.array([0, 1], i64), np.array([3], i64), 6.0)
     with pytest.raises(ValueError, match="one entry per candidate"):
         df.score(["a", "b"], ["a b"], np.array([0, 1], i64), np.array([0], i64), 6.0)
+    # Arrays go through vlk::TensorArg: dtype, rank and layout checked, the argument named.
+    with pytest.raises(ValueError, match="ref_off"):
+        df.add_documents(["a b"], np.array([0.0, 1.0]))
+    with pytest.raises(ValueError, match="ref_index"):
+        df.score(["a"], ["a b"], np.array([0, 1], i64), np.array([[0]], i64), 6.0)
+    with pytest.raises(ValueError, match="logdf .*contiguous"):
+        C.cap_score_images({1: ["a"]}, {1: ["a"]}, False, C.CAP_CIDER, 4, 6.0, True, 0.0, np.zeros(4)[::2], None)
     with pytest.raises(ValueError, match=r"outside \[0, num_docs = 2\]"):
         C.CapCiderDf.from_items(4, ["a"], np.array([3], i64), 2)
 
 
 @pytest.mark.slow
 def test_cli_ctrl_c_while_scoring_files_subprocess(tmp_path):
-    # Issue 12 item 8 on the file path: reading, tokenizing and the per-length CIDEr-D passes all poll Ctrl-C, so
+    # Ctrl-C on the file path: reading, tokenizing and the per-length CIDEr-D passes all poll Ctrl-C, so
     # SIGINT 1 s into a multi-second evaluation of files is a KeyboardInterrupt within 0.5 s, and the next call works.
     from vlkernels.testing import interrupt_latency
 

@@ -228,7 +228,7 @@ def test_large_token_ids_score_as_their_decimal_words():
     np.testing.assert_array_equal(a, b)
 
 
-# Ctrl-C inside one long block (issue 12 item 8): one image with a long candidate and many references, or a corpus
+# Ctrl-C inside one long block: one image with a long candidate and many references, or a corpus
 # scored on one thread, runs for seconds inside a single parallel_for block; the loops poll for the interrupt.
 # ("subprocess" in the name keeps them out of the ASan run, whose timing is not the product's.)
 # case: (call, candidate words, references of the one image, corpus images, threads)

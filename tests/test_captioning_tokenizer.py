@@ -4,10 +4,10 @@ import gzip
 import json
 import random
 import shutil
+from pathlib import Path
 
 import pytest
 
-import vlkernels
 from vlkernels.captioning import PTBTokenizer, ptb_tokenize
 from vlkernels.captioning.tokenizer import PUNCTUATIONS, ptb_tokens
 
@@ -46,9 +46,10 @@ def test_ptb_tokenize_coco_val2014_golden(shared_data):
     assert not bad, msg
 
 
-def test_ptb_tokenize_edge_cases(shared_data):
-    """The 88 tricky strings (quotes, brackets, contractions, abbreviations, Unicode ...), tokenized as one batch."""
-    data = json.load(open(shared_data / "captions" / "golden" / "ptb_tokenizer_edge_cases.json"))
+def test_ptb_tokenize_edge_cases():
+    """The 88 tricky strings (quotes, brackets, contractions, abbreviations, Unicode ...), tokenized as one batch
+    (committed under tests/data/golden: runs on every checkout)."""
+    data = json.load(open(Path(__file__).resolve().parent / "data" / "golden" / "ptb_tokenizer_edge_cases.json"))
     assert data["punctuations_removed"] == list(PUNCTUATIONS)
     cases = data["cases"]
     assert len(cases) == 88
@@ -163,19 +164,12 @@ def test_ptb_tokenize_basics():
 
 
 def test_ptb_tokenize_threads_deterministic():
-    caps = _generated(random.Random(7), 2000)
-    n = vlkernels.get_num_threads() if hasattr(vlkernels, "get_num_threads") else None
-    from vlkernels import _ext
+    from vlkernels.core.threads import limit
 
-    c = _ext.load()
-    try:
-        c.set_num_threads(1)
+    caps = _generated(random.Random(7), 2000)
+    with limit(1):
         one = ptb_tokenize(caps)
-        c.set_num_threads(4)
-        four = ptb_tokenize(caps)
-    finally:
-        c.set_num_threads(n or 0)
-    assert one == four
+    assert one == ptb_tokenize(caps)  # the process default: every core
 
 
 # Neighbours that decide whether one of the C++ shortcuts applies: Unicode spaces and line breaks after a word
@@ -249,7 +243,10 @@ def test_ptb_tokenize_invalid_input(captions, match):
         ({1: "x"}, r"\[1\] must be a list"),
         ({1: [{"text": "x"}]}, r"\[1\]\[0\] must be a dict with a 'caption' key"),
         ({1: [{"caption": 5}]}, r"\[1\]\[0\]\['caption'\] must be a str"),
-        ({1: [{"caption": "ok"}, {"caption": "\udcff"}]}, r"captions\[1\] is not valid Unicode"),
+        ({1: [{"caption": "ok"}, {"caption": "\udcff"}]}, r"captions_for_image\[1\]\[1\] is not valid Unicode"),
+        ({1: [{"caption": "ok"}], 2: [{"caption": "x"}, {"caption": "\ud800"}]}, r"\[2\]\[1\] is not valid Unicode"),
+        ({1: [{"caption": "ok"}, "a str"]}, r"\[1\]\[1\] must be a dict with a 'caption' key, got str"),
+        ({1: b"x"}, r"\[1\] must be a list of captions, got bytes"),
     ],
 )
 def test_ptbtokenizer_invalid_input(data, match):
@@ -258,8 +255,8 @@ def test_ptbtokenizer_invalid_input(data, match):
 
 
 def test_cpp_utf8_validation_matches_python():
-    """The C++ check of UTF-8 agrees with Python's strict decoder on random bytes (it answers None for bad input, and
-    the Python wrapper then names the item)."""
+    """The C++ check of UTF-8 agrees with Python's strict decoder on random bytes, and its ValueError names the item
+    and gives the decoder's reason and byte offset."""
     from vlkernels import _ext
 
     c = _ext.load()
@@ -286,6 +283,10 @@ def test_cpp_utf8_validation_matches_python():
         if valid:
             assert c.ptb_tokenize([b"x", data]) == ptb_tokenize([b"x", data]) == ptb_tokenize(["x", data.decode()])
         else:
-            assert c.ptb_tokenize([b"x", data]) is None
-            with pytest.raises(ValueError, match=r"captions\[1\] is not valid UTF-8"):
+            with pytest.raises(UnicodeDecodeError) as e:
+                data.decode("utf-8")
+            message = rf"captions\[1\] is not valid UTF-8 \({e.value.reason} at byte {e.value.start}\)"
+            with pytest.raises(ValueError, match=message):
+                c.ptb_tokenize([b"x", data])
+            with pytest.raises(ValueError, match=message):
                 ptb_tokenize([b"x", data])

@@ -35,7 +35,7 @@ def _report(bad, n, limit=20):
 
 
 def test_ptb_tokenize_matches_java_corpus():
-    """Every committed case (the issues' backtick apostrophes, o'o, Asian smileys, file names, final sigma, SGML
+    """Every committed case (backtick apostrophes, o'o, Asian smileys, file names, final sigma, SGML
     self-closing tags, URLs after non-ASCII spaces, ... and 3,000 generated strings) as the Java tokenizer gave it."""
     pairs = json.loads(CORPUS.read_text(encoding="utf-8"))["in_order"]
     raw = [p[0] for p in pairs]
@@ -43,6 +43,24 @@ def test_ptb_tokenize_matches_java_corpus():
     bad = [(r, w, g) for (r, w), g in zip(pairs, got) if w != g]
     assert len(pairs) > 3000
     assert not bad, _report(bad, len(pairs))
+
+
+@pytest.mark.parametrize("text", ["1.c", "file 1.txt"])
+def test_number_dot_letters_and_file_names_in_every_context(text):
+    """A number, a dot and letters and a file name, as Java tokenizes them in the committed corpus: followed by
+    another caption (kept whole: the file-name rule sees the line break), with a space or '.' after it inside the
+    caption, and as the last caption of the file (end of file: no trailing character, so "1.c" is "1 c")."""
+    corpus = json.loads(CORPUS.read_text(encoding="utf-8"))
+    in_order = corpus["in_order"]
+    raw = [r for r, _ in in_order]
+    got = dict(zip(raw, ptb_tokenize(raw)))
+    followed = [(r, w) for r, w in in_order if r.strip(" .") == text.strip()]
+    alone = [(r, w) for r, w in corpus["alone"] if r == text]
+    assert followed and alone, f"{text!r} is missing from the committed corpus"
+    for r, w in followed:
+        assert got[r] == w, (r, w, got[r])
+    for r, w in alone:
+        assert ptb_tokenize([r])[0] == w, (r, w)
 
 
 def test_ptb_tokenize_matches_java_corpus_alone():
@@ -54,9 +72,9 @@ def test_ptb_tokenize_matches_java_corpus_alone():
     assert not bad, _report(bad, len(pairs))
 
 
-def test_ptb_tokenize_issue_cases():
-    """The cases named in the issues, each as Java prints it (read off the corpus, i.e. from Java), with the
-    corpus's next caption after it (the trailing context it had there)."""
+def test_ptb_tokenize_reported_cases():
+    """The cases reported against earlier versions, each as Java prints it (read off the corpus, i.e. from Java),
+    with the corpus's next caption after it (the trailing context it had there)."""
     corpus = json.loads(CORPUS.read_text(encoding="utf-8"))
     pairs = corpus["in_order"]
     index = {r: k for k, (r, _) in enumerate(pairs)}
@@ -65,7 +83,7 @@ def test_ptb_tokenize_issue_cases():
         k = index[raw]
         assert ptb_tokenize([raw, pairs[k + 1][0]])[0] == pairs[k][1], raw
     java, alone = dict(pairs), dict(corpus["alone"])
-    assert java["don`t"] == "do n`t" and java["^_^"] == "^_^"  # the corpus holds what the issues report
+    assert java["don`t"] == "do n`t" and java["^_^"] == "^_^"  # the corpus holds what was reported
     assert alone["sq.2"] == "sq. .2" and ptb_tokenize(["sq.2"]) == ["sq. .2"]
 
 

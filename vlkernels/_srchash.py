@@ -7,7 +7,7 @@ import hashlib
 from pathlib import Path
 
 SOURCE_DIRS = ("csrc", "python")
-SOURCE_SUFFIXES = (".h", ".hpp", ".cpp", ".cu", ".cuh")
+SOURCE_SUFFIXES = (".h", ".hpp", ".inc", ".cpp", ".cu", ".cuh")
 
 
 def source_files(root: Path) -> list[Path]:

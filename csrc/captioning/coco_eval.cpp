@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "captioning/cider.h"
-#include "captioning/ptb_tokenizer.h"
+#include "captioning/ptb/ptb_tokenizer.h"
 #include "core/parallel.h"
 
 namespace vlk::cap {

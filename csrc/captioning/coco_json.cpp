@@ -46,12 +46,13 @@ void append_caption(CaptionRecords& out, std::unordered_map<std::string, int64_t
 class Parser {
  public:
   Parser(const char* data, int64_t size, bool results, KeepImage keep, void* ctx, CaptionRecords& out)
-      : begin_(data), p_(data), end_(data + size), results_(results), keep_(keep), ctx_(ctx), out_(out) {}
+      : file_(data), begin_(data), p_(data), end_(data + size), results_(results), keep_(keep), ctx_(ctx), out_(out) {}
   // Called as the parse advances (the memory-mapped reader releases what lies behind).
   void (*progress)(const char* at, void* arg) = nullptr;
   void* progress_arg = nullptr;
 
   void run() {
+    encoding();
     ws();
     if (p_ == end_) fail("malformed JSON: expecting value");
     if (*p_ == '[') {
@@ -60,13 +61,39 @@ class Parser {
       top_object();
     } else {
       const Kind k = skip_value(0);
+      ws();
+      if (p_ != end_) fail("malformed JSON: extra data");
       throw JsonError(std::string("expected a list of {'image_id', 'caption'} records, got ") + kind_name(k));
     }
     ws();
     if (p_ != end_) fail("malformed JSON: extra data");
+    // Problems of the content are reported once the whole text is known to be JSON, as json.load + a check would.
+    if (!pending_.empty()) throw JsonError(pending_);
   }
 
  private:
+  // A UTF-8 byte order mark is skipped (as json.loads does with bytes, and open(..., encoding="utf-8-sig")); UTF-16
+  // and UTF-32 text (a BOM, or a NUL among the first bytes: JSON text starts with ASCII) is refused by name.
+  void encoding() {
+    const auto* u = reinterpret_cast<const unsigned char*>(p_);
+    const int64_t n = end_ - p_;
+    if (n >= 3 && u[0] == 0xEF && u[1] == 0xBB && u[2] == 0xBF) {
+      p_ += 3;
+      begin_ = p_;  // line and column count from the text after the mark, as Python's decoder gives them
+      return;
+    }
+    const bool bom16 = n >= 2 && ((u[0] == 0xFF && u[1] == 0xFE) || (u[0] == 0xFE && u[1] == 0xFF));
+    const bool bom32 = n >= 4 && u[0] == 0 && u[1] == 0 && u[2] == 0xFE && u[3] == 0xFF;
+    const bool nul = (n >= 1 && u[0] == 0) || (n >= 2 && u[1] == 0);
+    if (bom16 || bom32 || nul)
+      throw JsonError("captions files must be UTF-8; this one looks like UTF-16 or UTF-32 (convert it to UTF-8)");
+  }
+  // The first problem of the content found (a record without a caption, a wrong type): kept, and thrown by run()
+  // after the parse, unless a later duplicate key replaces the value it was found in (json.load keeps the last).
+  void defer(const std::string& what) {
+    if (pending_.empty()) pending_ = what;
+  }
+
   [[noreturn]] void fail(const std::string& what) const {
     int64_t line = 1, col = 1;
     for (const char* q = begin_; q < p_ && q < end_; ++q) {
@@ -189,7 +216,7 @@ class Parser {
       }
       if (c >= 0x80) {
         const int n = utf8_len();
-        if (n == 0) throw JsonError("invalid UTF-8 at byte " + std::to_string(p_ - begin_));
+        if (n == 0) throw JsonError("invalid UTF-8 at byte " + std::to_string(p_ - file_));
         if (into != nullptr) into->append(p_, static_cast<size_t>(n));
         p_ += n;
         continue;
@@ -318,7 +345,9 @@ class Parser {
       ws();
       if (p_ == end_ || *p_ != '{') {
         skip_value(1);
-        throw JsonError(where(i) + ": record must be a dict with 'image_id' and 'caption'");
+        defer(where(i) + ": record must be a dict with 'image_id' and 'caption'");
+        if (more(']')) continue;
+        return;
       }
       ++p_;
       bool has_id = false, has_caption = false;
@@ -358,27 +387,40 @@ class Parser {
       } else {
         ++p_;
       }
-      if (!has_id || !has_caption) throw JsonError(where(i) + ": record must be a dict with 'image_id' and 'caption'");
-      if (id_kind != Kind::kInt && id_kind != Kind::kString)
-        throw JsonError(where(i) + ": image_id must be an int or str, got " + kind_name(id_kind));
-      if (caption_kind != Kind::kString)
-        throw JsonError(where(i) + " (image " + shown(key) + "): caption must be str, got " + kind_name(caption_kind));
-      add_caption(key, caption);
+      // A repeated field keeps its last value (key, caption and kinds are overwritten), as json.load does.
+      if (!has_id || !has_caption)
+        defer(where(i) + ": record must be a dict with 'image_id' and 'caption'");
+      else if (id_kind != Kind::kInt && id_kind != Kind::kString)
+        defer(where(i) + ": image_id must be an int or str, got " + kind_name(id_kind));
+      else if (caption_kind != Kind::kString)
+        defer(where(i) + " (image " + shown(key) + "): caption must be str, got " + kind_name(caption_kind));
+      else if (pending_.empty())
+        add_caption(key, caption);
       if (more(']')) continue;
       return;
     }
   }
 
-  // An object: a COCO annotation file ("annotations": [records]) or {image_id: [caption, ...]}.
+  // An object: a COCO annotation file ("annotations": [records]) or {image_id: [caption, ...]}. A repeated key
+  // keeps its last value and its first position, as json.load builds the dict.
   void top_object() {
     ++p_;
     bool annotations = false, coco_fields = false;
+    Kind annotations_kind = Kind::kArray;  // of the last "annotations" value
+    std::string annotations_pending;       // the content problem of the last "annotations" list
     // The {id: [...]} layout is only known once the whole object is read ("annotations" may come last): its
-    // captions are kept aside and dropped if it turns out to be a COCO file.
+    // captions are kept aside and dropped if it turns out to be a COCO file. Per key, in order of first appearance:
+    // the captions of its last value (layout[first, end)) or the kind of a value that is not a list of str.
+    struct LayoutKey {
+      int64_t first = 0, end = 0;
+      bool bad = false;
+      Kind kind = Kind::kArray;
+    };
     CaptionRecords layout;
     std::unordered_map<std::string, int64_t> layout_index;
-    std::string bad_key;
-    Kind bad_kind = Kind::kNull;
+    std::unordered_map<std::string, size_t> key_at;
+    std::vector<std::pair<std::string, LayoutKey>> layout_keys;
+    bool repeated = false;
     std::string field, caption;
     if (peek('}')) {
       ++p_;
@@ -386,23 +428,36 @@ class Parser {
       for (;;) {
         member_name(field);
         if (field == "annotations" && !results_) {
-          if (!peek('[')) {
-            const Kind k = skip_value(1);
-            throw JsonError(std::string("expected a list of {'image_id', 'caption'} records, got ") + kind_name(k));
-          }
           annotations = true;
-          records("");
+          if (!peek('[')) {
+            annotations_kind = skip_value(1);
+          } else {
+            // A later "annotations" replaces an earlier one: its records and its problems.
+            annotations_kind = Kind::kArray;
+            const std::string before = pending_;
+            pending_.clear();
+            out_.text.clear();
+            out_.off.assign(1, 0);
+            out_.image.clear();
+            out_.keys.clear();
+            index_.clear();
+            records("");
+            annotations_pending = pending_;
+            pending_ = before;
+          }
         } else if (results_) {
           annotations = annotations || field == "annotations";
           skip_value(1);
         } else {
           coco_fields = coco_fields || field == "images" || field == "info";
+          auto [it, fresh] = key_at.emplace(field, layout_keys.size());
+          if (fresh) layout_keys.emplace_back(field, LayoutKey{});
+          repeated = repeated || !fresh;
+          LayoutKey& lk = layout_keys[it->second].second;
+          lk = LayoutKey{layout.size(), layout.size()};
           if (!peek('[')) {
-            const Kind k = skip_value(1);
-            if (bad_key.empty()) {
-              bad_key = field;
-              bad_kind = k;
-            }
+            lk.bad = true;
+            lk.kind = skip_value(1);
           } else {
             ++p_;
             bool all_str = true;
@@ -427,11 +482,9 @@ class Parser {
             } else {
               ++p_;
             }
-            if (!all_str && bad_key.empty()) {
-              bad_key = field;
-              bad_kind = Kind::kArray;
-            }
+            lk.bad = !all_str;
           }
+          lk.end = layout.size();
         }
         if (more('}')) continue;
         break;
@@ -442,18 +495,40 @@ class Parser {
                                   "dict") +
                       (annotations ? " (this looks like an annotation file: pass it first)" : ""));
     }
-    if (annotations) return;
-    if (coco_fields) throw JsonError("a COCO annotation file needs an 'annotations' list");
-    if (!bad_key.empty()) {
-      throw JsonError("['" + bad_key + "']: a {image_id: [captions]} reference file needs a list of str per image, got " +
-                      kind_name(bad_kind) + " (or a COCO annotation file with an 'annotations' list)");
+    if (annotations) {
+      if (annotations_kind != Kind::kArray)
+        throw JsonError(std::string("expected a list of {'image_id', 'caption'} records, got ") +
+                        kind_name(annotations_kind));
+      defer(annotations_pending);
+      return;
     }
-    out_ = std::move(layout);
+    if (coco_fields) throw JsonError("a COCO annotation file needs an 'annotations' list");
+    for (const auto& [key, lk] : layout_keys) {
+      if (lk.bad)
+        throw JsonError("['" + key + "']: a {image_id: [captions]} reference file needs a list of str per image, got " +
+                        kind_name(lk.kind) + " (or a COCO annotation file with an 'annotations' list)");
+    }
+    if (!repeated) {
+      out_ = std::move(layout);
+      return;
+    }
+    // Each key's captions from its last value, at the key's first position.
+    CaptionRecords last;
+    std::unordered_map<std::string, int64_t> last_index;
+    for (const auto& [key, lk] : layout_keys) {
+      for (int64_t c = lk.first; c < lk.end; ++c) {
+        const std::string text = layout.text.substr(static_cast<size_t>(layout.off[c]),
+                                                    static_cast<size_t>(layout.off[c + 1] - layout.off[c]));
+        append_caption(last, last_index, "s" + key, text);
+      }
+    }
+    out_ = std::move(last);
   }
 
   static std::string shown(const std::string& key) { return key[0] == 'i' ? key.substr(1) : "'" + key.substr(1) + "'"; }
 
-  const char* begin_;
+  const char* file_;   // the first byte of the file
+  const char* begin_;  // where line 1 column 1 is (after a byte order mark)
   const char* p_;
   const char* end_;
   bool results_;
@@ -462,6 +537,7 @@ class Parser {
   CaptionRecords& out_;
   std::string name_;
   std::unordered_map<std::string, int64_t> index_;
+  std::string pending_;
   InterruptPoll poll_;
 };
 

@@ -391,4 +391,32 @@ void append_tokens(Tokens& dst, const Tokens& src) {
   for (int64_t c = 1; c < static_cast<int64_t>(src.off.size()); ++c) dst.off.push_back(base + src.off[c]);
 }
 
+void replace_words(const std::string& repl, const std::vector<int64_t>& off, Tokens& tok) {
+  const int64_t nw = static_cast<int64_t>(off.size()) - 1;
+  // Word w -> its replacement's tokens map_ids[map_off[w] .. map_off[w+1]) in a fresh vocabulary.
+  Vocab fresh;
+  std::vector<uint32_t> map_ids;
+  std::vector<int64_t> map_off{0};
+  map_off.reserve(static_cast<size_t>(nw) + 1);
+  for (int64_t w = 0; w < nw; ++w) {
+    const TextView t{repl.data() + off[w], off[w + 1] - off[w]};
+    split_words(t, Split::kWhitespace,
+                [&](const char* p, int64_t n) { map_ids.push_back(fresh.intern(p, n, hash_bytes(p, n))); });
+    map_off.push_back(static_cast<int64_t>(map_ids.size()));
+    if ((w & 4095) == 0) vlk::check_interrupt();
+  }
+  Tokens out;
+  out.off.reserve(tok.off.size());
+  out.ids.reserve(tok.ids.size());
+  for (int64_t c = 0; c < tok.size(); ++c) {
+    for (const uint32_t* w = tok.begin(c); w != tok.begin(c) + tok.len(c); ++w) {
+      if (*w >= static_cast<uint64_t>(nw)) throw std::out_of_range("replace_words: word id without a replacement");
+      out.ids.insert(out.ids.end(), map_ids.begin() + map_off[*w], map_ids.begin() + map_off[*w + 1]);
+    }
+    out.off.push_back(static_cast<int64_t>(out.ids.size()));
+    if ((c & 4095) == 0) vlk::check_interrupt();
+  }
+  tok = std::move(out);
+}
+
 }  // namespace vlk::cap

@@ -512,5 +512,8 @@ void tokenize_ids_frozen(const int64_t* data, const int64_t* starts, const int64
                          const Vocab& vocab, Vocab& extra, Tokens& out);
 // Appends src's captions after dst's.
 void append_tokens(Tokens& dst, const Tokens& src);
+// Replaces every word w of `tok` by the whitespace-separated words of repl[off[w], off[w + 1]) (a stemmer's output
+// for w), interned in a fresh vocabulary: each caption becomes " ".join(replacements).split(). Polls for Ctrl-C.
+void replace_words(const std::string& repl, const std::vector<int64_t>& off, Tokens& tok);
 
 }  // namespace vlk::cap

@@ -2,50 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
 from vlkernels import _ext
 
-_CAPTION_ERROR = "__vlk_caption__"
-
 
 def load() -> Any:
     return _ext.load()
-
-
-def image_item(names: Sequence[Any] | Callable[[], Sequence[Any]], what: str = "image") -> Callable[[int, int], str]:
-    """Names item `item` of the C++ layer: pos -1 = its candidate, -2 = its reference list, >= 0 = reference.
-    ``names`` may be a callable returning the names (evaluated only when an error is named)."""
-
-    def name(item: int, pos: int) -> str:
-        seq = names() if callable(names) else names
-        where = f"{what} {seq[item]!r}"
-        if pos == -1:
-            where += " candidate"
-        elif pos == -2:
-            where += " references"
-        elif pos >= 0:
-            where += f" reference {pos}"
-        return where
-
-    return name
-
-
-@contextlib.contextmanager
-def caption_errors(name: Callable[[int, int], str]) -> Iterator[None]:
-    """Turns the C++ layer's ValueError(("__vlk_caption__", item, pos, reason)) into a message naming the item."""
-    try:
-        yield
-    except ValueError as e:
-        # PyErr_SetObject(ValueError, tuple) makes the tuple the exception's args.
-        if len(e.args) == 4 and e.args[0] == _CAPTION_ERROR:
-            _, item, pos, reason = e.args
-            raise ValueError(f"{name(item, pos)}: {reason}") from None
-        raise
 
 
 def check_dicts(gts: Any, res: Any) -> tuple[dict, dict]:
@@ -81,10 +47,9 @@ def score_images(
     ``CAP_CIDER | CAP_BLEU | CAP_ROUGE``; returns the C++ layer's dict of per-image arrays (``"cider"``,
     ``"any_ref_words"``, ``"bleu_stats"``, ``"bleu"``, ``"rouge"``)."""
     m = len(gts)
-    with caption_errors(image_item(lambda: list(gts))):
-        return load().cap_score_images(
-            gts, res, tokenize, metrics, n, sigma, cider_d, ref_len_of(max(m, 1)), log_table(m), stem
-        )
+    return load().cap_score_images(
+        gts, res, tokenize, metrics, n, sigma, cider_d, ref_len_of(max(m, 1)), log_table(m), stem
+    )
 
 
 def log_table(max_df: int) -> np.ndarray:

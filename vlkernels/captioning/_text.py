@@ -7,39 +7,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from vlkernels import _ext
-from vlkernels.captioning.tokenizer import ptb_tokenize
-
-
-def _caption_text(c: Any, where: str) -> str:
-    # pycocoevalcap's PTBTokenizer takes {"caption": str} dicts; plain strings are accepted too.
-    if isinstance(c, Mapping):
-        if "caption" not in c:
-            raise ValueError(f"{where}: annotation dict has no 'caption' field")
-        c = c["caption"]
-    if not isinstance(c, str):
-        raise ValueError(f"{where}: caption must be str, got {type(c).__name__}")
-    return c
 
 
 def _tokenize_dict(d: Mapping[Any, Any], name: str) -> dict:
-    # One C++ call for a plain dict of lists of {"caption": str} dicts or str; None sends anything else (and every
-    # error) down the general path below, which names the problem.
-    out = _ext.load().ptb_tokenize_dict(d, allow_str=True, drop_empty=False)
-    if out is not None:
-        return out
-    flat: list[str] = []
-    shapes = []
-    for k, caps in d.items():
-        if not isinstance(caps, list):
-            raise ValueError(f"{name}[{k!r}] must be a list of captions, got {type(caps).__name__}")
-        shapes.append((k, len(caps)))
-        flat.extend(_caption_text(c, f"{name}[{k!r}][{j}]") for j, c in enumerate(caps))
-    toks = ptb_tokenize(flat)
-    out, pos = {}, 0
-    for k, n in shapes:
-        out[k] = toks[pos : pos + n]
-        pos += n
-    return out
+    # One C++ call; it checks every value and caption and raises the ValueError naming the image and position.
+    return _ext.load().ptb_tokenize_dict(
+        d if isinstance(d, dict) else dict(d), allow_str=True, drop_empty=False, name=name
+    )
 
 
 def tokenize_dicts(gts: Mapping[Any, Any], res: Mapping[Any, Any]) -> tuple[dict, dict]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 from collections.abc import Mapping
@@ -9,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from vlkernels.captioning._common import caption_errors, check_dicts, load, score_images
+from vlkernels.captioning._common import check_dicts, load, score_images
 from vlkernels.captioning._text import porter_stemmer
 
 _DF_FORMAT = "vlkernels.cider_document_frequency"
@@ -213,8 +214,7 @@ class CiderD:
             raise ValueError("refs is empty: the corpus needs at least one image")
         names = list(refs.keys()) if isinstance(refs, Mapping) else list(range(len(groups)))
         src, off = self._groups(groups, names, "refs")
-        with caption_errors(_flat_item(off, names, "refs")):
-            self._df = load().CapCiderDf(n, src, off)
+        self._df = load().CapCiderDf(n, src, off, names)
 
     @property
     def n(self) -> int:
@@ -267,8 +267,7 @@ class CiderD:
         self.sigma = float(sigma)
         _check_sigma(self.sigma)
         self.eos = eos
-        with caption_errors(lambda i, pos: f"document_frequency key {ngrams[i]!r}"):
-            self._df = load().CapCiderDf.from_items(n, ngrams, np.asarray(counts, dtype=np.int64), int(num_docs))
+        self._df = load().CapCiderDf.from_items(n, ngrams, np.asarray(counts, dtype=np.int64), int(num_docs))
         return self
 
     def document_frequency(self) -> dict[str, int]:
@@ -337,8 +336,7 @@ class CiderD:
                 raise ValueError(f"ref_index has {index.shape[0]} entries for {b} candidates")
             if b and (index.min() < 0 or index.max() >= len(groups)):
                 raise ValueError(f"ref_index values must be in [0, {len(groups)}), got [{index.min()}, {index.max()}]")
-        with caption_errors(_flat_item(off, list(range(len(groups))), "refs")):
-            return self._df.score(hyp_src, src, off, index, self.sigma)
+        return self._df.score(hyp_src, src, off, index, self.sigma)
 
     def _groups(self, groups: list, names: list, where: str) -> tuple[Any, np.ndarray]:
         """Flattens reference groups into one caption source and group offsets. The first caption decides the kind
@@ -373,30 +371,29 @@ class CiderD:
         return src, off
 
 
-def _flat_item(off: np.ndarray, names: list, where: str) -> Any:
-    """Names an error of the C++ layer: pos -1 = candidate `item`, -4 = flat reference `item` (mapped to its group)."""
-
-    def name(item: int, pos: int) -> str:
-        if pos == -1:
-            return f"candidates[{item}]"
-        g = int(np.searchsorted(off, item, side="right")) - 1
-        return f"{where}[{names[g]!r}][{item - int(off[g])}]"
-
-    return name
-
-
 def _read_json(path: str | os.PathLike) -> Any:
     """JSON from a file; every failure a ValueError naming the file. The bytes are dropped before parsing (a big
-    file's text and its objects are what peak memory holds)."""
+    file's text and its objects are what peak memory holds). UTF-8 only: a UTF-8 byte order mark is skipped (as
+    ``json.loads`` does with bytes), UTF-16/UTF-32 text is refused by name -- the rules of the C++ file reader."""
     try:
         with open(path, "rb") as f:
             raw = f.read()
     except OSError as e:
         raise ValueError(f"{path}: cannot read ({e.strerror})") from None
+    bom = len(codecs.BOM_UTF8) if raw.startswith(codecs.BOM_UTF8) else 0
+    if not bom and (
+        raw[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+        or raw[:4] == codecs.BOM_UTF32_BE
+        or raw[:1] == b"\0"
+        or raw[1:2] == b"\0"
+    ):
+        raise ValueError(
+            f"{path}: captions files must be UTF-8; this one looks like UTF-16 or UTF-32 (convert it to UTF-8)"
+        )
     try:
-        text = raw.decode("utf-8")
+        text = codecs.utf_8_decode(memoryview(raw)[bom:], "strict", True)[0]
     except UnicodeDecodeError as e:
-        raise ValueError(f"{path}: invalid UTF-8 at byte {e.start}") from None
+        raise ValueError(f"{path}: invalid UTF-8 at byte {e.start + bom}") from None
     del raw
     try:
         return json.loads(text)

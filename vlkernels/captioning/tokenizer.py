@@ -34,44 +34,15 @@ PUNCTUATIONS = (
 )
 
 
-# Longest caption the C++ lexer takes, in UTF-16 code units (kMaxCaptionUnits in csrc/captioning/ptb_tokenizer.h:
-# it indexes one caption plus 256 units of trailing context with a 32-bit int).
+# Longest caption the C++ lexer takes, in UTF-16 code units (kMaxCaptionUnits in
+# csrc/captioning/ptb/ptb_tokenizer.h: it indexes one caption plus 256 units of trailing context with a 32-bit int).
 MAX_CAPTION_UNITS = 2**31 - 1 - 256 - 1
 
 
-def _utf16_units(caption: str | bytes, utf8: bytes) -> int:
-    """UTF-16 code units of a valid caption, exact only above MAX_CAPTION_UNITS (code points <= units <= bytes)."""
-    if len(utf8) <= MAX_CAPTION_UNITS:
-        return len(utf8)
-    text = caption if isinstance(caption, str) else caption.decode("utf-8")
-    return len(text) if len(text) > MAX_CAPTION_UNITS else len(text.encode("utf-16-le")) // 2
-
-
-def _encode(captions: Sequence[str | bytes], what: str) -> list[bytes]:
+def _as_list(captions: Sequence[str | bytes], what: str) -> list | tuple:
     if isinstance(captions, (str, bytes)) or not isinstance(captions, Sequence):
         raise ValueError(f"{what} must be a sequence of strings, got {type(captions).__name__}")
-    out = []
-    for i, c in enumerate(captions):
-        if isinstance(c, str):
-            try:
-                out.append(c.encode("utf-8"))
-            except UnicodeEncodeError as e:
-                raise ValueError(f"{what}[{i}] is not valid Unicode text ({e.reason} at index {e.start})") from None
-        elif isinstance(c, bytes):
-            try:
-                c.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise ValueError(f"{what}[{i}] is not valid UTF-8 ({e.reason} at byte {e.start})") from None
-            out.append(c)
-        else:
-            raise ValueError(f"{what}[{i}] must be a str (or UTF-8 bytes), got {type(c).__name__}")
-        units = _utf16_units(c, out[-1])
-        if units > MAX_CAPTION_UNITS:
-            raise ValueError(
-                f"{what}[{i}] has {units} UTF-16 code units; the PTB tokenizer takes at most {MAX_CAPTION_UNITS} "
-                "per caption"
-            )
-    return out
+    return captions if isinstance(captions, (list, tuple)) else list(captions)
 
 
 def ptb_tokenize(captions: Sequence[str | bytes]) -> list[str]:
@@ -107,17 +78,8 @@ def ptb_tokenize(captions: Sequence[str | bytes]) -> list[str]:
         >>> ptb_tokenize(["A man's dog isn't \\"happy\\" (really)."])
         ["a man 's dog is n't happy -lrb- really -rrb-"]
     """
-    if isinstance(captions, (str, bytes)) or not isinstance(captions, Sequence):
-        raise ValueError(f"captions must be a sequence of strings, got {type(captions).__name__}")
-    c = _ext.load()
-    # The C++ side reads lists/tuples of str/bytes directly and answers None for anything it does not take (another
-    # sequence type, a bad item); _encode() then converts, or names the bad item.
-    out = c.ptb_tokenize(captions)
-    if out is None:
-        out = c.ptb_tokenize(_encode(captions, "captions"))
-        if out is None:  # _encode() validated every item; C++ agreeing is checked by the tests
-            raise AssertionError("ptb_tokenize rejected captions that _encode() accepted")
-    return out
+    # C++ checks every item and raises the ValueError naming it.
+    return _ext.load().ptb_tokenize(_as_list(captions, "captions"))
 
 
 def ptb_tokens(caption: str, following: str = "") -> list[str]:
@@ -126,7 +88,13 @@ def ptb_tokens(caption: str, following: str = "") -> list[str]:
     ``following`` is read only as trailing context (what follows the caption in pycocoevalcap's input file, e.g.
     ``"\\nA dog ..."``).
     """
-    (c, f) = _encode([caption, following], "caption/following")
+    for what, s in (("caption", caption), ("following", following)):
+        if not isinstance(s, str):
+            raise ValueError(f"{what} must be a str, got {type(s).__name__}")
+    try:
+        c, f = caption.encode("utf-8"), following.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"caption/following is not valid Unicode text ({e.reason} at index {e.start})") from None
     return _ext.load().ptb_tokens(c, f)
 
 
@@ -147,31 +115,6 @@ class PTBTokenizer:
         """
         if not isinstance(captions_for_image, Mapping):
             raise ValueError(f"captions_for_image must be a dict, got {type(captions_for_image).__name__}")
-        # One C++ call for a plain dict of lists/tuples of {"caption": str} dicts; None sends anything else (and
-        # every error) down the general path below, which names the problem.
-        out = _ext.load().ptb_tokenize_dict(captions_for_image, allow_str=False, drop_empty=True)
-        if out is not None:
-            return out
-        keys, texts = [], []
-        for k, v in captions_for_image.items():
-            if isinstance(v, (str, bytes)) or not isinstance(v, Sequence):
-                raise ValueError(f"captions_for_image[{k!r}] must be a list of {{'caption': str}} dicts")
-            for j, c in enumerate(v):
-                if not isinstance(c, Mapping) or "caption" not in c:
-                    raise ValueError(f"captions_for_image[{k!r}][{j}] must be a dict with a 'caption' key")
-                cap = c["caption"]
-                if not isinstance(cap, str):
-                    raise ValueError(
-                        f"captions_for_image[{k!r}][{j}]['caption'] must be a str, got {type(cap).__name__}"
-                    )
-                keys.append(k)
-                texts.append(cap)
-        try:
-            out = ptb_tokenize(texts)
-        except ValueError as e:
-            raise ValueError(f"captions_for_image: {e}") from None
-        result: dict = {}
-        for k, t in zip(keys, out):
-            result.setdefault(k, []).append(t)
-        # Images with an empty caption list are absent from pycocoevalcap's output too.
-        return result
+        # One C++ call; it checks every value and caption and raises the ValueError naming the image and position.
+        d = captions_for_image if isinstance(captions_for_image, dict) else dict(captions_for_image)
+        return _ext.load().ptb_tokenize_dict(d, allow_str=False, drop_empty=True, name="captions_for_image")

@@ -1,6 +1,6 @@
-"""Generates ptb_tables.h: BMP code point classes used by the PTB tokenizer (csrc/captioning/ptb_text.cpp).
+"""Generates ptb_tables.h: BMP code point classes used by the PTB tokenizer (csrc/captioning/ptb/ptb_text.cpp).
 
-Run from the repository root: `python csrc/captioning/gen_ptb_tables.py`. The classes come from Python's unicodedata
+Run from the repository root: `python csrc/captioning/ptb/gen_ptb_tables.py`. The classes come from Python's unicodedata
 and are written once, as one table of ranges each with the set of classes its code points are in (a code point is
 often in several: written per class, the letter and cased-letter tables repeated long runs):
 - letter: general category L* (what java.lang.Character.isLetter and JFlex's [:letter:] test),

@@ -3,7 +3,7 @@
 // Captions are laid out as pycocoevalcap's input file holds them (one buffer, '\n'-joined, UTF-16 or Latin-1), so
 // the rules that look past a caption's end see the next captions, and are tokenized in parallel blocks, each block
 // writing its captions' UTF-8 into one output buffer.
-#include "captioning/ptb_tokenizer.h"
+#include "captioning/ptb/ptb_tokenizer.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -11,9 +11,16 @@
 #include <string>
 #include <vector>
 
-#include "captioning/ptb_lexer.h"
-#include "captioning/ptb_text.h"
+#include "captioning/ptb/ptb_lexer.h"
+#include "captioning/ptb/ptb_text.h"
 #include "core/parallel.h"
+
+// The lexer's out-of-class members: the rule selection, then the rule matchers grouped by kind.
+#include "captioning/ptb/ptb_step.inc"
+#include "captioning/ptb/ptb_rules_words.inc"
+#include "captioning/ptb/ptb_rules_web.inc"
+#include "captioning/ptb/ptb_rules_numbers.inc"
+#include "captioning/ptb/ptb_rules_symbols.inc"
 
 namespace vlk {
 

@@ -1,7 +1,7 @@
 // Text handling for the PTB tokenizer (see ptb_text.h).
-#include "captioning/ptb_text.h"
+#include "captioning/ptb/ptb_text.h"
 
-#include "captioning/ptb_tokenizer.h"
+#include "captioning/ptb/ptb_tokenizer.h"
 
 namespace vlk {
 namespace ptb {
@@ -14,7 +14,7 @@ struct CpClassRange {
   uint16_t lo, hi;
   uint8_t classes;
 };
-#include "captioning/ptb_tables.h"
+#include "captioning/ptb/ptb_tables.h"
 
 // The range of the sorted, disjoint table t holding c, or nullptr.
 template <typename Range, size_t N>
