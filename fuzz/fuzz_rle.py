@@ -1,4 +1,4 @@
-"""Atheris target for the COCO RLE readers and builders (issue 12): compressed-string parsing (decode, area, bbox),
+"""Atheris target for the COCO RLE readers and builders: compressed-string parsing (decode, area, bbox),
 merge, polygons / boxes to RLE (frPyObjects), and the registered RleCounts ops called with arbitrary tensors.
 
 Any exception other than the documented ValueError / TypeError is a finding, and so is a result that differs from

@@ -36,7 +36,7 @@ def shared_data() -> Path:
     """The project's shared data folder (real COCO captions and golden scores); skips when absent."""
     path = shared_data_dir()
     if path is None:
-        pytest.skip("shared data not found: expected ../shared/data beside the checkout or VLKERNELS_SHARED_DATA")
+        pytest.skip("shared data not found: set VLKERNELS_SHARED_DATA, or place shared/data beside the checkout")
     return path
 
 

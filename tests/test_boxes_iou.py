@@ -291,7 +291,7 @@ def test_box_iou_integer_boxes_exact(dtype):
 
 
 def test_box_iou_registration_op_validates_inputs():
-    """Issue 12 item 9: the registered op is public in practice; bad shapes, counts and enums raise instead of reading
+    """The registered op is public in practice; bad shapes, counts and enums raise instead of reading
     out of bounds. (Named *registration*: torch rethrows op errors in C++, which the ASan run cannot host.)"""
     op = torch.ops.vlkernels.box_iou
     good = torch.rand(1, 5, 4)
@@ -315,7 +315,7 @@ class _LazyExt:
 
 def _box_binding_cases():
     """(call, exception, message) for the C++ bindings called directly with a wrong tensor: C++ checks what it
-    indexes (issue 11 item 1), so each is an exception naming the argument, never an out-of-bounds read."""
+    indexes, so each is an exception naming the argument, never an out-of-bounds read."""
     C = _LazyExt()  # loaded when a case runs, not at collection
     b1, b2, out = torch.rand(2, 3, 4), torch.rand(2, 5, 4), torch.empty(2, 3, 5)
     v = torch.tensor([1, 3])
@@ -392,7 +392,7 @@ def test_box_bindings_accept_numpy_and_write_what_torch_writes():
 
 @pytest.mark.parametrize("kind,aligned,ragged", [("iou", False, False), ("giou", False, True), ("ciou", True, True)])
 def test_box_iou_compile_opcheck(kind, aligned, ragged):
-    # One autograd pattern (issue 11 item 2): custom_op + register_fake + register_autograd, opcheck-clean
+    # One autograd pattern: custom_op + register_fake + register_autograd, opcheck-clean
     # (schema, fake tensor, autograd registration, AOT dispatch).
     a = proper_boxes(2, 3, seed=1).requires_grad_()
     b = proper_boxes(2, 3 if aligned else 4, seed=2).requires_grad_()

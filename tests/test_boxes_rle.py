@@ -273,7 +273,7 @@ def test_rle_str_counts_must_be_ascii():
     ],
 )
 def test_boxes_modules_import_first_in_a_fresh_subprocess(module):
-    # No import cycle (issue 11 item 6): each module imports as the first thing a fresh interpreter loads.
+    # No import cycle: each module imports as the first thing a fresh interpreter loads.
     import subprocess
     import sys
     from pathlib import Path

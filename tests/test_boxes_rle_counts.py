@@ -361,7 +361,7 @@ class _LazyExt:
 
 def _rle_binding_cases():
     """(call, message) for the RLE bindings called directly with a wrong tensor or CSR: a ValueError naming the
-    argument, never an out-of-bounds read or write (issue 11 item 1; this file runs under ASan)."""
+    argument, never an out-of-bounds read or write (this file runs under ASan)."""
     C = _LazyExt()  # loaded when a case runs, not at collection
     counts, offsets = torch.tensor([1, 3, 0, 4]), torch.tensor([0, 2, 4])
     i64 = dict(dtype=torch.int64)

@@ -41,7 +41,7 @@ SANITIZED_TESTS = [
     "tests/test_detection_lvis.py",
     "tests/test_detection_inputs.py",
 ]
-# Left out of the sanitized run to keep CI under 10 minutes on 2 cores (issue 11 item 7): tests that only start
+# Left out of the sanitized run to keep CI under 10 minutes on 2 cores: tests that only start
 # subprocesses of the CLI (its C++ paths are covered in-process by the same files), GPU/Triton/compile tests (no C++),
 # and the RLIMIT_NPROC drop (the spawn-failure path runs in-process through the test hook).
 # Timing tests are left out too (scaling ratios, Ctrl-C latency in a fresh subprocess): ASan's instrumentation and

@@ -75,7 +75,7 @@ def _bad_direct_cases():
         ((s.half(), t.half(), out), ValueError, "scores has dtype float16"),
         ((s, t.double(), out), ValueError, "thresholds has dtype float64"),
         ((s[0], t, out), ValueError, "scores must have 2 dimensions"),
-        ((s, t[:2], out), ValueError, "thresholds must have size 4"),  # issue 12 item 9: read past the end
+        ((s, t[:2], out), ValueError, "thresholds must have size 4"),  # would read past the end
         ((s, t, out[:3]), ValueError, "out must have size 4"),
         ((s, t, out.int()), ValueError, "out has dtype int32"),
         ((torch.randn(5, 4).t(), t, out), ValueError, "scores must be contiguous in its last 1"),

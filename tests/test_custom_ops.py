@@ -1,4 +1,4 @@
-"""One autograd pattern (issue 11 item 2): l2_normalize and pair_cosine are torch.library custom ops with fake (and
+"""One autograd pattern: l2_normalize and pair_cosine are torch.library custom ops with fake (and
 for l2_normalize autograd) registrations, so opcheck passes and torch.compile(fullgraph=True) traces through them."""
 
 import pytest

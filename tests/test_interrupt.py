@@ -1,4 +1,4 @@
-"""Ctrl-C during a long C++ call: KeyboardInterrupt within ~0.1 s (issue 12 item 8), and the module still works."""
+"""Ctrl-C during a long C++ call: KeyboardInterrupt within ~0.1 s, and the module still works."""
 
 from pathlib import Path
 
@@ -31,7 +31,7 @@ _AFTER = "np.array_equal(count_above(s, t).numpy(), (s.numpy() > t.numpy()[:, No
 @pytest.mark.parametrize("case", list(CALLS))
 def test_sigint_stops_a_long_call(case):
     latency, lines = interrupt_latency(_SETUP, CALLS[case], _AFTER, wait=0.5)
-    # Issue 12 item 8 asks for ~0.1 s; 0.5 s leaves room for a loaded 2-core CI machine.
+    # The README promises ~0.1 s; 0.5 s leaves room for a loaded 2-core CI machine.
     assert latency < 0.5, f"KeyboardInterrupt {latency:.3f} s after SIGINT"
     print(f"{case}: KeyboardInterrupt {latency * 1000:.0f} ms after SIGINT")
     assert lines.get("after") == "True"

@@ -48,7 +48,7 @@ def test_thread_budget_is_per_call_and_per_thread():
 
 
 def test_concurrent_calls_leave_the_thread_count_alone():
-    # Issue 12 item 3: concurrent calls with their own thread counts, and a set_num_threads made meanwhile.
+    # Concurrent calls with their own thread counts, and a set_num_threads made meanwhile.
     before = vlkernels.get_num_threads()
     scores, thr = torch.randn(2000, 500), torch.randn(2000)
     want = _np_count(scores.numpy(), thr.numpy())
@@ -115,7 +115,7 @@ _CHECK = """
 
 @pytest.mark.parametrize("limit", [0, 1, 3])
 def test_thread_creation_failure_falls_back(limit):
-    # Issue 12 item 5: std::thread throwing EAGAIN used to terminate the process; now the threads that exist take
+    # std::thread throwing EAGAIN used to terminate the process; now the threads that exist take
     # every block. The test hook fails each call's worker creation after `limit` workers.
     C = _ext.load()
     scores, thr = torch.randn(3000, 700), torch.randn(3000)
@@ -154,7 +154,7 @@ def test_thread_creation_failure_under_rlimit_nproc():
 
 
 def test_concurrent_retrieval_calls_leave_thread_counts_alone():
-    """Issue 12 item 3 as reported: concurrent retrieval.evaluate / topk calls left get_num_threads() at 1 (their
+    """Concurrent retrieval.evaluate / topk calls left get_num_threads() at 1 (their
     workers set a process-wide count and restored it without a lock); results stay those of a lone call."""
     from vlkernels import retrieval
 

@@ -16,7 +16,7 @@ FP32_TOL = {"rtol": 1e-5, "atol": 1e-6}
 def shared_data_dir() -> Path | None:
     """The project's shared data folder (real COCO captions, golden pycocoevalcap scores), or None when absent.
 
-    ``VLKERNELS_SHARED_DATA`` if set, else ``../shared/data`` beside the source checkout (or ``shared/data`` inside
+    ``VLKERNELS_SHARED_DATA`` if set, else ``shared/data`` beside the source checkout (or ``shared/data`` inside
     a CI clone). Tests skip and benchmarks fall back to shipped data when it is None; nothing downloads it."""
     env = os.environ.get("VLKERNELS_SHARED_DATA")
     checkout = Path(__file__).resolve().parent.parent
