@@ -154,8 +154,8 @@ def test_thread_creation_failure_under_rlimit_nproc():
 
 
 def test_concurrent_retrieval_calls_leave_thread_counts_alone():
-    """Concurrent retrieval.evaluate / topk calls left get_num_threads() at 1 (their
-    workers set a process-wide count and restored it without a lock); results stay those of a lone call."""
+    """Concurrent retrieval.evaluate / topk calls leave get_num_threads() alone (workers that set a process-wide
+    count and restore it without a lock would leave it at 1); results stay those of a lone call."""
     from vlkernels import retrieval
 
     g = torch.Generator().manual_seed(1)
