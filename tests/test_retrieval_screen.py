@@ -176,12 +176,12 @@ def test_mixed_dtypes_and_general_positives():
 
 
 def test_undecided_buffer_overflow_reruns_and_splits(monkeypatch):
-    """A first buffer of one entry (rerun with room for all), then a cap of 3 entries per launch (columns split in
-    halves down to launches that fit): the same exact ranks, nothing dropped."""
-    img, txt, lab = _data("duplicates", n_img=9)
-    monkeypatch.setattr(screen, "FIRST_ENTRIES", 1)
+    """A first buffer of one tile (rerun with room for all), then a cap of one tile per launch (columns split in
+    halves down to launches that fit, a single column taken whole): the same exact ranks, nothing dropped."""
+    img, txt, lab = _data("duplicates", n_img=20)
+    monkeypatch.setattr(screen, "FIRST_TILES", 1)
     _check_evaluate(img, txt, lab)
-    monkeypatch.setattr(screen, "MAX_ENTRIES", 3)
+    monkeypatch.setattr(screen, "MAX_TILES", 1)
     _check_evaluate(img, txt, lab)
 
 
@@ -196,7 +196,7 @@ def test_topk_is_exact_fused_and_large_k(kind, monkeypatch):
         assert torch.equal(i, wi) and torch.equal(v, wv), (kind, k)
     # Past the fused kernel's budget: dense lower-bound tiles and torch.topk (and a tiny candidate buffer).
     monkeypatch.setattr(screen, "max_fused_k", lambda device: 2)
-    monkeypatch.setattr(screen, "FIRST_ENTRIES", 2)
+    monkeypatch.setattr(screen, "FIRST_TILES", 1)
     v, i = topk(q, img, 6, exclude=ex, backend="triton", device_chunk=16)
     wv, wi = _want_topk(q, img, 6, ex)
     assert torch.equal(i, wi) and torch.equal(v, wv), kind

@@ -38,12 +38,12 @@ INTERPRETER_MAX_FUSED_K = 256
 
 # Screen tiles of the rank-counting, candidate-collecting and bound-tile kernels.
 SCREEN_TILES: dict[tuple[int, str], Tile] = {
-    (90, "fp16"): Tile(64, 64, 64, 4, 3, max_slots=4),
-    (90, "bf16"): Tile(64, 64, 64, 4, 3, max_slots=4),
-    (90, "fp32"): Tile(64, 64, 64, 4, 3, max_slots=4),
-    (80, "fp16"): Tile(64, 64, 32, 4, 3),
-    (80, "bf16"): Tile(64, 64, 32, 4, 3),
-    (80, "fp32"): Tile(64, 64, 32, 4, 3),
+    (90, "fp16"): Tile(64, 32, 64, 4, 3, max_slots=4),
+    (90, "bf16"): Tile(64, 32, 64, 4, 3, max_slots=4),
+    (90, "fp32"): Tile(64, 32, 64, 4, 3, max_slots=4),
+    (80, "fp16"): Tile(64, 32, 32, 4, 3, max_slots=4),
+    (80, "bf16"): Tile(64, 32, 32, 4, 3, max_slots=4),
+    (80, "fp32"): Tile(64, 32, 32, 4, 3),
 }
 # The exact-score kernel: BLOCK_P pairs per program (block_m), 8 float64 lanes each; not a GEMM.
 EXACT_TILE = Tile(128, 8, 8, 4, 1)
@@ -146,11 +146,18 @@ def kernel_specs() -> list[KernelSpec]:
             t = SCREEN_TILES[(arch, dt)]
             blocks = dict(BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_K=t.block_k, SPLIT=split)
             rc = dict(base, tup_ptr="*fp32", tdn_ptr="*fp32", pos_ptr="*i64", cnt_ptr="*i64", und_ptr="*i64")
-            rc.update(und_n_ptr="*i64", **dict.fromkeys(ints, "i32"), cols_per_split="i32", n_slots_total="i32")
+            rc.update(
+                und_mask_ptr="*i8",
+                und_n_ptr="*i64",
+                **dict.fromkeys(ints, "i32"),
+                cols_per_split="i32",
+                n_slots_total="i32",
+            )
             rc.update(slot0="i32", abs_err="fp32", capacity="i64")
             for slots in _slot_counts(t.max_slots):
                 add(K._rank_screen_kernel, arch, dt, rc, dict(blocks, SLOTS=slots), t, label=f"SLOTS={slots}")
-            co = dict(base, lim_ptr="*fp32", out_ptr="*i64", out_n_ptr="*i64", **dict.fromkeys(ints, "i32"))
+            co = dict(base, lim_ptr="*fp32", out_ptr="*i64", out_mask_ptr="*i8", out_n_ptr="*i64")
+            co.update(dict.fromkeys(ints, "i32"))
             co.update(cols_per_split="i32", abs_err="fp32", capacity="i64")
             add(K._topk_collect_kernel, arch, dt, co, blocks, t)
             bt = dict(base, out_ptr="*fp32", **dict.fromkeys(ints, "i32"), abs_err="fp32")

@@ -55,6 +55,21 @@ def _screen_interval(s, qst_ptr, gst_ptr, offs_m, offs_n, mask_m, mask_n, abs_er
     return lo, hi
 
 
+# Helper (no grid): append a (BLOCK_M x BLOCK_N) int8 mask tile holding any non-zero entry to a tile buffer:
+# ``where`` (first row * n_g + first column of the tile) to ``meta_ptr[i]`` and the mask to ``mask_ptr[i]``, with
+# i from one scalar atomic per tile (a contiguous store: no per-element atomics or pointers). The counter runs past
+# ``capacity`` (tiles beyond it are not stored), so the launcher sees an overflow and reruns with room for all.
+@triton.jit
+def _append_tile(bits, where, meta_ptr, mask_ptr, count_ptr, capacity, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    n_set = tl.sum(tl.sum((bits != 0).to(tl.int32), axis=1), axis=0)
+    if n_set > 0:
+        at = tl.atomic_add(count_ptr, 1).to(tl.int64)
+        if at < capacity:
+            tl.store(meta_ptr + at, where)
+            tile = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+            tl.store(mask_ptr + at * (BLOCK_M * BLOCK_N) + tile, bits.to(tl.int8))
+
+
 # Grid: (cdiv(n_pairs, BLOCK_P),). The exact score of each listed (query row, gallery row) pair: float64 products
 # summed in 8 lanes (lane l: d = l, l+8, ... in increasing d), then ((a0+a1)+(a2+a3))+((a4+a5)+(a6+a7)). Launched
 # with enable_fp_fusion=False: for fp64 inputs a contracted multiply-add would round differently; for fp16/bf16/fp32
@@ -91,14 +106,14 @@ def _exact_score_kernel(
 
 
 # Grid: (cdiv(n_q, BLOCK_M), splits). One program screens its split of the gallery against BLOCK_M queries and, for
-# each of SLOTS positive slots (thresholds t = exact scores, as fp32 rounded up and down), counts the candidates
-# certainly above (lo > t_up) and appends every undecided candidate (neither lo > t_up nor hi < t_dn; the positive
-# itself excluded) to a buffer as plane_index * n_g + column. Padding slots carry t = +inf and a positive index
-# below -2^40, and never count. Integer atomics: order-independent. The counter runs past ``capacity`` (entries
-# beyond it are not stored), so the launcher sees an overflow and reruns with room for all of them.
+# each of SLOTS <= 8 positive slots (thresholds t = exact scores, as fp32 rounded up and down), counts the candidates
+# certainly above (lo > t_up) and marks the undecided ones (neither lo > t_up nor hi < t_dn; the positive itself
+# excluded) in a per-score bit mask of slots; tiles holding any are appended (_append_tile). Padding slots carry
+# t = +inf and never count. Integer atomics: order-independent.
 @triton.jit
 def _rank_screen_kernel(
-    qh_ptr, qm_ptr, gh_ptr, gm_ptr, qst_ptr, gst_ptr, tup_ptr, tdn_ptr, pos_ptr, cnt_ptr, und_ptr, und_n_ptr,
+    qh_ptr, qm_ptr, gh_ptr, gm_ptr, qst_ptr, gst_ptr, tup_ptr, tdn_ptr, pos_ptr, cnt_ptr,
+    und_ptr, und_mask_ptr, und_n_ptr,
     n_q, n_g, dim, stride_q, stride_g, cols_per_split, n_slots_total, slot0, abs_err, capacity,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SLOTS: tl.constexpr, SPLIT: tl.constexpr,
 ):  # fmt: skip
@@ -121,20 +136,21 @@ def _rank_screen_kernel(
                          BLOCK_K, SPLIT)  # fmt: skip
         lo, hi = _screen_interval(s, qst_ptr, gst_ptr, offs_m, offs_n, mask_m, mask_n, abs_err)
         valid = mask_m[:, None] & mask_n[None, :]
+        rel_n = (offs_n - n0).to(tl.int32)
+        bits = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.int32)
         for p in tl.static_range(SLOTS):
             sel = offs_p[None, :] == p
             tu = tl.sum(tl.where(sel, b_up, 0.0), axis=1)
             td = tl.sum(tl.where(sel, b_dn, 0.0), axis=1)
-            g = tl.sum(tl.where(sel, b_pos, 0), axis=1)
+            # The positive as a column of this tile (int32; out-of-tile and padding positives fall outside it).
+            g = tl.sum(tl.where(sel, tl.minimum(tl.maximum(b_pos - n0, -1), BLOCK_N), 0), axis=1).to(tl.int32)
             above = valid & (lo > tu[:, None])
             cnt += tl.where(sel, tl.sum(above.to(tl.int32), axis=1)[:, None], 0)
-            real = (g > -(1 << 40))[:, None] & (offs_n[None, :] != g[:, None])
-            und = valid & real & ~above & ~(hi < td[:, None])
-            n_und = tl.sum(tl.sum(und.to(tl.int32), axis=1), axis=0)
-            if n_und > 0:
-                key = (offs_m[:, None] * n_slots_total + slot0 + p) * n_g + offs_n[None, :]
-                at = tl.atomic_add(und_n_ptr + tl.zeros_like(key), 1, mask=und)
-                tl.store(und_ptr + at, key, mask=und & (at < capacity))
+            und = ~above & ~(hi < td[:, None]) & (rel_n[None, :] != g[:, None])
+            bits = bits | tl.where(und & (td < float("inf"))[:, None], 1 << p, 0)
+        bits = tl.where(valid, bits, 0)
+        _append_tile(bits, pid_m.to(tl.int64) * BLOCK_M * n_g + n0, und_ptr, und_mask_ptr, und_n_ptr, capacity,
+                     BLOCK_M, BLOCK_N)  # fmt: skip
     tl.atomic_add(cnt_ptr + slot_off, cnt.to(tl.int64), mask=mask_m[:, None])
 
 
@@ -191,11 +207,11 @@ def _bound_tile_kernel(
 
 
 # Grid: (cdiv(n_q, BLOCK_M), splits). Top-K candidates: every (query, column) whose upper bound s_hat + B reaches the
-# query's limit L (the k-th best lower bound) is appended to a buffer as row * n_g + column, counter past
-# ``capacity`` as in _rank_screen_kernel. Every item of the exact top-k has s >= L, so none is left out.
+# query's limit L (the k-th best lower bound) is marked, tiles holding any appended (_append_tile). Every item of the
+# exact top-k has s >= L, so none is left out.
 @triton.jit
 def _topk_collect_kernel(
-    qh_ptr, qm_ptr, gh_ptr, gm_ptr, qst_ptr, gst_ptr, lim_ptr, out_ptr, out_n_ptr,
+    qh_ptr, qm_ptr, gh_ptr, gm_ptr, qst_ptr, gst_ptr, lim_ptr, out_ptr, out_mask_ptr, out_n_ptr,
     n_q, n_g, dim, stride_q, stride_g, cols_per_split, abs_err, capacity,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT: tl.constexpr,
 ):  # fmt: skip
@@ -213,8 +229,5 @@ def _topk_collect_kernel(
                          BLOCK_K, SPLIT)  # fmt: skip
         _, hi = _screen_interval(s, qst_ptr, gst_ptr, offs_m, offs_n, mask_m, mask_n, abs_err)
         cand = mask_m[:, None] & mask_n[None, :] & ~(hi < lim[:, None])
-        n_cand = tl.sum(tl.sum(cand.to(tl.int32), axis=1), axis=0)
-        if n_cand > 0:
-            key = offs_m[:, None] * n_g + offs_n[None, :]
-            at = tl.atomic_add(out_n_ptr + tl.zeros_like(key), 1, mask=cand)
-            tl.store(out_ptr + at, key, mask=cand & (at < capacity))
+        _append_tile(cand.to(tl.int32), pid_m.to(tl.int64) * BLOCK_M * n_g + n0, out_ptr, out_mask_ptr, out_n_ptr,
+                     capacity, BLOCK_M, BLOCK_N)  # fmt: skip

@@ -19,11 +19,11 @@ from vlkernels._triton import interpreting
 from vlkernels.retrieval.configs import exact_tile, max_fused_k, screen_tile, topk_block_n, topk_tile
 
 EMPTY = torch.iinfo(torch.int64).min
-# Entries of an undecided / candidate buffer kept at once (int64 each): a launch whose entries exceed it is split
+# Tiles of an undecided / candidate buffer (one int8 mask tile each) kept at once: a launch needing more is split
 # over halves of its gallery columns instead of growing the buffer further.
-MAX_ENTRIES = 1 << 24
-# Initial buffer: this many entries, grown to the exact need after an overflow (the counter runs past capacity).
-FIRST_ENTRIES = 1 << 16
+MAX_TILES = 1 << 14
+# Initial buffer: this many tiles, grown to the exact need after an overflow (the counter runs past capacity).
+FIRST_TILES = 256
 # Unit roundoff assumed per product accumulated by the tensor cores: 2^-22 = 4u of fp32. Tensor cores align a
 # block's products to the largest exponent and truncate (Fasi et al. 2021): each addend of a block of b products
 # plus the accumulator loses < 2^-23 of the block's largest term, (b + 2) / b <= 2 such losses per product.
@@ -144,21 +144,26 @@ def _args(q: Operand, g: Operand):
     return (q.h, q.h if q.m is None else q.m, g.h, g.h if g.m is None else g.m, q.qst, g.gst)
 
 
-def _collect(launch, dev: torch.device, may_split: bool) -> torch.Tensor | None:
-    """Entries of a buffer-writing launch: ``launch(buf, counter, capacity)`` is rerun with room for every entry
-    after an overflow (its counter counts past capacity); None when more than MAX_ENTRIES are needed and the caller
-    can split the launch (one gallery column cannot be split: its at most rows x slots entries are taken)."""
-    cap = FIRST_ENTRIES
+def _collect(launch, dev: torch.device, may_split: bool, tile: tuple[int, int], n_g: int):
+    """(row, column, mask value) of every set entry of a tile-appending launch (``_append_tile``):
+    ``launch(meta, masks, counter, capacity)`` is rerun with room for every tile after an overflow (its counter
+    counts past capacity); None when more than MAX_TILES are needed and the caller can split the launch (one
+    gallery column cannot be split: its at most rows / BLOCK_M tiles are taken)."""
+    cap = FIRST_TILES
     while True:
-        buf = torch.empty(cap, dtype=torch.int64, device=dev)
+        meta = torch.empty(cap, dtype=torch.int64, device=dev)
+        masks = torch.empty((cap, *tile), dtype=torch.int8, device=dev)
         counter = torch.zeros(1, dtype=torch.int64, device=dev)
-        launch(buf, counter, cap)
+        launch(meta, masks, counter, cap)
         need = int(counter.item())
         if need <= cap:
-            return buf[:need]
-        if need > MAX_ENTRIES and may_split:
+            break
+        if need > MAX_TILES and may_split:
             return None
         cap = need
+    t, i, j = masks[:need].nonzero(as_tuple=True)
+    where = meta[t]
+    return where // n_g + i, where % n_g + j, masks[t, i, j].to(torch.int64) & 255
 
 
 def _splits(n_g: int, n_q: int, block_m: int, block_n: int, device: torch.device) -> tuple[int, int]:
@@ -210,7 +215,7 @@ class ScreenCount:
 
     def _count(self, q, g, c0, c1, thr_t, pos_c, out) -> None:
         """One launch over columns c0..c1 of ``g`` (all slots of the planes), then the exact re-check; past
-        MAX_ENTRIES undecided pairs, each half of the columns on its own."""
+        MAX_TILES tiles of undecided pairs, each half of the columns on its own."""
         from vlkernels.retrieval.kernels import _rank_screen_kernel
 
         t, slots = self.t, thr_t.shape[1]
@@ -222,34 +227,39 @@ class ScreenCount:
         n_split, per = _splits(n_g, n_q, t.block_m, t.block_n, self.device)
         tmp = torch.zeros_like(out)
 
-        def launch(buf, counter, cap):
+        def launch(meta, masks, counter, cap):
             tmp.zero_()
             _rank_screen_kernel[(-(-n_q // t.block_m), n_split)](
-                *_args(q, gs), up, dn, pos_s, tmp, buf, counter,
+                *_args(q, gs), up, dn, pos_s, tmp, meta, masks, counter,
                 n_q, n_g, q.raw.shape[1], q.h.stride(0), gs.h.stride(0), per, slots, 0, abs_err, cap,
                 BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_K=t.block_k, SLOTS=slots, SPLIT=q.split,
                 num_warps=t.num_warps, num_stages=t.num_stages,
             )  # fmt: skip
 
-        keys = _collect(launch, self.device, n_g > 1)
-        if keys is None:
+        found = _collect(launch, self.device, n_g > 1, (t.block_m, t.block_n), n_g)
+        if found is None:
             mid = c0 + max(1, (c1 - c0) // 2)
             self._count(q, g, c0, mid, thr_t, pos_c, out)
             self._count(q, g, mid, c1, thr_t, pos_c, out)
             return
         out += tmp
-        if keys.numel():
-            self._recheck(q, gs, keys, n_g, thr_t, pos_s, out)
+        if found[0].numel():
+            self._recheck(q, gs, *found, thr_t, pos_s, out)
 
-    def _recheck(self, q, g, keys, n_g, thr_t, pos_s, out) -> None:
-        """Undecided (plane entry, column) pairs: exact score against the exact threshold, ties to the lower index."""
-        e, j = keys // n_g, keys % n_g
-        row = e // thr_t.shape[1]
+    def _recheck(self, q, g, row, j, bits, thr_t, pos_s, out) -> None:
+        """Undecided scores (row, column, slot bits): one exact score per (row, column), compared with the exact
+        threshold of each flagged slot, ties to the lower index."""
         s = exact_scores(q.raw, g.raw, row, j)
-        t, p = thr_t.reshape(-1)[e], pos_s.reshape(-1)[e]
-        above = (s > t) | ((s == t) & (j < p))
-        out.view(-1).index_add_(0, e, above.to(out.dtype))
-        self.rechecked += keys.numel()
+        self.rechecked += row.numel()
+        width = thr_t.shape[1]
+        for p in range(width):
+            f = ((bits >> p) & 1).bool()
+            if not bool(f.any()):
+                continue
+            e = row[f] * width + p
+            t, pos = thr_t.reshape(-1)[e], pos_s.reshape(-1)[e]
+            above = (s[f] > t) | ((s[f] == t) & (j[f] < pos))
+            out.view(-1).index_add_(0, e, above.to(out.dtype))
 
 
 def _columns(x: torch.Tensor, s0: int, w: int, width: int, fill) -> torch.Tensor:
@@ -390,7 +400,7 @@ def _merge_bounds(best: torch.Tensor, q: Operand, g: Operand, g0: int, ex, ker: 
 
 
 def _candidates(q: Operand, g: Operand, lim: torch.Tensor, ker: ScreenCount) -> tuple[torch.Tensor, torch.Tensor]:
-    """(row, column) of every pair with s_hat + B >= lim[row]; columns are split in halves past MAX_ENTRIES."""
+    """(row, column) of every pair with s_hat + B >= lim[row]; columns are split in halves past MAX_TILES."""
     from vlkernels.retrieval.kernels import _topk_collect_kernel
 
     t = ker.t
@@ -398,17 +408,18 @@ def _candidates(q: Operand, g: Operand, lim: torch.Tensor, ker: ScreenCount) -> 
     _, _, abs_err = bound_constants(q.raw.shape[1], q.split)
     n_split, per = _splits(n_g, n_q, t.block_m, t.block_n, q.raw.device)
 
-    def launch(buf, counter, cap):
+    def launch(meta, masks, counter, cap):
         _topk_collect_kernel[(-(-n_q // t.block_m), n_split)](
-            *_args(q, g), lim, buf, counter, n_q, n_g, q.raw.shape[1], q.h.stride(0), g.h.stride(0), per, abs_err,
-            cap, BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_K=t.block_k, SPLIT=q.split,
+            *_args(q, g), lim, meta, masks, counter,
+            n_q, n_g, q.raw.shape[1], q.h.stride(0), g.h.stride(0), per, abs_err, cap,
+            BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_K=t.block_k, SPLIT=q.split,
             num_warps=t.num_warps, num_stages=t.num_stages,
         )  # fmt: skip
 
-    keys = _collect(launch, q.raw.device, n_g > 1)
-    if keys is None:
+    found = _collect(launch, q.raw.device, n_g > 1, (t.block_m, t.block_n), n_g)
+    if found is None:
         mid = max(1, n_g // 2)
         r1, c1 = _candidates(q, g.rows(0, mid), lim, ker)
         r2, c2 = _candidates(q, g.rows(mid, n_g), lim, ker)
         return torch.cat([r1, r2]), torch.cat([c1, c2 + mid])
-    return keys // n_g, keys % n_g
+    return found[0], found[1]
