@@ -113,7 +113,8 @@ def _interpreter(monkeypatch):
 
 
 def _break_tiles(monkeypatch):
-    from vlkernels.retrieval import configs, screen
+    from vlkernels.retrieval import configs
+    from vlkernels.retrieval import triton_screen as screen
 
     # Tiles that are not powers of two: Triton rejects tl.arange(0, 24) when it builds the kernels.
     bad = configs.Tile(24, 24, 16, 4, 1)

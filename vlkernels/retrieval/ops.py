@@ -1,5 +1,6 @@
-"""Device paths of retrieval: the Triton screen (CUDA, or CPU tensors under TRITON_INTERPRET=1; ``screen.py``, tiles:
-configs.py) and the chunked torch twin (any torch device), behind one planner each for counting and top-k.
+"""Device paths of retrieval: the Triton screen (CUDA, or CPU tensors under TRITON_INTERPRET=1;
+``triton_screen.py``, tiles: configs.py) and the chunked torch twin (any torch device), behind one planner each for
+counting and top-k.
 
 Which path runs: :func:`launch` (the backend switch of ``vlkernels._triton``): a Triton compile or launch failure
 on first use reruns the whole call on the torch path (never a mix: ground-truth scores and the scores they are
@@ -136,10 +137,10 @@ def count_stream(
     ``chunk`` rows (a multiple of the tile), so tiles, and therefore every score, are the same in the ground-truth
     pass and the counting pass. Ties compare global gallery indices: the positive plane is shifted by each
     gallery chunk's global start. ``kernels``: "triton" (the certified screen with exact float64 thresholds and
-    re-checks, ``screen.py``) or "torch" (the chunked torch twin, any device).
+    re-checks, ``triton_screen.py``) or "torch" (the chunked torch twin, any device).
     """
     if kernels == "triton":
-        from vlkernels.retrieval.screen import ScreenCount
+        from vlkernels.retrieval.triton_screen import ScreenCount
 
         ker = ScreenCount(device, exact_dtype(queries, gallery, dtype))
     else:
@@ -235,15 +236,16 @@ def topk_stream(
     kernels: str = "triton",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Top-k over gallery chunks of ``chunk`` rows for query chunks of ``chunk`` rows, ordered by (score desc, index
-    asc), global indices ``offset + j``. ``kernels="triton"``: the certified screen (``screen.topk_stream``): exact
-    float64 scores of the retrieval definition, two screening passes over the gallery. ``kernels="torch"`` (the torch
+    asc), global indices ``offset + j``. ``kernels="triton"``: the certified screen
+    (``triton_screen.topk_stream``): exact float64 scores of the retrieval definition, two screening passes over the
+    gallery. ``kernels="torch"`` (the torch
     twin, any device): fp32 device matmul tiles merged as unique int64 keys with torch.topk, exclusions masked
     before selection."""
     from vlkernels.retrieval import cpu
 
     n_q, n_g = len(queries), len(gallery)
     if kernels == "triton":
-        from vlkernels.retrieval import screen
+        from vlkernels.retrieval import triton_screen as screen
 
         ed = exact_dtype(queries, gallery, dtype)
         vals = torch.full((n_q, k), float("-inf"), dtype=torch.float64, device=device)

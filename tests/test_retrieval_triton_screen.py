@@ -1,4 +1,4 @@
-"""The Triton path's certified screen (vlkernels/retrieval/screen.py, kernels interpreted on CPU under
+"""The Triton path's certified screen (vlkernels/retrieval/triton_screen.py, kernels interpreted on CPU under
 TRITON_INTERPRET=1) against the exact retrieval definition: the float64 8-lane scores of the numpy reference loop
 and brute-force ranks / top-k from them. Adversarial data: near ties, duplicates, huge, tiny and denormal values,
 fp32 overflow in the screen, one dominant dimension, unnormalized rows; fp16, bf16, fp32 and fp64 inputs; device
@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from vlkernels.retrieval import Positives, evaluate, rank_metrics, screen, topk
+from vlkernels.retrieval import Positives, evaluate, rank_metrics, topk
+from vlkernels.retrieval import triton_screen as screen
 from vlkernels.retrieval.metrics import metrics_from_ranks
 from vlkernels.retrieval.reference import ranks_ref
 
