@@ -33,4 +33,19 @@ def test_kernel_specs_cover_the_launchers():
             slots = {s.constexprs["SLOTS"] for s in mine if "SLOTS" in s.constexprs}
             assert slots == {1 << i for i in range(t.max_slots.bit_length())}
             block_ns = {s.constexprs["BLOCK_N"] for s in mine if s.kernel.__name__ == "_topk_bound_kernel"}
-            assert max(block_ns) == configs.MAX_FUSED_K and min(block_ns) == configs.TOPK_MIN_BLOCK_N[dt]
+            assert block_ns == set(configs.TOPK_BLOCK_NS[dt]) and max(block_ns) == configs.MAX_FUSED_K
+            assert configs.TOPK_TILES[(arch, dt)].block_n == configs.MAX_FUSED_K
+
+
+def test_topk_block_n_is_a_compiled_block(monkeypatch):
+    """Every k + exclusions <= MAX_FUSED_K picks a fused BLOCK_N that kernel_specs() lists for its kind on CUDA."""
+    import torch
+
+    monkeypatch.setattr(configs, "cuda_arch", lambda device: 90)
+    cuda = torch.device("cuda")
+    for kind, dtype in (("fp16", torch.float16), ("bf16", torch.bfloat16), ("fp32", torch.float32)):
+        for kk in range(1, configs.MAX_FUSED_K + 1):
+            b = configs.topk_block_n(cuda, dtype, kk)
+            assert b >= kk and b in configs.TOPK_BLOCK_NS[kind]
+    assert configs.topk_block_n(cuda, torch.float64, 20) == 64  # fp64 inputs screen as fp32 halves
+    assert configs.topk_block_n(torch.device("cpu"), torch.float32, 20) == 32

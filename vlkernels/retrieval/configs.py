@@ -61,8 +61,9 @@ TOPK_TILES: dict[tuple[int, str], Tile] = {
     (80, "bf16"): Tile(64, MAX_FUSED_K, 32, 4, 3),
     (80, "fp32"): Tile(64, MAX_FUSED_K, 32, 4, 3),
 }
-# Smallest fused BLOCK_N per kind on CUDA.
-TOPK_MIN_BLOCK_N = {"fp16": 16, "bf16": 16, "fp32": 16}
+# Fused BLOCK_N values per kind on CUDA (the smallest >= k + exclusions is taken): fp32 (bf16 halves, three operand
+# tiles) spills 24 bytes at 32 keys on sm_80, so it goes from 16 keys straight to 64.
+TOPK_BLOCK_NS = {"fp16": (16, 32, 64), "bf16": (16, 32, 64), "fp32": (16, 64)}
 # CUDA device chunks are rounded to a multiple of this, a multiple of every BLOCK_M / BLOCK_N above, so a tile never
 # straddles two chunks (the interpreter rounds to its own tile).
 CHUNK_ALIGN = 128
@@ -99,10 +100,11 @@ def chunk_align(device: torch.device) -> int:
 
 
 def topk_block_n(device: torch.device, dtype, kk: int) -> int:
-    """BLOCK_N of the fused top-K kernel for k + exclusions = kk (a power of two >= kk)."""
+    """BLOCK_N of the fused top-K kernel for k + exclusions = kk (kk <= max_fused_k): a power of two >= kk, at
+    least 16, one of TOPK_BLOCK_NS on CUDA."""
     key = _key(device, dtype)
-    smallest = 16 if key is None else TOPK_MIN_BLOCK_N[key[1]]
-    return max(smallest, 1 << (kk - 1).bit_length())
+    pow2 = max(16, 1 << (kk - 1).bit_length())
+    return pow2 if key is None else min(b for b in TOPK_BLOCK_NS[key[1]] if b >= pow2)
 
 
 def max_fused_k(device: torch.device) -> int:
@@ -165,9 +167,7 @@ def kernel_specs() -> list[KernelSpec]:
             tk = TOPK_TILES[(arch, dt)]
             tb = dict(base, out_ptr="*i64", **dict.fromkeys(ints, "i32"), cols_per_split="i32", index_offset="i64")
             tb.update(abs_err="fp32")
-            for block_n in (16, 32, 64):
-                if not TOPK_MIN_BLOCK_N[dt] <= block_n <= tk.block_n:
-                    continue
+            for block_n in TOPK_BLOCK_NS[dt]:
                 cx = dict(BLOCK_M=tk.block_m, BLOCK_N=block_n, BLOCK_K=tk.block_k, SPLIT=split)
                 add(K._topk_bound_kernel, arch, dt, tb, cx, tk, label=f"k<={block_n}")
     return specs
