@@ -14,12 +14,9 @@ import torch
 
 from vlkernels._triton import run_triton
 from vlkernels.retrieval.io import Embeddings
+from vlkernels.retrieval.keys import EMPTY, WORK_ELEMS, decode_keys, encode_keys
 from vlkernels.retrieval.plan import SlotPlan
 from vlkernels.retrieval.positives import Positives
-
-EMPTY = torch.iinfo(torch.int64).min
-# Keys per matmul tile of the large-k top-K path (256 MiB of int64): bounds its device memory.
-WORK_ELEMS = 1 << 25
 
 
 def launch(op: str, triton_fn, torch_fn, path: str, forced: bool, device: torch.device, dtype: torch.dtype, *args):
@@ -42,16 +39,6 @@ def _prep(x: torch.Tensor) -> torch.Tensor:
     # fp16/bf16 go to tl.dot as they are (fp32 accumulation); fp64 is narrowed (Triton dots are fp32 at most).
     x = x.to(torch.float32) if x.dtype == torch.float64 else x
     return x.contiguous()
-
-
-def _splits(n_g: int, n_q: int, block_m: int, block_n: int, device: torch.device) -> tuple[int, int]:
-    """Gallery splits so the grid fills the device; cols_per_split stays a multiple of block_n (tile alignment)."""
-    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
-    m_blocks = max(1, -(-n_q // block_m))
-    splits = max(1, min(-(-n_g // block_n), -(-2 * sms // m_blocks)))
-    per = -(-n_g // splits)
-    per = -(-per // block_n) * block_n
-    return -(-n_g // per), per
 
 
 def _load(src: Embeddings, a: int, b: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -204,23 +191,6 @@ def exact_dtype(queries: Embeddings, gallery: Embeddings, dtype: torch.dtype) ->
     """The dtype the exact scores read the inputs in: fp64 when either side is fp64, else the compute dtype
     (fp16/bf16 when both sides are, else fp32, which holds fp16 and bf16 values exactly)."""
     return torch.float64 if torch.float64 in (queries.dtype, gallery.dtype) else dtype
-
-
-def encode_keys(scores: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """The kernel's packing in torch: int64 keys ordered as (fp32 score descending, index ascending)."""
-    bits = scores.float().contiguous().view(torch.int32)
-    order = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits).to(torch.int64)
-    return (order << 32) | (4294967295 - index)
-
-
-def decode_keys(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Inverse of the kernel's key packing: (fp32 scores, int64 indices); empty keys give (-inf, -1)."""
-    empty = keys == EMPTY
-    order = (keys >> 32).to(torch.int32)
-    bits = torch.where(order < 0, order ^ 0x7FFFFFFF, order)
-    vals = bits.view(torch.float32).masked_fill(empty, float("-inf"))
-    idx = (4294967295 - (keys & 4294967295)).masked_fill(empty, -1)
-    return vals, idx
 
 
 def topk_stream(

@@ -17,8 +17,8 @@ import torch
 
 from vlkernels._triton import interpreting
 from vlkernels.retrieval.configs import exact_tile, max_fused_k, screen_tile, topk_block_n, topk_tile
+from vlkernels.retrieval.keys import EMPTY, WORK_ELEMS, decode_keys, encode_keys
 
-EMPTY = torch.iinfo(torch.int64).min
 # Tiles of an undecided / candidate buffer (one int8 mask tile each) kept at once: a launch needing more is split
 # over halves of its gallery columns instead of growing the buffer further.
 MAX_TILES = 1 << 14
@@ -167,9 +167,13 @@ def _collect(launch, dev: torch.device, may_split: bool, tile: tuple[int, int], 
 
 
 def _splits(n_g: int, n_q: int, block_m: int, block_n: int, device: torch.device) -> tuple[int, int]:
-    from vlkernels.retrieval.ops import _splits as splits
-
-    return splits(n_g, n_q, block_m, block_n, device)
+    """Gallery splits so the grid fills the device; cols_per_split stays a multiple of block_n (tile alignment)."""
+    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
+    m_blocks = max(1, -(-n_q // block_m))
+    splits = max(1, min(-(-n_g // block_n), -(-2 * sms // m_blocks)))
+    per = -(-n_g // splits)
+    per = -(-per // block_n) * block_n
+    return -(-n_g // per), per
 
 
 class ScreenCount:
@@ -291,8 +295,6 @@ def topk_stream(queries, gallery, k, exclude, offset, exact_dtype, device, chunk
     the k-th best lower bound s_hat - B among non-excluded items (fused top-K kernel on lower bounds, or dense bound
     tiles and torch.topk for large k); pass B collects every item with s_hat + B >= L (each true top-k item has
     s >= L), scores them exactly and keeps the best k by (exact score desc, index asc). Values are float64."""
-    from vlkernels.retrieval.ops import decode_keys
-
     n_q, n_g = len(queries), len(gallery)
     vals = torch.full((n_q, k), float("-inf"), dtype=torch.float64, device=device)
     idx = torch.full((n_q, k), -1, dtype=torch.int64, device=device)
@@ -373,7 +375,6 @@ def _merge_bounds(best: torch.Tensor, q: Operand, g: Operand, g0: int, ex, ker: 
     """k past the fused kernel's budget: dense lower-bound blocks of at most WORK_ELEMS entries merged into ``best``
     in place with torch.topk; exclusions ``(query in chunk, gallery index)`` masked before selection."""
     from vlkernels.retrieval.kernels import _bound_tile_kernel
-    from vlkernels.retrieval.ops import WORK_ELEMS, encode_keys
 
     k, dev = best.shape[1], q.raw.device
     t = ker.t
