@@ -113,12 +113,13 @@ def _interpreter(monkeypatch):
 
 
 def _break_tiles(monkeypatch):
-    from vlkernels.retrieval import configs, ops
+    from vlkernels.retrieval import configs
+    from vlkernels.retrieval import triton_screen as screen
 
     # Tiles that are not powers of two: Triton rejects tl.arange(0, 24) when it builds the kernels.
     bad = configs.Tile(24, 24, 16, 4, 1)
-    monkeypatch.setattr(ops, "score_tile", lambda device, dtype: bad)
-    monkeypatch.setattr(ops, "topk_tile", lambda device, dtype, block_n: bad)
+    monkeypatch.setattr(screen, "screen_tile", lambda device, dtype: bad)
+    monkeypatch.setattr(screen, "topk_tile", lambda device, dtype, block_n: bad)
 
 
 def test_triton_compile_failure_falls_back_to_torch_with_one_warning(monkeypatch):

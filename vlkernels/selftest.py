@@ -206,7 +206,16 @@ def _retrieval_checks(device: str, sizes: list[tuple[int, int, int]]) -> list[Ch
         img, txt = _int_embeddings(n_img, d, g), _int_embeddings(n_img * per, d, g)
         lab = np.repeat(np.arange(n_img), per)
         ref = evaluate_ref(img, txt, lab)
-        for dtype in (torch.float32, torch.float16):
+        # Real-valued embeddings too: the device path screens on tensor cores and re-checks exactly, so its ranks
+        # are those of the exact float64 scores (evaluate_ref's definition) on any data, not only integer-valued.
+        gi = torch.randn(n_img, d, generator=g)
+        gt = gi[torch.from_numpy(lab)] + 0.5 * torch.randn(n_img * per, d, generator=g)
+        res, secs = _timed(device, evaluate, gi.to(device), gt.to(device), lab, backend=backend)
+        ref_g = evaluate_ref(gi, gt, lab)
+        err = max(abs(res[dr][k] - v) for dr in ref_g for k, v in ref_g[dr].items())
+        shape = f"{n_img}img x {n_img * per}txt x {d} gaussian"
+        out.append(Check("retrieval.evaluate", shape, "fp32", err <= 1e-9, err, 1e-9, secs, None, backend))
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
             res, secs = _timed(device, evaluate, img.to(device, dtype), txt.to(device, dtype), lab, backend=backend)
             err = max(abs(res[dr][k] - v) for dr in ref for k, v in ref[dr].items())
             # Integer embeddings in [-3, 3]: every product and partial sum is an integer below 2^11, exact in fp16,

@@ -1,5 +1,6 @@
-"""Device paths of retrieval: the Triton kernels (CUDA, or CPU tensors under TRITON_INTERPRET=1; tiles: configs.py)
-and their chunked torch twin (any torch device), behind one planner each for counting and top-k.
+"""Device paths of retrieval: the Triton screen (CUDA, or CPU tensors under TRITON_INTERPRET=1;
+``triton_screen.py``, tiles: configs.py) and the chunked torch twin (any torch device), behind one planner each for
+counting and top-k.
 
 Which path runs: :func:`launch` (the backend switch of ``vlkernels._triton``): a Triton compile or launch failure
 on first use reruns the whole call on the torch path (never a mix: ground-truth scores and the scores they are
@@ -8,20 +9,14 @@ compared against must come from the same path).
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import torch
 
 from vlkernels._triton import run_triton
-from vlkernels.retrieval.configs import Tile, max_fused_k, score_tile, topk_block_n, topk_tile
 from vlkernels.retrieval.io import Embeddings
+from vlkernels.retrieval.keys import EMPTY, WORK_ELEMS, decode_keys, encode_keys
 from vlkernels.retrieval.plan import SlotPlan
 from vlkernels.retrieval.positives import Positives
-
-EMPTY = torch.iinfo(torch.int64).min
-# Keys per matmul tile of the large-k top-K path (256 MiB of int64): bounds its device memory.
-WORK_ELEMS = 1 << 25
 
 
 def launch(op: str, triton_fn, torch_fn, path: str, forced: bool, device: torch.device, dtype: torch.dtype, *args):
@@ -46,81 +41,10 @@ def _prep(x: torch.Tensor) -> torch.Tensor:
     return x.contiguous()
 
 
-def _splits(n_g: int, n_q: int, block_m: int, block_n: int, device: torch.device) -> tuple[int, int]:
-    """Gallery splits so the grid fills the device; cols_per_split stays a multiple of block_n (tile alignment)."""
-    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
-    m_blocks = max(1, -(-n_q // block_m))
-    splits = max(1, min(-(-n_g // block_n), -(-2 * sms // m_blocks)))
-    per = -(-n_g // splits)
-    per = -(-per // block_n) * block_n
-    return -(-n_g // per), per
-
-
-def gt_scores_fwd(q: torch.Tensor, g: torch.Tensor, pair_q: np.ndarray, pair_g: np.ndarray, t: Tile) -> torch.Tensor:
-    """Scores of (query, gallery) pairs read from the same score tiles (tile ``t``) the counting kernel computes;
-    fp32, on the device of ``q``, in pair order."""
-    from vlkernels.retrieval.kernels import _gt_score_fwd_kernel
-
-    out = torch.zeros(len(pair_q), dtype=torch.float32, device=q.device)
-    if len(pair_q) == 0:
-        return out
-    tm, tn = pair_q // t.block_m, pair_g // t.block_n
-    key = tm * (-(-g.shape[0] // t.block_n)) + tn
-    order = np.argsort(key, kind="stable")
-    key_s = key[order]
-    tiles, starts = np.unique(key_s, return_index=True)
-    tile_ptr = np.append(starts, len(key_s)).astype(np.int64)
-    dev = q.device
-    dv = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(dev)
-    res = torch.empty(len(pair_q), dtype=torch.float32, device=dev)
-    n_tiles_n = -(-g.shape[0] // t.block_n)
-    _gt_score_fwd_kernel[(len(tiles),)](
-        q, g, dv(tiles // n_tiles_n), dv(tiles % n_tiles_n), dv(tile_ptr), dv(pair_q[order]), dv(pair_g[order]), res,
-        q.shape[0], g.shape[0], q.shape[1], q.stride(0), g.stride(0),
-        BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_K=t.block_k, num_warps=t.num_warps, num_stages=t.num_stages,
-    )  # fmt: skip
-    out[dv(order)] = res
-    return out
-
-
 def _load(src: Embeddings, a: int, b: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """Rows a..b of a source on the compute device: a view when it already lives there in ``dtype``, else a copy
     of just those rows (memory-mapped files are read chunk by chunk)."""
     return _prep(src.chunk(a, b, dtype).to(device))
-
-
-def _slot_width(n_slots: int, max_slots: int) -> int:
-    """Plane width covering every launch of at most max_slots slots, each padded to a power of two (constexpr)."""
-    width = 0
-    for s0 in range(0, n_slots, max_slots):
-        width = max(width, s0 + (1 << (min(max_slots, n_slots - s0) - 1).bit_length()))
-    return width
-
-
-class _TritonCount:
-    """Counting kernels of :func:`count_stream` on the Triton path."""
-
-    def __init__(self, device: torch.device, dtype: torch.dtype):
-        self.t = score_tile(device, dtype)
-        # Slot planes padded per launch to a power of two (SLOTS is a constexpr).
-        self.slot_width = functools.partial(_slot_width, max_slots=self.t.max_slots)
-
-    def gt_scores(self, q, g, pair_q, pair_g) -> torch.Tensor:
-        return gt_scores_fwd(q, g, pair_q, pair_g, self.t)
-
-    def count(self, q, g, thr_t, pos_c, out) -> None:
-        from vlkernels.retrieval.kernels import _rank_count_fwd_kernel
-
-        t, width = self.t, thr_t.shape[1]
-        n_split, per = _splits(g.shape[0], q.shape[0], t.block_m, t.block_n, q.device)
-        for s0 in range(0, width, t.max_slots):
-            slots_c = 1 << (min(t.max_slots, width - s0) - 1).bit_length()
-            _rank_count_fwd_kernel[(-(-q.shape[0] // t.block_m), n_split)](
-                q, g, thr_t, pos_c, out,
-                q.shape[0], g.shape[0], q.shape[1], q.stride(0), g.stride(0), per, width, s0,
-                BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_K=t.block_k, SLOTS=slots_c,
-                num_warps=t.num_warps, num_stages=t.num_stages,
-            )  # fmt: skip
 
 
 def _blocks(n_q: int, n_g: int) -> tuple[int, int]:
@@ -139,6 +63,15 @@ class _TorchCount:
     ground-truth score is read from the same sub-tile, computed by the same call, as the counting pass compares."""
 
     slot_width = None  # planes as wide as the most positives of a query: no constexpr padding
+    thr_dtype = torch.float32
+
+    def __init__(self, dtype: torch.dtype):
+        self.dtype = dtype
+
+    def load(self, src: Embeddings, a: int, b: int, device: torch.device) -> torch.Tensor:
+        return _load(src, a, b, self.dtype, device)
+
+    load_raw = load
 
     def gt_scores(self, q, g, pair_q, pair_g) -> torch.Tensor:
         rows, cols = _blocks(q.shape[0], g.shape[0])
@@ -190,9 +123,15 @@ def count_stream(
     of pairs whose positive lives on another rank arrive by all_reduce(MAX). Both sources stream in chunks of
     ``chunk`` rows (a multiple of the tile), so tiles, and therefore every score, are the same in the ground-truth
     pass and the counting pass. Ties compare global gallery indices: the positive plane is shifted by each
-    gallery chunk's global start. ``kernels``: "triton" or "torch" (the chunked torch twin, any device).
+    gallery chunk's global start. ``kernels``: "triton" (the certified screen with exact float64 thresholds and
+    re-checks, ``triton_screen.py``) or "torch" (the chunked torch twin, any device).
     """
-    ker = _TritonCount(device, dtype) if kernels == "triton" else _TorchCount()
+    if kernels == "triton":
+        from vlkernels.retrieval.triton_screen import ScreenCount
+
+        ker = ScreenCount(device, exact_dtype(queries, gallery, dtype))
+    else:
+        ker = _TorchCount(dtype)
     n_q, n_g = len(queries), len(gallery)
     pq = pos.pair_queries()
     active = np.zeros(pos.num_queries, dtype=bool)
@@ -200,7 +139,7 @@ def count_stream(
     mine = active[pq] & (pq >= q_offset) & (pq < q_offset + n_q)
     # Pass 1: thresholds of the pairs whose positive is local, chunk pair by chunk pair (query chunk held). The
     # thresholds and counts stay on the device until the end: no host sync per chunk.
-    thr = torch.full((len(pq),), float("-inf"), dtype=torch.float32, device=device)
+    thr = torch.full((len(pq),), float("-inf"), dtype=ker.thr_dtype, device=device)
     sel = np.flatnonzero(mine & (pos.indices >= g_offset) & (pos.indices < g_offset + n_g))
     lq, lg = pq[sel] - q_offset, pos.indices[sel] - g_offset
     key = (lq // chunk) * max(1, -(-n_g // chunk)) + lg // chunk
@@ -211,8 +150,8 @@ def count_stream(
     for kk, a, b in zip(keys.tolist(), starts.tolist(), ends.tolist()):
         qc, gc = divmod(kk, max(1, -(-n_g // chunk)))
         if qc != qc_cur:
-            q_cur, qc_cur = _load(queries, qc * chunk, min(n_q, (qc + 1) * chunk), dtype, device), qc
-        g = _load(gallery, gc * chunk, min(n_g, (gc + 1) * chunk), dtype, device)
+            q_cur, qc_cur = ker.load_raw(queries, qc * chunk, min(n_q, (qc + 1) * chunk), device), qc
+        g = ker.load_raw(gallery, gc * chunk, min(n_g, (gc + 1) * chunk), device)
         e = sel[order[a:b]]
         thr[torch.from_numpy(e).to(device)] = ker.gt_scores(
             q_cur, g, lq[order[a:b]] - qc * chunk, lg[order[a:b]] - gc * chunk
@@ -232,12 +171,13 @@ def count_stream(
                 bar.update(-(-n_g // chunk))
             continue
         width = plan.width
-        q = _load(queries, q0, q1, dtype, device)
+        q = ker.load(queries, q0, q1, device)
         thr_t = plan.planes(thr, float("inf"), slot_major=False)
-        pos_t = plan.planes(pos.indices, -1, slot_major=False, device=device)
+        # Padding slots: +inf thresholds and a positive index no shift brings near a column.
+        pos_t = plan.planes(pos.indices, -(1 << 62), slot_major=False, device=device)
         out = torch.zeros((q1 - q0, width), dtype=torch.int64, device=device)
         for g0 in range(0, n_g, chunk):
-            g = _load(gallery, g0, min(n_g, g0 + chunk), dtype, device)
+            g = ker.load(gallery, g0, min(n_g, g0 + chunk), device)
             # Padding slots keep +inf thresholds (never counted) whatever their shifted index.
             pos_c = pos_t - (g_offset + g0)
             ker.count(q, g, thr_t, pos_c, out)
@@ -247,21 +187,10 @@ def count_stream(
     return above.cpu().numpy()
 
 
-def encode_keys(scores: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """The kernel's packing in torch: int64 keys ordered as (fp32 score descending, index ascending)."""
-    bits = scores.float().contiguous().view(torch.int32)
-    order = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits).to(torch.int64)
-    return (order << 32) | (4294967295 - index)
-
-
-def decode_keys(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Inverse of the kernel's key packing: (fp32 scores, int64 indices); empty keys give (-inf, -1)."""
-    empty = keys == EMPTY
-    order = (keys >> 32).to(torch.int32)
-    bits = torch.where(order < 0, order ^ 0x7FFFFFFF, order)
-    vals = bits.view(torch.float32).masked_fill(empty, float("-inf"))
-    idx = (4294967295 - (keys & 4294967295)).masked_fill(empty, -1)
-    return vals, idx
+def exact_dtype(queries: Embeddings, gallery: Embeddings, dtype: torch.dtype) -> torch.dtype:
+    """The dtype the exact scores read the inputs in: fp64 when either side is fp64, else the compute dtype
+    (fp16/bf16 when both sides are, else fp32, which holds fp16 and bf16 values exactly)."""
+    return torch.float64 if torch.float64 in (queries.dtype, gallery.dtype) else dtype
 
 
 def topk_stream(
@@ -276,24 +205,34 @@ def topk_stream(
     progress: bool = False,
     kernels: str = "triton",
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Top-k over gallery chunks of ``chunk`` rows for query chunks of ``chunk`` rows; unsorted ties are impossible:
-    candidates are unique int64 keys (score bits, global index ``offset + j``), merged chunk by chunk with
-    torch.topk. k + the most exclusions of a query <= max_fused_k (64 on CUDA): the fused kernel, exclusions
-    filtered from the best k + extra; larger, or ``kernels="torch"`` (the torch twin, any device): device matmul tiles
-    with exclusions masked before selection."""
+    """Top-k over gallery chunks of ``chunk`` rows for query chunks of ``chunk`` rows, ordered by (score desc, index
+    asc), global indices ``offset + j``. ``kernels="triton"``: the certified screen
+    (``triton_screen.topk_stream``): exact float64 scores of the retrieval definition, two screening passes over the
+    gallery. ``kernels="torch"`` (the torch
+    twin, any device): fp32 device matmul tiles merged as unique int64 keys with torch.topk, exclusions masked
+    before selection."""
     from vlkernels.retrieval import cpu
 
     n_q, n_g = len(queries), len(gallery)
+    if kernels == "triton":
+        from vlkernels.retrieval import triton_screen as screen
+
+        ed = exact_dtype(queries, gallery, dtype)
+        vals = torch.full((n_q, k), float("-inf"), dtype=torch.float64, device=device)
+        idx = torch.full((n_q, k), -1, dtype=torch.int64, device=device)
+        if n_q == 0 or k == 0:
+            return vals, idx
+        bar = cpu._progress(2 * -(-n_q // chunk) * -(-n_g // chunk), progress, "top-k")
+        vals, idx, _ = screen.topk_stream(queries, gallery, k, exclude, offset, ed, device, chunk, bar)
+        if bar is not None:
+            bar.close()
+        return vals, idx
     vals = torch.full((n_q, k), float("-inf"), dtype=torch.float32, device=device)
     idx = torch.full((n_q, k), -1, dtype=torch.int64, device=device)
     if n_q == 0 or k == 0:
         return vals, idx
     has_ex = exclude is not None and len(exclude.indices) > 0
-    kk = k + (int(exclude.counts.max()) if has_ex else 0)
-    fused = kernels == "triton" and kk <= max_fused_k(device)
-    block_n = topk_block_n(device, dtype, kk) if fused else 1
-    g_chunk = -(-chunk // block_n) * block_n
-    bar = cpu._progress(-(-n_q // chunk) * -(-n_g // g_chunk), progress, "top-k")
+    bar = cpu._progress(-(-n_q // chunk) * -(-n_g // chunk), progress, "top-k")
     for q0 in range(0, n_q, chunk):
         q1 = min(n_q, q0 + chunk)
         q = _load(queries, q0, q1, dtype, device)
@@ -302,23 +241,13 @@ def topk_stream(
             eq = torch.from_numpy(exclude.pair_queries()[lo:hi] - q0).to(device)
             eg = torch.from_numpy(exclude.indices[lo:hi]).to(device)
         # A fixed width of empty keys: rows with fewer candidates decode to (-inf, -1), faiss's padding.
-        best = torch.full((q1 - q0, kk if fused else k), EMPTY, dtype=torch.int64, device=device)
-        for g0 in range(0, n_g, g_chunk):
-            g = _load(gallery, g0, min(n_g, g0 + g_chunk), dtype, device)
-            if fused:
-                keys = torch.cat([best, _topk_keys(q, g, block_n, offset + g0)], 1)
-                best = torch.topk(keys, kk, dim=1).values
-            else:
-                _merge_matmul(best, q, g, offset + g0, g0, (eq, eg) if has_ex else None)
+        best = torch.full((q1 - q0, k), EMPTY, dtype=torch.int64, device=device)
+        for g0 in range(0, n_g, chunk):
+            g = _load(gallery, g0, min(n_g, g0 + chunk), dtype, device)
+            _merge_matmul(best, q, g, offset + g0, g0, (eq, eg) if has_ex else None)
             if bar is not None:
                 bar.update(1)
-        v, i = decode_keys(best)
-        if fused and has_ex:
-            # Mark a candidate excluded when (query, index) is listed: a per-row membership test.
-            ex = torch.zeros_like(i, dtype=torch.bool)
-            ex.index_put_((eq,), i[eq] == (eg + offset)[:, None], accumulate=True)
-            v, i = cpu.sort_topk(v.masked_fill(ex, float("-inf")), i.masked_fill(ex, -1))
-        vals[q0:q1], idx[q0:q1] = v[:, :k], i[:, :k]
+        vals[q0:q1], idx[q0:q1] = decode_keys(best)
     if bar is not None:
         bar.close()
     return vals, idx
@@ -342,21 +271,6 @@ def _merge_matmul(best: torch.Tensor, q: torch.Tensor, g: torch.Tensor, index0: 
                 m = m_rows & (ex[1] >= g0 + c0) & (ex[1] < g0 + c1)
                 keys[ex[0][m] - r0, ex[1][m] - g0 - c0] = EMPTY
             best[r0:r1] = torch.topk(torch.cat([best[r0:r1], keys], 1), k, dim=1).values
-
-
-def _topk_keys(q: torch.Tensor, g: torch.Tensor, block_n: int, index_offset: int) -> torch.Tensor:
-    """The fused kernel on one (query chunk, gallery chunk): each split's best block_n keys, side by side."""
-    from vlkernels.retrieval.kernels import _topk_fwd_kernel
-
-    n_q, n_g = q.shape[0], g.shape[0]
-    t = topk_tile(q.device, q.dtype, block_n)
-    n_split, per = _splits(n_g, n_q, t.block_m, block_n, q.device)
-    keys = torch.empty((n_split, n_q, block_n), dtype=torch.int64, device=q.device)
-    _topk_fwd_kernel[(-(-n_q // t.block_m), n_split)](
-        q, g, keys, n_q, n_g, q.shape[1], q.stride(0), g.stride(0), per, index_offset,
-        BLOCK_M=t.block_m, BLOCK_N=block_n, BLOCK_K=t.block_k, num_warps=t.num_warps, num_stages=t.num_stages,
-    )  # fmt: skip
-    return keys.permute(1, 0, 2).reshape(n_q, -1)
 
 
 def __getattr__(name: str):

@@ -121,7 +121,9 @@ def _source(spec):
     div = spec.extra.get("divisible_by_16", ())
     attrs = {(fn.arg_names.index(a),): [["tt.divisibility", 16]] for a in div}
     src = ASTSource(fn, sig, constexprs=consts, attrs=attrs)
-    return src, GPUTarget("cuda", spec.arch, 32), {"num_warps": spec.num_warps, "num_stages": spec.num_stages}
+    # Launch options a launcher passes besides warps and stages (e.g. enable_fp_fusion=False) compile the same way.
+    options = {"num_warps": spec.num_warps, "num_stages": spec.num_stages, **spec.extra.get("options", {})}
+    return src, GPUTarget("cuda", spec.arch, 32), options
 
 
 def triton_cache_key(spec) -> str | None:
