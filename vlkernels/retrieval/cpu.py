@@ -69,12 +69,14 @@ def _row_pair_scores(rows: Embeddings, cols: torch.Tensor, r: np.ndarray, c: np.
     return out
 
 
-def _meta(names: set[str], rechecked: int, scored: int) -> dict:
+def _meta(names: set[str], rechecked: int, decisions: int) -> dict:
+    """What a call reports: the screen(s) its tiles ran, the exact re-checks, and the decisions (candidate against
+    threshold comparisons) they are a fraction of."""
     return {
         "screen": "+".join(sorted(names)) if names else None,
         "rechecked_pairs": int(rechecked),
-        "scored_pairs": int(scored),
-        "rechecked_fraction": rechecked / scored if scored else 0.0,
+        "decisions": int(decisions),
+        "rechecked_fraction": rechecked / decisions if decisions else 0.0,
     }
 
 
@@ -204,14 +206,16 @@ def count_both(
             c_above[blk.plan.pairs] = (blk.plan.take(blk.cnt, slot_major=True) if blk.act is None else blk.cnt).numpy()
     r_above = np.where(r_local, r_above, 0)
     n_re = sum(rechecked)
+    # Each local row pair is decided against every column, each column pair against every local row.
+    n_dec = int(r_local.sum()) * n_cols + int(c_active.sum()) * n_local
     if group is not None:
         import torch.distributed as dist
 
-        both = torch.from_numpy(np.concatenate([r_above, c_above, [n_re, n_local]]))
+        both = torch.from_numpy(np.concatenate([r_above, c_above, [n_re, n_dec]]))
         dist.all_reduce(both, op=dist.ReduceOp.SUM, group=group)
         r_above, c_above = both[: len(rq)].numpy(), both[len(rq) : -2].numpy()
-        n_re, n_local = int(both[-2]), int(both[-1])
-    return r_above, c_above, _meta(set().union(*names), n_re, n_local * n_cols)
+        n_re, n_dec = int(both[-2]), int(both[-1])
+    return r_above, c_above, _meta(set().union(*names), n_re, n_dec)
 
 
 @dataclasses.dataclass

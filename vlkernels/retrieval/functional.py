@@ -25,7 +25,7 @@ EMPTY_VALUES = {"error": None, "skip": None, "zero": 0.0, "one": 1.0}
 class RetrievalResult(dict):
     """``{"text_to_image": {metric: value}, "image_to_text": {...}}`` (the usual layout) with the per-query
     ranks of each direction in ``.ranks[direction]`` (a :class:`~vlkernels.retrieval.metrics.Ranks`) and the
-    call's ``.meta`` (CPU: ``screen``, ``rechecked_pairs``, ``scored_pairs``, ``rechecked_fraction``)."""
+    call's ``.meta`` (CPU: ``screen``, ``rechecked_pairs``, ``decisions``, ``rechecked_fraction``)."""
 
     def __init__(self, metrics: dict, ranks: dict[str, Ranks], meta: dict | None = None):
         super().__init__(metrics)
@@ -526,6 +526,6 @@ def _gather_meta(meta: dict, group) -> dict:
     """topk with a group: re-checked and scored pairs summed over the ranks."""
     if group is None:
         return meta
-    t = all_reduce(torch.tensor([meta["rechecked_pairs"], meta["scored_pairs"]], dtype=torch.int64), "sum", group)
-    n_re, n_sc = int(t[0]), int(t[1])
-    return {**meta, "rechecked_pairs": n_re, "scored_pairs": n_sc, "rechecked_fraction": n_re / n_sc if n_sc else 0.0}
+    t = all_reduce(torch.tensor([meta["rechecked_pairs"], meta["decisions"]], dtype=torch.int64), "sum", group)
+    n_re, n_dec = int(t[0]), int(t[1])
+    return {**meta, "rechecked_pairs": n_re, "decisions": n_dec, "rechecked_fraction": n_re / n_dec if n_dec else 0.0}

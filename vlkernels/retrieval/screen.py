@@ -37,8 +37,9 @@ U64 = 2.0**-53
 U32 = 2.0**-24
 UBF16 = 2.0**-8
 TINY = {torch.float32: 2.0**-126, torch.float64: 2.0**-1022}
-# fp32 screens are used only while every partial sum stays far from fp32's overflow: |x||y| < 2^120.
-FP32_LIMIT = 2.0**120
+# fp32 screens are used only while every partial sum stays far from fp32's overflow (|x||y| < 2^120) and the
+# scores far above its denormal range (|x||y| > 2^-60; below, the flush terms would leave every pair undecided).
+FP32_RANGE = (2.0**-60, 2.0**120)
 
 
 def gamma(n: int, u: float) -> float:
@@ -176,5 +177,6 @@ class Screen:
 
 
 def fits_fp32(max_row_norm: float, max_col_norm: float) -> bool:
-    """Whether a fp32/bf16 GEMM of these sides cannot overflow (else the fp64 screen runs)."""
-    return max_row_norm * max_col_norm < FP32_LIMIT
+    """Whether a fp32/bf16 GEMM of these sides cannot overflow and decides more than its flush terms (else the
+    fp64 screen runs)."""
+    return FP32_RANGE[0] < max_row_norm * max_col_norm < FP32_RANGE[1]
