@@ -14,12 +14,22 @@
 #include <limits>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "core/parallel.h"
+
+// The per-score loops in an AVX2 (and AVX-512) clone besides the portable one (no FMA in either target: see above).
+#if VLK_X86_MULTIVERSION && !defined(__clang__)
+#define VLK_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define VLK_CLONES
+#endif
 
 namespace vlk {
 namespace {
 
 constexpr int kLanes = 8;
+// Columns per block of the column-query pass: its thresholds, counts and bounds stay in L1 while every row passes.
+constexpr int64_t kColBlock = 64;
 
 template <typename TA, typename TB>
 inline double exact_dot(const TA* a, const TB* b, int64_t dim) {
@@ -33,7 +43,7 @@ inline double exact_dot(const TA* a, const TB* b, int64_t dim) {
 
 // lo[j] = s_hat - B, hi[j] = s_hat + B for one tile row; NaN scores (excluded candidates) get -inf for both.
 template <typename S>
-void row_bounds(const S* srow, int64_t cols, int64_t i, const BoundTerms& rt, const BoundTerms& ct, double rel,
+VLK_CLONES void row_bounds(const S* srow, int64_t cols, int64_t i, const BoundTerms& rt, const BoundTerms& ct, double rel,
                 double* lo, double* hi) {
   const double a0 = rt.plane(0)[i], a1 = rt.plane(1)[i], a2 = rt.plane(2)[i], ra = rt.plane(3)[i];
   const double *c0 = ct.plane(0), *c1 = ct.plane(1), *c2 = ct.plane(2), *ca = ct.plane(3);
@@ -49,7 +59,7 @@ void row_bounds(const S* srow, int64_t cols, int64_t i, const BoundTerms& rt, co
 }
 
 // Certified count of one threshold over a row: lo > t counts; undecided candidates (lo <= t <= hi) are flagged.
-inline int64_t certain_above(const double* lo, const double* hi, int64_t n, double t, int64_t* undecided) {
+VLK_CLONES int64_t certain_above(const double* lo, const double* hi, int64_t n, double t, int64_t* undecided) {
   int64_t above = 0, und = 0;
   for (int64_t j = 0; j < n; ++j) {
     const bool a = lo[j] > t;
@@ -58,6 +68,17 @@ inline int64_t certain_above(const double* lo, const double* hi, int64_t n, doub
   }
   *undecided = und;
   return above;
+}
+
+// cnt[j] += lo[j] > thr[j]; true when some candidate is undecided (lo <= thr <= hi).
+VLK_CLONES bool count_slot(const double* lo, const double* hi, int64_t n, const double* thr, int64_t* cnt) {
+  int64_t und = 0;
+  for (int64_t j = 0; j < n; ++j) {
+    const bool a = lo[j] > thr[j];
+    cnt[j] += a;
+    und |= (hi[j] >= thr[j]) & !a;
+  }
+  return und != 0;
 }
 
 // Ranks above a positive (index p, exact score t): a higher exact score, or an equal one at a lower index.
@@ -85,11 +106,12 @@ int64_t certified_tile(const S* s, int64_t rows, int64_t cols, int64_t stride_s,
                        const double* col_thr, int64_t* col_cnt, int64_t row0) {
   std::vector<double> lo(static_cast<size_t>(cols)), hi(static_cast<size_t>(cols));
   int64_t rechecked = 0;
-  for (int64_t i = 0; i < rows; ++i) {
+  for (int64_t i = 0; i < rows && row_ptr != nullptr; ++i) {
     if ((i & 15) == 0) check_interrupt();
+    if (row_ptr[i] == row_ptr[i + 1]) continue;
     row_bounds(s + i * stride_s, cols, i, rt, ct, rel, lo.data(), hi.data());
     const T* x = row_data + i * stride_r;
-    if (row_ptr != nullptr) {
+    {
       for (int64_t e = row_ptr[i]; e < row_ptr[i + 1]; ++e) {
         const double t = row_thr[e];
         const int64_t p = row_pos[e];
@@ -105,23 +127,27 @@ int64_t certified_tile(const S* s, int64_t rows, int64_t cols, int64_t stride_s,
         row_cnt[e] += above;
       }
     }
-    const int64_t gi = row0 + i;
-    for (int64_t k = 0; k < slots; ++k) {
-      const double* tk = col_thr + k * cols;
-      int64_t* ck = col_cnt + k * cols;
-      int64_t und = 0;
-      for (int64_t j = 0; j < cols; ++j) {
-        const bool a = lo[j] > tk[j];
-        ck[j] += a;
-        und += (hi[j] >= tk[j]) & !a;
-      }
-      for (int64_t j = 0; und > 0 && j < cols; ++j) {
-        if (!(hi[j] >= tk[j] && !(lo[j] > tk[j]))) continue;
-        --und;
-        const int64_t p = col_pos[k * cols + j];
-        if (p == gi || p < 0) continue;
-        ++rechecked;
-        ck[j] += ranks_above(exact_dot(x, col_data + j * stride_c, dim), gi, tk[j], p);
+  }
+  // Column queries: one block of columns at a time, every row streamed past its slot thresholds.
+  for (int64_t j0 = 0; j0 < cols && slots > 0; j0 += kColBlock) {
+    const int64_t w = std::min(kColBlock, cols - j0);
+    for (int64_t i = 0; i < rows; ++i) {
+      if ((i & 255) == 0) check_interrupt();
+      const int64_t gi = row0 + i;
+      const T* x = row_data + i * stride_r;
+      const BoundTerms rti{rt.t + i, rt.n}, ctj{ct.t + j0, ct.n};
+      row_bounds(s + i * stride_s + j0, w, 0, rti, ctj, rel, lo.data(), hi.data());
+      for (int64_t k = 0; k < slots; ++k) {
+        const double* tk = col_thr + k * cols + j0;
+        int64_t* ck = col_cnt + k * cols + j0;
+        if (!count_slot(lo.data(), hi.data(), w, tk, ck)) continue;
+        for (int64_t j = 0; j < w; ++j) {
+          if (!(hi[j] >= tk[j] && !(lo[j] > tk[j]))) continue;
+          const int64_t p = col_pos[k * cols + j0 + j];
+          if (p == gi || p < 0) continue;  // the positive itself; padding
+          ++rechecked;
+          ck[j] += ranks_above(exact_dot(x, col_data + (j0 + j) * stride_c, dim), gi, tk[j], p);
+        }
       }
     }
   }

@@ -50,6 +50,9 @@ class WithMeta(tuple):
         obj.meta = meta
         return obj
 
+    def __reduce__(self):  # pickles (torch.save, multiprocessing) with its metadata
+        return (WithMeta, (tuple(self), self.meta))
+
 
 def _device_meta(backend: str) -> dict:
     return {"path": backend, "screen": None, "rechecked_pairs": None, "rechecked_fraction": None}

@@ -116,6 +116,21 @@ def choose(screen: str | None, dtype: torch.dtype) -> str:
     return s
 
 
+def describe() -> str:
+    """The screen this machine's CPU engine takes for fp32 inputs, and why (``vlkernels info``)."""
+    name = choose(None, torch.float32)
+    forced = requested(None) != "auto"
+    if forced:
+        why = f"forced by {ENV}"
+    elif name == "bf16":
+        why = "bf16 hardware, torch's bf16 matmul measured faster"
+    elif cpu_bf16_hardware():
+        why = "bf16 hardware, but torch's bf16 matmul measured no faster"
+    else:
+        why = "no bf16 hardware (amx_bf16 / avx512_bf16)"
+    return f"{name} ({why}; exact ranks either way)"
+
+
 @dataclasses.dataclass
 class Side:
     """One side's screen operand (what the GEMM multiplies), exact data (what re-checks read) and bound terms."""
