@@ -314,7 +314,8 @@ def _group(keys: np.ndarray, values: np.ndarray) -> dict[int, np.ndarray]:
         return {}
     order = np.argsort(keys, kind="stable")
     k, v = keys[order], values[order]
-    uniq, starts = np.unique(k, return_index=True)
+    starts = np.flatnonzero(np.concatenate([[True], k[1:] != k[:-1]]))
+    uniq = k[starts]
     ends = np.append(starts[1:], len(k))
     return {int(u): v[a:b] for u, a, b in zip(uniq.tolist(), starts.tolist(), ends.tolist())}
 
