@@ -47,10 +47,12 @@ def gamma(n: int, u: float) -> float:
 
 
 def norms(x: torch.Tensor) -> torch.Tensor:
-    """Euclidean norms of the rows in float64, scaled by powers of two so no square underflows (fp64 inputs)."""
-    x = x.to(torch.float64)
+    """Euclidean norms of the rows in float64 (inflated by INFLATE). Squares of fp32/bf16 values cannot underflow
+    in float64; fp64 rows are scaled by a power of two first so that none does."""
     if x.shape[0] == 0 or x.shape[1] == 0:
         return torch.zeros(x.shape[0], dtype=torch.float64)
+    if x.dtype != torch.float64:
+        return torch.linalg.vector_norm(x, dim=1, dtype=torch.float64) * INFLATE
     _, e = torch.frexp(x.abs().amax(dim=1))
     n = torch.linalg.vector_norm(torch.ldexp(x, -e[:, None].double()), dim=1)
     return torch.ldexp(n, e.double()) * INFLATE
