@@ -326,7 +326,7 @@ def _million(n: int, device: str) -> Bench:
     tmp = _clip_files(n)
 
     def check(out):
-        res, (v, i) = out["vlkernels"]
+        res, (_v, i) = out["vlkernels"]
         assert i.shape == (n, 10) and res["text_to_image"]["R@10"] >= res["text_to_image"]["R@1"]
 
     return Bench(
@@ -355,7 +355,9 @@ if __name__ == "__main__":
         t0 = time.perf_counter()
         res, top = million_run(tmp, n)
         flops = 4.0 * n * n * 512
-        extra = f"; re-checked: metrics {res.meta['rechecked_fraction']:.2e}, top-10 {top.meta['rechecked_fraction']:.2e}"
+        extra = (
+            f"; re-checked: metrics {res.meta['rechecked_fraction']:.2e}, top-10 {top.meta['rechecked_fraction']:.2e}"
+        )
     else:
         bench = _streamed(n, "cpu")
         t0 = time.perf_counter()

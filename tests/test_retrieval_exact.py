@@ -94,7 +94,7 @@ def _amx_emulated(a: torch.Tensor, b: torch.Tensor) -> np.ndarray:
     return _flush(torch.from_numpy(acc).bfloat16().float().numpy())
 
 
-@pytest.mark.parametrize("kind", KINDS + ["bf16_denormal"])
+@pytest.mark.parametrize("kind", [*KINDS, "bf16_denormal"])
 @pytest.mark.parametrize("name", ["fp32", "bf16", "bf16_amx"])
 def test_screen_bound_never_violated(kind, name):
     rng = np.random.default_rng(len(kind) * 7 + len(name))
@@ -146,7 +146,7 @@ def test_every_cpu_path_equals_exact_brute_force(kind, screen):
     assert np.array_equal(got.ranks["text_to_image"].ranks, want_t2i.ranks)
     assert np.array_equal(got.ranks["image_to_text"].ranks, want_i2t.ranks)
     assert got.meta["screen"] in (screen, "fp64") and 0 <= got.meta["rechecked_fraction"] <= 1
-    m, r = rank_metrics(txt_t, img_t, [[int(v)] for v in lab], chunk_rows=13, chunk_cols=5, screen=screen)
+    _m, r = rank_metrics(txt_t, img_t, [[int(v)] for v in lab], chunk_rows=13, chunk_cols=5, screen=screen)
     assert np.array_equal(r.ranks, want_t2i.ranks)
     for k in (1, 7, 41):
         ex = [[int(lab[i])] for i in range(97)] if k == 7 else None

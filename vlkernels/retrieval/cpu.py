@@ -47,8 +47,13 @@ def exact_pairs(q: torch.Tensor, g: torch.Tensor, qi: np.ndarray, gi: np.ndarray
     """Exact scores of pairs (q[qi], g[gi]) (fp32/fp64 tensors, C++, multithreaded)."""
     out = torch.empty(len(qi), dtype=torch.float64)
     if len(qi):
-        _ext.load().exact_pairs(q, g, torch.from_numpy(np.ascontiguousarray(qi, dtype=np.int64)),
-                                torch.from_numpy(np.ascontiguousarray(gi, dtype=np.int64)), out)
+        _ext.load().exact_pairs(
+            q,
+            g,
+            torch.from_numpy(np.ascontiguousarray(qi, dtype=np.int64)),
+            torch.from_numpy(np.ascontiguousarray(gi, dtype=np.int64)),
+            out,
+        )
     return out.numpy()
 
 
@@ -154,7 +159,9 @@ def count_both(
     bar = _progress(n_rc * n_cc, progress, "retrieval")
     n_workers = max(1, min(num_threads(), n_rc))
     # Column counts are per worker (every worker walks every column chunk), summed after.
-    worker_cnt = [[b.cnt if w == 0 or b.cnt is None else torch.zeros_like(b.cnt) for b in blocks] for w in range(n_workers)]
+    worker_cnt = [
+        [b.cnt if w == 0 or b.cnt is None else torch.zeros_like(b.cnt) for b in blocks] for w in range(n_workers)
+    ]
     rechecked = [0] * n_workers
     names = [set() for _ in range(n_workers)]
 
@@ -178,16 +185,41 @@ def count_both(
                 cnt = worker_cnt[w][cc]
                 dense = blk.plan is not None and blk.act is None
                 rechecked[w] += C.certified_tile(
-                    s, rs.data, cs.data, rs.terms, cs.terms, sc.rel, ptr, r_pos_t, r_thr_t, r_out_t, c0,
-                    blk.pos if dense else None, blk.thr if dense else None, cnt if dense else None,
+                    s,
+                    rs.data,
+                    cs.data,
+                    rs.terms,
+                    cs.terms,
+                    sc.rel,
+                    ptr,
+                    r_pos_t,
+                    r_thr_t,
+                    r_out_t,
+                    c0,
+                    blk.pos if dense else None,
+                    blk.thr if dense else None,
+                    cnt if dense else None,
                     row_offset + r0,
                 )
                 if blk.plan is not None and blk.act is not None:
                     # Sparse columns: the evaluated columns as rows of a transposed tile, counted as CSR pairs.
                     sub = s[:, blk.act].T.contiguous()
                     rechecked[w] += C.certified_tile(
-                        sub, cs.data[blk.act].contiguous(), rs.data, cs.terms[:, blk.act].contiguous(), rs.terms,
-                        sc.rel, blk.ptr, blk.pos, blk.thr, cnt, row_offset + r0, None, None, None, 0,
+                        sub,
+                        cs.data[blk.act].contiguous(),
+                        rs.data,
+                        cs.terms[:, blk.act].contiguous(),
+                        rs.terms,
+                        sc.rel,
+                        blk.ptr,
+                        blk.pos,
+                        blk.thr,
+                        cnt,
+                        row_offset + r0,
+                        None,
+                        None,
+                        None,
+                        0,
                     )
                 if bar is not None:
                     bar.update(1)
@@ -388,7 +420,15 @@ def topk_stream(
                         s[torch.from_numpy(eq[m] - q0), torch.from_numpy(exclude.indices[m] - g0)] = float("nan")
                 q1 = q0 + q.shape[0]
                 rechecked[w] += C.certified_topk_update(
-                    s, qs.data, gs.data, qs.terms, gs.terms, sc.rel, gallery_offset + g0, vals[q0:q1], idx[q0:q1],
+                    s,
+                    qs.data,
+                    gs.data,
+                    qs.terms,
+                    gs.terms,
+                    sc.rel,
+                    gallery_offset + g0,
+                    vals[q0:q1],
+                    idx[q0:q1],
                     floor[q0:q1],
                 )
 
