@@ -156,8 +156,8 @@ def test_coco_1k_is_mean_over_folds():
 
 
 @pytest.mark.parametrize("chunks", [(1024, 512), (37, 11), (1, 1000)])
-@pytest.mark.parametrize("cache", [0, 256 << 20])
-def test_evaluate_general_positives_and_tiling(chunks, cache):
+@pytest.mark.parametrize("screen", ["fp32", "bf16"])
+def test_evaluate_general_positives_and_tiling(chunks, screen):
     g = torch.Generator().manual_seed(1)
     img = torch.randint(-3, 4, (57, 5), generator=g).float()
     txt = torch.randint(-3, 4, (257, 5), generator=g).float()
@@ -167,7 +167,7 @@ def test_evaluate_general_positives_and_tiling(chunks, cache):
     pairs = np.stack([np.concatenate([qs, qs[:50]]), np.concatenate([gs, gs[:50]])], 1)
     t2i = Positives.from_pairs(pairs[:, 0], pairs[:, 1], 257, 57, queries=np.unique(qs))
     i2t = Positives.from_pairs(pairs[:, 1], pairs[:, 0], 57, 257, queries=np.unique(gs))
-    got = evaluate(img, txt, t2i=t2i, i2t=i2t, chunk_rows=chunks[0], chunk_cols=chunks[1], cache_bytes=cache)
+    got = evaluate(img, txt, t2i=t2i, i2t=i2t, chunk_rows=chunks[0], chunk_cols=chunks[1], screen=screen)
     from vlkernels.retrieval.metrics import metrics_from_ranks
     from vlkernels.retrieval.reference import ranks_ref
 

@@ -218,18 +218,43 @@ def _bad_binding_cases():
     )
     ro = np.zeros((6, 3), dtype=np.int64)
     ro.flags.writeable = False
-    cols, upd, srt = "rank_count_cols", "topk_update", "topk_sort"
+    tile, exact, upd, srt = "certified_tile", "exact_pairs", "topk_update", "topk_sort"
+    t6, t5 = torch.zeros(4, 6, dtype=torch.float64), torch.zeros(4, 5, dtype=torch.float64)
     return [
-        (cols, (s.half(), 0, pos, thr, cnt), ValueError, "scores has dtype float16"),
-        (cols, (s[:, ::2], 0, pos[:, :3], thr[:, :3], cnt[:, :3]), ValueError, "scores must be contiguous"),
-        (cols, (s, 0, pos[:, :4], thr, cnt), ValueError, r"positives must have size 5 in dimension 1"),
-        (cols, (s, 0, pos, thr[:1], cnt), ValueError, r"thresholds must have size 2 in dimension 0"),
-        (cols, (s, 0, pos, thr.double(), cnt), ValueError, "thresholds has dtype float64"),
-        (cols, (s, 0, pos, thr, cnt[:, :4]), ValueError, "out must have size 5"),
-        (cols, (s, 0, pos.int(), thr, cnt), ValueError, "positives has dtype int32"),
-        (cols, (s, 0, pos, thr, torch.zeros(5, 2, dtype=torch.int64).T), ValueError, "out must be contiguous"),
-        (cols, (s, -1, pos, thr, cnt), ValueError, "r0"),
-        (cols, (s.to("meta"), 0, pos, thr, cnt), ValueError, "scores"),
+        (
+            tile,
+            (s.half(), s, s[:5], t6, t5, 0.0, None, None, None, None, 0, None, None, None, 0),
+            ValueError,
+            "scores has dtype float16",
+        ),
+        (
+            tile,
+            (s, s[:5], s[:5], t6, t5, 0.0, None, None, None, None, 0, None, None, None, 0),
+            ValueError,
+            "row_data must have size 6",
+        ),
+        (
+            tile,
+            (s, s, s[:5], t6[:, :5], t5, 0.0, None, None, None, None, 0, None, None, None, 0),
+            ValueError,
+            "row_terms must have size 6",
+        ),
+        (
+            tile,
+            (s, s, s[:5], t6, t5, 0.0, ptr.flip(0), lim, thr1.double(), out1, 0, None, None, None, 0),
+            ValueError,
+            "row_ptr must be non-decreasing",
+        ),
+        (
+            tile,
+            (s, s, s[:5], t6, t5, 0.0, None, None, None, None, 0, pos, thr.double(), cnt[:1], 0),
+            ValueError,
+            "col_cnt must have size 2",
+        ),
+        (tile, (s, s, s[:5], t6, t5, -1.0, None, None, None, None, 0, None, None, None, 0), ValueError, "rel"),
+        (exact, (s, s[:, :4], lim, lim, thr1.double()), ValueError, "same D"),
+        (exact, (s, s, lim, lim + 1, thr1.double()), ValueError, "gi holds 6 at 5"),
+        (exact, (s, s, lim, lim, thr1), ValueError, "out has dtype float32"),
         (upd, (s, 0, None, vals[:5], idx), ValueError, "vals must have size 6"),
         (upd, (s, 0, None, vals, idx[:, :2]), ValueError, r"idx must have size 3 in dimension 1"),
         (upd, (s, 0, None, vals.double(), idx), ValueError, "vals has dtype float64"),

@@ -86,7 +86,7 @@ def test_evaluate_rejects_bad_input():
         (dict(image_emb=img, text_emb=txt, text_to_image=lab, ks=(0, 5)), "ks must be positive"),
         (dict(image_emb=img, text_emb=txt, text_to_image=lab, backend="gpu"), "backend must be"),
         (dict(image_emb=img, text_emb=txt, text_to_image=lab, chunk_rows=0), "chunk_rows must be"),
-        (dict(image_emb=img, text_emb=txt, text_to_image=lab, cache_bytes=-1), "cache_bytes"),
+        (dict(image_emb=img, text_emb=txt, text_to_image=lab, screen="fp16"), "screen must be"),
         (dict(image_emb=img.int(), text_emb=txt, text_to_image=lab), "float dtype"),
         (dict(image_emb=img[None], text_emb=txt, text_to_image=lab), "2-D"),
         (dict(image_emb=[[1.0]], text_emb=txt, text_to_image=lab), "torch.Tensor, numpy array"),

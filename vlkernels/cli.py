@@ -19,6 +19,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     import vlkernels
     from vlkernels import _ext
     from vlkernels._triton import triton_version
+    from vlkernels.retrieval.screen import describe as retrieval_screen
 
     print(f"vlkernels {vlkernels.__version__}")
     print(f"torch     {torch.__version__} (CUDA build: {torch.version.cuda or 'no'})")
@@ -38,6 +39,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"  CUDA kernels      {cuda_kernels}")
     triton_gpu = "yes" if gpu and triton_version() else "no (needs triton and a CUDA device)"
     print(f"  Triton on GPU     {triton_gpu}")
+    print(f"  retrieval screen  {retrieval_screen()}")
     try:
         import faiss
 

@@ -6,7 +6,6 @@
 #include <utility>
 #include <vector>
 
-#include "core/count_above.h"
 #include "core/parallel.h"
 
 namespace vlk {
@@ -27,45 +26,6 @@ inline bool better(const Cand<T>& a, const Cand<T>& b) {
 }
 
 }  // namespace
-
-template <typename T>
-void launch_rank_count_cols(const T* s, int64_t rows, int64_t cols, int64_t stride_row, int64_t r0, int64_t slots,
-                            const int64_t* pos, const T* thr, int64_t* out) {
-  if (slots <= 0 || rows <= 0) return;
-  // Threads own disjoint column ranges, so every thread walks all rows and no two write the same counter.
-  const int64_t grain = std::max<int64_t>(16, (1 << 14) / std::max<int64_t>(rows * slots, 1));
-  parallel_for(cols, grain, [&](int64_t j0, int64_t j1) {
-    const int64_t w = j1 - j0;
-    // Rows above the positive win ties (lower index first): for them the threshold is the next float below the
-    // positive's score (v > nextafter(t, -inf) <=> v >= t), switched to t itself at the positive's row. The inner
-    // loop is then one compare and one add per score, which vectorizes.
-    std::vector<T> cur(static_cast<size_t>(slots * w));
-    std::vector<int32_t> cnt(static_cast<size_t>(slots * w), 0);
-    std::vector<std::pair<int64_t, int64_t>> events;  // (row, plane offset) where the threshold becomes strict
-    for (int64_t k = 0; k < slots; ++k)
-      for (int64_t j = j0; j < j1; ++j) {
-        const int64_t p = pos[k * cols + j];
-        const T t = thr[k * cols + j];
-        const int64_t lim = p < 0 ? 0 : std::clamp<int64_t>(p - r0, 0, rows);
-        const int64_t o = k * w + (j - j0);
-        cur[o] = lim > 0 ? std::nextafter(t, -std::numeric_limits<T>::infinity()) : t;
-        if (lim > 0 && lim < rows) events.emplace_back(lim, o);
-      }
-    std::sort(events.begin(), events.end());
-    size_t ev = 0;
-    for (int64_t i = 0; i < rows; ++i) {
-      if ((i & 63) == 0) check_interrupt();
-      for (; ev < events.size() && events[ev].first == i; ++ev) {
-        const int64_t o = events[ev].second;
-        cur[o] = thr[(o / w) * cols + j0 + (o % w)];
-      }
-      const T* row = s + i * stride_row + j0;
-      for (int64_t k = 0; k < slots; ++k) count_cols_above(row, w, cur.data() + k * w, cnt.data() + k * w);
-    }
-    for (int64_t k = 0; k < slots; ++k)
-      for (int64_t j = 0; j < w; ++j) out[k * cols + j0 + j] += cnt[k * w + j];
-  });
-}
 
 template <typename T>
 void launch_topk_update(const T* s, int64_t rows, int64_t cols, int64_t stride_row, int64_t c0,
@@ -129,8 +89,6 @@ void launch_topk_sort(T* vals, int64_t* idx, int64_t rows, int64_t k) {
 }
 
 #define VLK_INSTANTIATE(T)                                                                                       \
-  template void launch_rank_count_cols<T>(const T*, int64_t, int64_t, int64_t, int64_t, int64_t, const int64_t*, \
-                                          const T*, int64_t*);                                                  \
   template void launch_topk_update<T>(const T*, int64_t, int64_t, int64_t, int64_t, const int64_t*, int64_t, T*, \
                                       int64_t*);                                                                 \
   template void launch_topk_sort<T>(T*, int64_t*, int64_t, int64_t);

@@ -1,10 +1,11 @@
-"""CPU streaming engine: score tiles from chunked BLAS matmuls, rank counting and top-K in C++ (csrc/retrieval).
+"""CPU streaming engine: screened score tiles (a fast GEMM with a per-pair error bound) and exact re-checks in C++.
 
-evaluate: S = rows @ cols^T (texts x images) is visited in (chunk_rows x chunk_cols) tiles, each computed once per
-pass by the same call (same shapes, same buffers), so a ground-truth score is bit-identical to the value it is
-compared against. Pass 1 computes the tiles that hold a ground-truth pair ("band" tiles), reads the thresholds, and
-keeps those tiles (within `cache_bytes`); pass 2 visits every tile once and counts, for both directions at once:
-row queries (text-to-image) in the tile's rows, column queries (image-to-text) down the tile's columns.
+Every ground-truth (threshold) score is the exact score of the retrieval definition (csrc/retrieval/exact.h),
+computed from the two vectors of the pair. evaluate visits S = rows @ cols^T (texts x images) once, in
+(chunk_rows x chunk_cols) tiles of screened scores s_hat (``screen.Screen``), and counts both directions from each
+tile: a candidate whose s_hat - B lies above the threshold counts, one whose s_hat + B lies below does not, and the
+few in between are re-checked with their exact score (same tie rule: lower index first). The counts therefore do
+not depend on the screen, the BLAS, the tiling, the thread count or the sharding.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from vlkernels.core.threads import limit
 from vlkernels.retrieval.io import Embeddings
 from vlkernels.retrieval.plan import SlotPlan
 from vlkernels.retrieval.positives import Positives
+from vlkernels.retrieval.screen import Screen, Side, choose, fits_fp32
 
 
 def _progress(total: int, enabled: bool, desc: str):
@@ -33,31 +35,54 @@ def _progress(total: int, enabled: bool, desc: str):
     return tqdm(total=total, desc=desc, unit="tile")
 
 
-class _Tiles:
-    """Computes score tiles rows[r0:r1] @ cols[c0:c1]^T through one code path, reusing one buffer per tile shape."""
+def _pair_screen(scr: Screen, a: Side, b: Side, a_x: torch.Tensor, b_x: torch.Tensor):
+    """The screen and sides a tile runs with: ``scr`` unless its GEMM could overflow there, then fp64."""
+    if scr.name == "fp64" or fits_fp32(a.max_norm, b.max_norm):
+        return scr, a, b
+    f = Screen("fp64", scr.dim)
+    return f, f.side(a_x, True), f.side(b_x, False)
 
-    def __init__(self, rows: Embeddings, cols: torch.Tensor, row_offset: int, br: int, bc: int):
-        self.rows, self.cols, self.row_offset, self.br, self.bc = rows, cols, row_offset, br, bc
-        self.n_rows, self.n_cols = len(rows), cols.shape[0]
-        self.buffers: dict[tuple[int, int], torch.Tensor] = {}
-        self._a_key, self._a = None, None
 
-    def row_chunk(self, rc: int) -> torch.Tensor:
-        if self._a_key != rc:
-            r0 = rc * self.br
-            self._a, self._a_key = self.rows.chunk(r0, min(self.n_rows, r0 + self.br), self.cols.dtype), rc
-        return self._a
+def exact_pairs(q: torch.Tensor, g: torch.Tensor, qi: np.ndarray, gi: np.ndarray) -> np.ndarray:
+    """Exact scores of pairs (q[qi], g[gi]) (fp32/fp64 tensors, C++, multithreaded)."""
+    out = torch.empty(len(qi), dtype=torch.float64)
+    if len(qi):
+        _ext.load().exact_pairs(
+            q,
+            g,
+            torch.from_numpy(np.ascontiguousarray(qi, dtype=np.int64)),
+            torch.from_numpy(np.ascontiguousarray(gi, dtype=np.int64)),
+            out,
+        )
+    return out.numpy()
 
-    def compute(self, rc: int, cc: int) -> torch.Tensor:
-        a = self.row_chunk(rc)
-        c0 = cc * self.bc
-        b = self.cols[c0 : min(self.n_cols, c0 + self.bc)]
-        shape = (a.shape[0], b.shape[0])
-        out = self.buffers.get(shape)
-        if out is None:
-            out = self.buffers[shape] = torch.empty(shape, dtype=self.cols.dtype)
-        torch.matmul(a, b.T, out=out)
+
+def _row_pair_scores(rows: Embeddings, cols: torch.Tensor, r: np.ndarray, c: np.ndarray, dtype, chunk: int = 1 << 16):
+    """Exact scores of (rows[r], cols[c]) for local row indices r, reading the rows chunk by chunk."""
+    out = np.empty(len(r))
+    if len(r) == 0:
         return out
+    order = np.argsort(r, kind="stable")
+    rs = r[order]
+    for a in range(0, len(rows), chunk):
+        lo, hi = np.searchsorted(rs, [a, a + chunk])
+        if lo == hi:
+            continue
+        sel = order[lo:hi]
+        x = rows.chunk(a, min(len(rows), a + chunk), dtype)
+        out[sel] = exact_pairs(x, cols, r[sel] - a, c[sel])
+    return out
+
+
+def _meta(names: set[str], rechecked: int, decisions: int) -> dict:
+    """What a call reports: the screen(s) its tiles ran, the exact re-checks, and the decisions (candidate against
+    threshold comparisons) they are a fraction of."""
+    return {
+        "screen": "+".join(sorted(names)) if names else None,
+        "rechecked_pairs": int(rechecked),
+        "decisions": int(decisions),
+        "rechecked_fraction": rechecked / decisions if decisions else 0.0,
+    }
 
 
 def count_both(
@@ -68,171 +93,185 @@ def count_both(
     row_offset: int = 0,
     chunk_rows: int = 1024,
     chunk_cols: int = 512,
-    cache_bytes: int = 256 << 20,
     progress: bool = False,
     group=None,
-) -> tuple[np.ndarray, np.ndarray]:
+    screen: str | None = None,
+) -> tuple[np.ndarray, np.ndarray, dict]:
     """Candidates ranked above each pair, for row queries (``row_pos``: rows -> columns) and column queries
-    (``col_pos``: columns -> rows), in the pair order of each Positives. ``rows`` may be this process's shard of the
-    global rows (starting at ``row_offset``); with ``group`` the counts are summed over the group."""
+    (``col_pos``: columns -> rows), in the pair order of each Positives, and the call's metadata (screen, re-checked
+    pairs). ``rows`` may be this process's shard of the global rows (starting at ``row_offset``); with ``group`` the
+    counts are summed over the group."""
     C = _ext.load()
     n_local, n_cols = len(rows), cols.shape[0]
+    chunk_rows = balanced_chunk(n_local, chunk_rows)
     n_rc, n_cc = -(-n_local // chunk_rows), -(-n_cols // chunk_cols)
     inf = float("inf")
+    scr = Screen(choose(screen, cols.dtype), cols.shape[1])
 
-    # Row queries: only the local rows' pairs are counted here (each row is complete in this process).
+    # Thresholds: the exact scores of the evaluated pairs whose row is local.
     rq = row_pos.pair_queries()
-    r_active = _active(row_pos)
-    r_local = r_active & (rq >= row_offset) & (rq < row_offset + n_local)
-    r_thr = np.full(len(rq), np.nan)
-    # Column queries: the pairs whose positive row is local supply a threshold; every column is counted.
+    r_local = _active(row_pos) & (rq >= row_offset) & (rq < row_offset + n_local)
+    r_thr = np.full(len(rq), inf)
+    sel = np.flatnonzero(r_local)
+    r_thr[sel] = _row_pair_scores(rows, cols, rq[sel] - row_offset, row_pos.indices[sel], cols.dtype)
     cq = col_pos.pair_queries()
     c_rows = col_pos.indices
     c_active = _active(col_pos)
     c_local = c_active & (c_rows >= row_offset) & (c_rows < row_offset + n_local)
     c_thr = np.full(len(cq), -inf)
-
-    # Pass 1: band tiles, in (row chunk, column chunk) order, each computed once.
-    r_tile = ((rq - row_offset) // chunk_rows) * n_cc + row_pos.indices // chunk_cols
-    c_tile = ((c_rows - row_offset) // chunk_rows) * n_cc + cq // chunk_cols
-    r_sel, c_sel = np.flatnonzero(r_local), np.flatnonzero(c_local)
-    band = np.unique(np.concatenate([r_tile[r_sel], c_tile[c_sel]]))
-    r_by_tile = _group(r_tile[r_sel], r_sel)
-    c_by_tile = _group(c_tile[c_sel], c_sel)
-    # Workers own row chunks (rc % n_workers) in both passes, each with its own tile buffers and single-threaded
-    # BLAS: a tile is computed by the same worker, through the same call, whichever pass computes it, and no
-    # per-tile fork-join barrier is paid (they dominate on a busy machine).
-    n_workers = max(1, min(num_threads(), n_rc))
-    tiles = [_Tiles(rows, cols, row_offset, chunk_rows, chunk_cols) for _ in range(n_workers)]
-    cache: dict[int, torch.Tensor] = {}
-    budget = [cache_bytes]
-    lock = threading.Lock()
-    band_rc = band // n_cc
-
-    def pass1(w: int, stop: threading.Event) -> None:
-        for t in band[band_rc % n_workers == w].tolist():
-            if stop.is_set():
-                return
-            rc, cc = divmod(t, n_cc)
-            s = tiles[w].compute(rc, cc)
-            r0, c0 = row_offset + rc * chunk_rows, cc * chunk_cols
-            for sel, src_r, src_c, dst in (
-                (r_by_tile.get(t), rq, row_pos.indices, r_thr),
-                (c_by_tile.get(t), c_rows, cq, c_thr),
-            ):
-                if sel is not None:
-                    dst[sel] = s[torch.from_numpy(src_r[sel] - r0), torch.from_numpy(src_c[sel] - c0)].double().numpy()
-            nbytes = s.numel() * s.element_size()
-            with lock:
-                keep = budget[0] >= nbytes
-                budget[0] -= nbytes if keep else 0
-            if keep:
-                cache[t] = s.clone()
-
-    with _single_threaded():
-        _run(pass1, n_workers)
+    sel = np.flatnonzero(c_local)
+    c_thr[sel] = _row_pair_scores(rows, cols, c_rows[sel] - row_offset, cq[sel], cols.dtype)
     if group is not None:
         from vlkernels.retrieval.distributed import all_reduce
 
         c_thr = all_reduce(torch.from_numpy(c_thr), "max", group).numpy()
 
-    np_dtype = np.float64 if cols.dtype == torch.float64 else np.float32
-    # Row pairs as CSR over local rows (global pair offsets), thresholds in the compute dtype.
-    r_above = np.zeros(len(rq), dtype=np.int64)
-    r_ptr_local = row_pos.indptr[row_offset : row_offset + n_local + 1].copy()
-    # Pairs of queries that are not evaluated are skipped by giving them an empty range: count them, discard later.
-    r_thr_c = np.where(r_local, r_thr, inf).astype(np_dtype)
     # Column pairs per column chunk: one _ColumnBlock each, dense slot planes or sparse CSR (see the class).
     c_active_q = np.zeros(n_cols, dtype=bool)
     c_active_q[col_pos.queries] = True
-    blocks: list[_ColumnBlock | None] = []
+    blocks: list[_ColumnBlock] = []
     for cc in range(n_cc):
         a, b = cc * chunk_cols, min(n_cols, (cc + 1) * chunk_cols)
+        side = scr.side(cols[a:b], is_row=False)
         plan = SlotPlan.build(col_pos, a, b, c_active)
         if plan is None:
-            blocks.append(None)
+            blocks.append(_ColumnBlock(side, cols[a:b]))
         elif plan.width * plan.n <= 2 * len(plan.pairs):
-            thr = plan.planes(c_thr.astype(np_dtype), inf, slot_major=True)
+            thr = plan.planes(c_thr, inf, slot_major=True)
             pos = plan.planes(c_rows, -1, slot_major=True)
-            blocks.append(_ColumnBlock(plan, pos, thr, torch.zeros_like(pos)))
+            blocks.append(_ColumnBlock(side, cols[a:b], plan, pos, thr, torch.zeros_like(pos)))
         else:
             act = np.flatnonzero(c_active_q[a:b])
             ptr = np.zeros(len(act) + 1, dtype=np.int64)
             np.cumsum(col_pos.counts[a + act], out=ptr[1:])
             sel = plan.pairs
-            pos, thr = torch.from_numpy(c_rows[sel].copy()), torch.from_numpy(c_thr[sel].astype(np_dtype))
+            pos, thr = torch.from_numpy(c_rows[sel].copy()), torch.from_numpy(c_thr[sel].copy())
             cnt = torch.zeros(len(sel), dtype=torch.int64)
-            blocks.append(_ColumnBlock(plan, pos, thr, cnt, torch.from_numpy(act), torch.from_numpy(ptr)))
+            blocks.append(
+                _ColumnBlock(side, cols[a:b], plan, pos, thr, cnt, torch.from_numpy(act), torch.from_numpy(ptr))
+            )
 
-    # Pass 2: every tile once, both directions.
-    r_ptr_t = torch.from_numpy(r_ptr_local)
-    r_pos_t, r_thr_t, r_out_t = torch.from_numpy(row_pos.indices), torch.from_numpy(r_thr_c), torch.from_numpy(r_above)
+    r_above = np.zeros(len(rq), dtype=np.int64)
+    r_ptr_t = torch.from_numpy(row_pos.indptr[row_offset : row_offset + n_local + 1].copy())
+    r_pos_t, r_thr_t, r_out_t = torch.from_numpy(row_pos.indices), torch.from_numpy(r_thr), torch.from_numpy(r_above)
     bar = _progress(n_rc * n_cc, progress, "retrieval")
+    n_workers = max(1, min(num_threads(), n_rc))
     # Column counts are per worker (every worker walks every column chunk), summed after.
     worker_cnt = [
-        [None if b is None else b.cnt if w == 0 else torch.zeros_like(b.cnt) for b in blocks] for w in range(n_workers)
+        [b.cnt if w == 0 or b.cnt is None else torch.zeros_like(b.cnt) for b in blocks] for w in range(n_workers)
     ]
+    rechecked = [0] * n_workers
+    names = [set() for _ in range(n_workers)]
 
-    def pass2(w: int, stop: threading.Event) -> None:
+    def work(w: int, stop: threading.Event) -> None:
+        buffers: dict[tuple, torch.Tensor] = {}
         for rc in range(w, n_rc, n_workers):
-            for cc in range(n_cc):
+            r0 = rc * chunk_rows
+            x = rows.chunk(r0, min(n_local, r0 + chunk_rows), cols.dtype)
+            rside = scr.side(x, is_row=True)
+            ptr = r_ptr_t[r0 : r0 + x.shape[0] + 1]
+            for cc, blk in enumerate(blocks):
                 if stop.is_set():
                     return
-                t = rc * n_cc + cc
-                s = cache.pop(t, None)
-                if s is None:
-                    s = tiles[w].compute(rc, cc)
-                nr = s.shape[0]
-                r0, c0 = rc * chunk_rows, cc * chunk_cols
-                # Row queries: core's counting primitive in its CSR form (pairs of row i: ptr[i]..ptr[i+1]).
-                ptr = r_ptr_t[r0 : r0 + nr + 1]
-                C.count_above(s, r_thr_t, r_out_t, False, row_ptr=ptr, limit=r_pos_t, col0=c0)
-                blk = blocks[cc]
-                if blk is not None and blk.act is None:
-                    C.rank_count_cols(s, row_offset + r0, blk.pos, blk.thr, worker_cnt[w][cc])
-                elif blk is not None:
+                c0 = cc * chunk_cols
+                sc, rs, cs = _pair_screen(scr, rside, blk.side, x, blk.data)
+                key = (sc.name, x.shape[0], blk.data.shape[0])
+                if key not in buffers:
+                    buffers[key] = torch.empty(key[1:], dtype=sc.dtype)
+                s = sc.matmul(rs, cs, out=buffers[key])
+                names[w].add(sc.name)
+                cnt = worker_cnt[w][cc]
+                dense = blk.plan is not None and blk.act is None
+                rechecked[w] += C.certified_tile(
+                    s,
+                    rs.data,
+                    cs.data,
+                    rs.terms,
+                    cs.terms,
+                    sc.rel,
+                    ptr,
+                    r_pos_t,
+                    r_thr_t,
+                    r_out_t,
+                    c0,
+                    blk.pos if dense else None,
+                    blk.thr if dense else None,
+                    cnt if dense else None,
+                    row_offset + r0,
+                )
+                if blk.plan is not None and blk.act is not None:
+                    # Sparse columns: the evaluated columns as rows of a transposed tile, counted as CSR pairs.
                     sub = s[:, blk.act].T.contiguous()
-                    C.count_above(
-                        sub, blk.thr, worker_cnt[w][cc], False, row_ptr=blk.ptr, limit=blk.pos, col0=row_offset + r0
+                    rechecked[w] += C.certified_tile(
+                        sub,
+                        cs.data[blk.act].contiguous(),
+                        rs.data,
+                        cs.terms[:, blk.act].contiguous(),
+                        rs.terms,
+                        sc.rel,
+                        blk.ptr,
+                        blk.pos,
+                        blk.thr,
+                        cnt,
+                        row_offset + r0,
+                        None,
+                        None,
+                        None,
+                        0,
                     )
                 if bar is not None:
                     bar.update(1)
 
     with _single_threaded():
-        _run(pass2, n_workers)
+        _run(work, n_workers)
     if bar is not None:
         bar.close()
     for w in range(1, n_workers):
         for cc, blk in enumerate(blocks):
-            if blk is not None:
+            if blk.cnt is not None:
                 blk.cnt.add_(worker_cnt[w][cc])
 
     c_above = np.zeros(len(cq), dtype=np.int64)
     for blk in blocks:
-        if blk is not None:
+        if blk.plan is not None:
             c_above[blk.plan.pairs] = (blk.plan.take(blk.cnt, slot_major=True) if blk.act is None else blk.cnt).numpy()
     r_above = np.where(r_local, r_above, 0)
+    n_re = sum(rechecked)
+    # Each local row pair is decided against every column, each column pair against every local row.
+    n_dec = int(r_local.sum()) * n_cols + int(c_active.sum()) * n_local
     if group is not None:
         from vlkernels.retrieval.distributed import all_reduce
 
-        both = all_reduce(torch.from_numpy(np.concatenate([r_above, c_above])), "sum", group)
-        r_above, c_above = both[: len(rq)].numpy(), both[len(rq) :].numpy()
-    return r_above, c_above
+        both = all_reduce(torch.from_numpy(np.concatenate([r_above, c_above, [n_re, n_dec]])), "sum", group)
+        r_above, c_above = both[: len(rq)].numpy(), both[len(rq) : -2].numpy()
+        n_re, n_dec = int(both[-2]), int(both[-1])
+    return r_above, c_above, _meta(set().union(*names), n_re, n_dec)
 
 
 @dataclasses.dataclass
 class _ColumnBlock:
-    """Column queries of one column chunk. Dense (``act`` None: about as many positives per column, e.g. 5 captions
-    per image): ``(width, cols)`` slot planes counted down the tile's columns in place. Sparse (few evaluated columns
-    or uneven counts): the evaluated columns gathered into a transposed copy (``act``) and counted along its rows
-    as CSR (``ptr``), so the work follows the pairs rather than max positives x chunk width."""
+    """One column chunk: its screen side and data, and its column queries. Dense (``act`` None: about as many
+    positives per column, e.g. 5 captions per image): ``(width, cols)`` slot planes counted down the tile's columns
+    in place. Sparse (few evaluated columns or uneven counts): the evaluated columns gathered into a transposed copy
+    (``act``) and counted along its rows as CSR (``ptr``), so the work follows the pairs rather than max positives x
+    chunk width. ``plan`` None: no evaluated column here."""
 
-    plan: SlotPlan
-    pos: torch.Tensor
-    thr: torch.Tensor
-    cnt: torch.Tensor
+    side: Side
+    data: torch.Tensor
+    plan: SlotPlan | None = None
+    pos: torch.Tensor | None = None
+    thr: torch.Tensor | None = None
+    cnt: torch.Tensor | None = None
     act: torch.Tensor | None = None
     ptr: torch.Tensor | None = None
+
+
+def balanced_chunk(n: int, chunk: int) -> int:
+    """At most ``chunk`` rows per chunk, as many chunks as the fewest whole rounds of the workers need (5,000 rows
+    in 1,024-row chunks on 2 workers: 6 chunks of 834, not 3 + 2 chunks with one worker idle at the end)."""
+    w = num_threads()
+    rounds = max(1, -(-n // (chunk * w)))
+    return max(1, min(chunk, -(-n // (rounds * w))))
 
 
 def num_threads() -> int:
@@ -313,7 +352,8 @@ def _group(keys: np.ndarray, values: np.ndarray) -> dict[int, np.ndarray]:
         return {}
     order = np.argsort(keys, kind="stable")
     k, v = keys[order], values[order]
-    uniq, starts = np.unique(k, return_index=True)
+    starts = np.flatnonzero(np.concatenate([[True], k[1:] != k[:-1]]))
+    uniq = k[starts]
     ends = np.append(starts[1:], len(k))
     return {int(u): v[a:b] for u, a, b in zip(uniq.tolist(), starts.tolist(), ends.tolist())}
 
@@ -327,44 +367,67 @@ def topk_stream(
     chunk_queries: int = 1024,
     chunk_gallery: int = 4096,
     progress: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Top-k of queries @ gallery^T streamed over gallery chunks; returns unsorted (values, global indices)."""
+    screen: str | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    """Certified top-k of queries @ gallery^T streamed over gallery chunks: (exact float64 values, global indices)
+    unsorted, and the call's metadata. Per query a floor (k-th best lower bound so far) rises tile by tile; only
+    candidates whose upper bound reaches it get their exact score (csrc/retrieval/exact.h)."""
     C = _ext.load()
-    dtype = queries.dtype
     nq, ng = queries.shape[0], len(gallery)
-    vals = torch.full((nq, k), float("-inf"), dtype=dtype)
+    vals = torch.full((nq, k), float("-inf"), dtype=torch.float64)
     idx = torch.full((nq, k), -1, dtype=torch.int64)
+    floor = torch.full((nq,), float("-inf"), dtype=torch.float64)
+    scr = Screen(choose(screen, queries.dtype), queries.shape[1])
     if nq == 0 or k == 0:
-        return vals, idx
+        return vals, idx, _meta(set(), 0, 0)
     n_gc = -(-ng // chunk_gallery)
     if exclude is not None:
         eq = exclude.pair_queries()
         e_by_chunk = _group(exclude.indices // chunk_gallery, np.arange(len(eq)))
     bar = _progress(n_gc, progress, "top-k")
     # Workers take query chunks (disjoint rows of the running selection); each gallery chunk is read once.
+    chunk_queries = balanced_chunk(nq, chunk_queries)
     q_starts = list(range(0, nq, chunk_queries))
+    q_sides = [scr.side(queries[q0 : q0 + chunk_queries], is_row=True) for q0 in q_starts]
     n_workers = max(1, min(num_threads(), len(q_starts)))
-    buffers: list[dict[tuple[int, int], torch.Tensor]] = [{} for _ in range(n_workers)]
+    buffers: list[dict[tuple, torch.Tensor]] = [{} for _ in range(n_workers)]
+    rechecked = [0] * n_workers
+    names = [set() for _ in range(n_workers)]
     for gc in range(n_gc):
         g0 = gc * chunk_gallery
-        g = gallery.chunk(g0, min(ng, g0 + chunk_gallery), dtype)
+        g = gallery.chunk(g0, min(ng, g0 + chunk_gallery), queries.dtype)
+        gside = scr.side(g, is_row=False)
         ex = e_by_chunk.get(gc) if exclude is not None else None
 
-        def work(w: int, stop: threading.Event, g=g, g0=g0, ex=ex) -> None:
-            for q0 in q_starts[w::n_workers]:
+        def work(w: int, stop: threading.Event, g=g, g0=g0, gside=gside, ex=ex) -> None:
+            for qc in range(w, len(q_starts), n_workers):
                 if stop.is_set():
                     return
+                q0 = q_starts[qc]
                 q = queries[q0 : q0 + chunk_queries]
-                shape = (q.shape[0], g.shape[0])
-                if shape not in buffers[w]:
-                    buffers[w][shape] = torch.empty(shape, dtype=dtype)
-                s = torch.matmul(q, g.T, out=buffers[w][shape])
+                sc, qs, gs = _pair_screen(scr, q_sides[qc], gside, q, g)
+                key = (sc.name, q.shape[0], g.shape[0])
+                if key not in buffers[w]:
+                    buffers[w][key] = torch.empty(key[1:], dtype=sc.dtype)
+                s = sc.matmul(qs, gs, out=buffers[w][key])
+                names[w].add(sc.name)
                 if ex is not None:
                     m = ex[(eq[ex] >= q0) & (eq[ex] < q0 + q.shape[0])]
                     if len(m):
                         s[torch.from_numpy(eq[m] - q0), torch.from_numpy(exclude.indices[m] - g0)] = float("nan")
-                v, i = vals[q0 : q0 + q.shape[0]], idx[q0 : q0 + q.shape[0]]
-                C.topk_update(s, gallery_offset + g0, None, v, i)
+                q1 = q0 + q.shape[0]
+                rechecked[w] += C.certified_topk_update(
+                    s,
+                    qs.data,
+                    gs.data,
+                    qs.terms,
+                    gs.terms,
+                    sc.rel,
+                    gallery_offset + g0,
+                    vals[q0:q1],
+                    idx[q0:q1],
+                    floor[q0:q1],
+                )
 
         with _single_threaded():
             _run(work, n_workers)
@@ -372,7 +435,7 @@ def topk_stream(
             bar.update(1)
     if bar is not None:
         bar.close()
-    return vals, idx
+    return vals, idx, _meta(set().union(*names), sum(rechecked), nq * ng)
 
 
 def merge_topk(vals: torch.Tensor, idx: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:

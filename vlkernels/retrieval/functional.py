@@ -14,6 +14,7 @@ from vlkernels.retrieval.distributed import all_gather_cat, all_reduce, shard_la
 from vlkernels.retrieval.io import Embeddings
 from vlkernels.retrieval.metrics import Ranks, metrics_from_ranks, ranks_from_counts
 from vlkernels.retrieval.positives import Positives
+from vlkernels.retrieval.screen import requested as _requested_screen
 
 DIRECTIONS = ("text_to_image", "image_to_text")
 # The `empty` policies for evaluated queries without a positive, and the score each gives them (torchmetrics'
@@ -23,11 +24,13 @@ EMPTY_VALUES = {"error": None, "skip": None, "zero": 0.0, "one": 1.0}
 
 class RetrievalResult(dict):
     """``{"text_to_image": {metric: value}, "image_to_text": {...}}`` (the usual layout) with the per-query
-    ranks of each direction in ``.ranks[direction]`` (a :class:`~vlkernels.retrieval.metrics.Ranks`)."""
+    ranks of each direction in ``.ranks[direction]`` (a :class:`~vlkernels.retrieval.metrics.Ranks`) and the
+    call's ``.meta`` (CPU: ``screen``, ``rechecked_pairs``, ``decisions``, ``rechecked_fraction``)."""
 
-    def __init__(self, metrics: dict, ranks: dict[str, Ranks]):
+    def __init__(self, metrics: dict, ranks: dict[str, Ranks], meta: dict | None = None):
         super().__init__(metrics)
         self.ranks = ranks
+        self.meta = meta or {}
 
     def table(self) -> str:
         """A readable table, one row per direction."""
@@ -37,6 +40,22 @@ class RetrievalResult(dict):
         for d, m in self.items():
             lines.append(f"{d:<15}" + "".join(f"{m[k]:>12.4f}" for k in keys))
         return "\n".join(lines)
+
+
+class WithMeta(tuple):
+    """A result tuple (``(metrics, ranks)`` of rank_metrics, ``(values, indices)`` of topk) carrying ``.meta``."""
+
+    def __new__(cls, items, meta: dict):
+        obj = super().__new__(cls, items)
+        obj.meta = meta
+        return obj
+
+    def __reduce__(self):  # pickles (torch.save, multiprocessing) with its metadata
+        return (WithMeta, (tuple(self), self.meta))
+
+
+def _device_meta(backend: str) -> dict:
+    return {"path": backend, "screen": None, "rechecked_pairs": None, "rechecked_fraction": None}
 
 
 def as_positives(gt, num_queries: int, num_gallery: int, name: str, every_query: bool = True) -> Positives:
@@ -221,9 +240,9 @@ def evaluate(
     top_k: int | None = None,
     empty: str = "error",
     backend: str = "auto",
+    screen: str | None = None,
     chunk_rows: int = 1024,
     chunk_cols: int = 512,
-    cache_bytes: int = 256 << 20,
     device_chunk: int = 1 << 16,
     progress: bool = False,
     group=None,
@@ -254,8 +273,9 @@ def evaluate(
         backend: "auto" (C++ on CPU; on a device, Triton where ``vlkernels.set_backend`` allows and the device
             supports it, else the chunked torch path, with one warning), "cpu", "triton" (forced: errors surface;
             host inputs stream to the current CUDA device) or "torch" (chunked torch, any torch device).
+        screen: CPU screen: "auto" (default; VLKERNELS_RETRIEVAL_SCREEN overrides None), "fp32" or "bf16". Any
+            screen gives the same exact ranks; it only decides the speed (README "Exact scores").
         chunk_rows, chunk_cols: tile of the streamed (texts x images) score matrix on CPU.
-        cache_bytes: tiles kept between the two CPU passes (tiles holding ground-truth pairs).
         device_chunk: Triton path: rows of texts and of images held on the device at a time (rounded up to whole
             32-row tiles); both stream in such chunks from wherever they live (host, memory-mapped file, device).
         progress: show a tqdm bar (tiles on CPU, chunk pairs on Triton).
@@ -265,7 +285,7 @@ def evaluate(
 
     Returns:
         RetrievalResult: ``{"text_to_image": {...}, "image_to_text": {...}}`` with ``R@K`` (percent), ``MeanR``,
-        ``MedianR``, ``MRR``, ``mAP``, ``mAP@R``, ``R-Precision``, ``NDCG`` (fractions), and ``.ranks``.
+        ``MedianR``, ``MRR``, ``mAP``, ``mAP@R``, ``R-Precision``, ``NDCG`` (fractions), ``.ranks`` and ``.meta``.
 
     Raises:
         ValueError: mismatched D, non-finite embeddings, ground truth out of range, a query without positives
@@ -274,9 +294,10 @@ def evaluate(
             group, any rank's input error (raised on every rank) or D / image count / dtypes differing by rank.
 
     Note:
-        Ties: lower gallery index first on every backend (``np.argsort(-s, kind="stable")``). Scores accumulate in
-        fp32 (fp64 on CPU when an input is fp64); each ground-truth score comes from the same tile computation as
-        the scores it is compared with. Memory O(N_img·D + pairs + tiles), never N_img·N_txt (streaming layout:
+        Ties: lower gallery index first on every backend (``np.argsort(-s, kind="stable")``). CPU: ranks are those
+        of the exact scores (float64 products summed in a fixed order), whatever the screen, BLAS, tiling,
+        threads or sharding; a screen decides all but the candidates within its error bound of a threshold, which
+        are re-checked exactly. Memory O(N_img·D + pairs + tiles), never N_img·N_txt (streaming layout:
         the README). Sharded runs equal unsharded ones exactly. Deterministic. Not differentiable.
 
     Example:
@@ -287,8 +308,7 @@ def evaluate(
     ks = _check_ks(ks)
     _check_policy(top_k, empty)
     _check_chunks(chunk_rows=chunk_rows, chunk_cols=chunk_cols, device_chunk=device_chunk)
-    if cache_bytes < 0:
-        raise ValueError(f"cache_bytes must be >= 0, got {cache_bytes}")
+    _requested_screen(screen)
     images, texts, backend, device, forced = _try_open(image_emb, text_emb, "image_emb", "text_emb", backend, group)
     row_offset, n_txt = shard_layout(
         len(texts), group, D=images.shape[1], num_images=len(images), dtypes=(str(images.dtype), str(texts.dtype))
@@ -319,17 +339,8 @@ def evaluate(
             derived["image_to_text"] = " (derived as the transpose of t2i, which was given alone: give i2t too)"
     if backend == "cpu":
         cols = images.full(_compute_dtype(images, texts))
-        r_above, c_above = cpu.count_both(
-            texts,
-            cols,
-            t2i_pos,
-            i2t_pos,
-            row_offset,
-            int(chunk_rows),
-            int(chunk_cols),
-            int(cache_bytes),
-            progress,
-            group,
+        r_above, c_above, meta = cpu.count_both(
+            texts, cols, t2i_pos, i2t_pos, row_offset, int(chunk_rows), int(chunk_cols), progress, group, screen
         )
     else:
         dt = _triton_dtype(images, texts, device)
@@ -341,12 +352,13 @@ def evaluate(
         c_above = run(images, texts, i2t_pos, 0, row_offset, group, bar)
         if bar is not None:
             bar.close()
+        meta = _device_meta(backend)
         if group is not None:
             both = all_reduce(torch.from_numpy(np.concatenate([r_above, c_above])), "sum", group).numpy()
             r_above, c_above = both[: len(r_above)], both[len(r_above) :]
     both = {"text_to_image": (t2i_pos, r_above), "image_to_text": (i2t_pos, c_above)}
     out = {d: _metrics(p, a, ks, top_k, empty, d, derived.get(d, "")) for d, (p, a) in both.items()}
-    return RetrievalResult({d: out[d][0] for d in DIRECTIONS}, {d: out[d][1] for d in DIRECTIONS})
+    return RetrievalResult({d: out[d][0] for d in DIRECTIONS}, {d: out[d][1] for d in DIRECTIONS}, meta)
 
 
 def rank_metrics(
@@ -358,6 +370,7 @@ def rank_metrics(
     top_k: int | None = None,
     empty: str = "error",
     backend: str = "auto",
+    screen: str | None = None,
     chunk_rows: int = 1024,
     chunk_cols: int = 512,
     device_chunk: int = 1 << 16,
@@ -371,10 +384,12 @@ def rank_metrics(
             of the queries, in rank order (as the texts of :func:`evaluate`).
         gallery: ``(M, D)`` embeddings, the full gallery on every rank.
         positives: Positives, CSR ``(indptr, indices)``, ``(P, 2)`` pairs or one list per query (global indices).
-        ks, top_k, empty, backend, chunk_rows, chunk_cols, device_chunk, progress, group: as in :func:`evaluate`.
+        ks, top_k, empty, backend, screen, chunk_rows, chunk_cols, device_chunk, progress, group: as in
+            :func:`evaluate`.
 
     Returns:
-        ``(metrics, ranks)``: the metric dict of :func:`evaluate` and the per-query :class:`Ranks`.
+        ``(metrics, ranks)``: the metric dict of :func:`evaluate` and the per-query :class:`Ranks`; the tuple's
+        ``.meta`` as :attr:`RetrievalResult.meta`.
 
     Raises:
         ValueError: as :func:`evaluate`.
@@ -390,6 +405,7 @@ def rank_metrics(
     ks = _check_ks(ks)
     _check_policy(top_k, empty)
     _check_chunks(chunk_rows=chunk_rows, chunk_cols=chunk_cols, device_chunk=device_chunk)
+    _requested_screen(screen)
     q, g, backend, device, forced = _try_open(queries, gallery, "queries", "gallery", backend, group)
     offset, n_q = shard_layout(len(q), group, D=q.shape[1], num_gallery=len(g), dtypes=(str(q.dtype), str(g.dtype)))
     if n_q == 0 or len(g) == 0:
@@ -397,17 +413,18 @@ def rank_metrics(
     pos = as_positives(positives, n_q, len(g), "positives")
     if backend == "cpu":
         none = Positives.from_pairs([], [], len(g), n_q, queries=[])
-        args = (offset, int(chunk_rows), int(chunk_cols), 0, progress, group)
-        above, _ = cpu.count_both(q, g.full(_compute_dtype(q, g)), pos, none, *args)
+        args = (offset, int(chunk_rows), int(chunk_cols), progress, group, screen)
+        above, _, meta = cpu.count_both(q, g.full(_compute_dtype(q, g)), pos, none, *args)
     else:
         chunk = _device_chunk(device_chunk, device)
         bar = cpu._progress(-(-len(q) // chunk) * -(-len(g) // chunk), progress, "retrieval")
         above = _count(backend, forced, device, _triton_dtype(q, g, device), chunk, q, g, pos, offset, 0, None, bar)
         if bar is not None:
             bar.close()
+        meta = _device_meta(backend)
         if group is not None:
             above = all_reduce(torch.from_numpy(above), "sum", group).numpy()
-    return _metrics(pos, above, ks, top_k, empty, "queries")
+    return WithMeta(_metrics(pos, above, ks, top_k, empty, "queries"), meta)
 
 
 def topk(
@@ -417,6 +434,7 @@ def topk(
     exclude=None,
     *,
     backend: str = "auto",
+    screen: str | None = None,
     chunk_queries: int = 1024,
     chunk_gallery: int = 4096,
     device_chunk: int = 1 << 16,
@@ -436,6 +454,7 @@ def topk(
             ``(Q, min(k, M))`` and a huge k cannot allocate past the data.
         exclude: positives to leave out (hard-negative mining): Positives, CSR, ``(P, 2)`` pairs or lists.
         backend: "auto", "cpu", "triton" or "torch" (as in :func:`evaluate`).
+        screen: CPU screen, as in :func:`evaluate`.
         chunk_queries, chunk_gallery: CPU tile.
         device_chunk: Triton path: rows of queries and of the gallery held on the device at a time.
         progress: tqdm bar over gallery chunks (CPU) or chunk pairs (Triton).
@@ -444,7 +463,9 @@ def topk(
     Returns:
         ``(values, indices)``: ``(Q, min(k, M))`` scores (fp32; fp64 on CPU when either input is fp64) and int64
         gallery indices, best first; when exclusions leave fewer candidates a row is padded with ``-inf`` / ``-1``
-        (faiss's convention; faiss also pads k > M, where this clamps).
+        (faiss's convention; faiss also pads k > M, where this clamps). CPU: the order is that of the exact scores
+        and the values are the exact scores rounded to the output dtype. The tuple's ``.meta`` as in
+        :attr:`RetrievalResult.meta`.
 
     Raises:
         ValueError: mismatched D, non-finite embeddings, k < 0, exclusions out of range, bad files or backend; with
@@ -463,6 +484,7 @@ def topk(
         raise ValueError(f"k must be a non-negative integer, got {k!r}")
     k = int(k)
     _check_chunks(chunk_queries=chunk_queries, chunk_gallery=chunk_gallery, device_chunk=device_chunk)
+    _requested_screen(screen)
     q, g, backend, device, forced = _try_open(queries, gallery, "queries", "gallery", backend, group)
     offset, n_gal = shard_layout(len(g), group, D=q.shape[1], num_queries=len(q), dtypes=(str(q.dtype), str(g.dtype)))
     k = min(k, n_gal)
@@ -471,10 +493,13 @@ def topk(
         # Each shard only masks its own gallery items, with local indices.
         keep = (ex.indices >= offset) & (ex.indices < offset + len(g))
         ex = Positives.from_pairs(ex.pair_queries()[keep], ex.indices[keep] - offset, len(q), len(g), queries=[])
+    out_dtype = _compute_dtype(q, g)
     if backend == "cpu":
-        qt = q.full(_compute_dtype(q, g))
-        vals, idx = cpu.topk_stream(qt, g, k, ex, offset, int(chunk_queries), int(chunk_gallery), progress)
+        qt = q.full(out_dtype)
+        args = (offset, int(chunk_queries), int(chunk_gallery), progress, screen)
+        vals, idx, meta = cpu.topk_stream(qt, g, k, ex, *args)
     else:
+        meta = _device_meta(backend)
         from vlkernels.retrieval.ops import launch, topk_stream
 
         dt = _triton_dtype(q, g, device)
@@ -493,4 +518,17 @@ def topk(
         v, i = all_gather_cat(vals, group), all_gather_cat(idx, group)
         vals, idx = cpu.merge_topk(v.cpu(), i.cpu(), k)
         vals, idx = vals.to(device), idx.to(device)
-    return cpu.sort_topk(vals, idx)
+    vals, idx = cpu.sort_topk(vals, idx)
+    if backend == "cpu":
+        meta = _gather_meta(meta, group)
+        vals = vals.to(out_dtype)
+    return WithMeta((vals, idx), meta)
+
+
+def _gather_meta(meta: dict, group) -> dict:
+    """topk with a group: re-checked and scored pairs summed over the ranks."""
+    if group is None:
+        return meta
+    t = all_reduce(torch.tensor([meta["rechecked_pairs"], meta["decisions"]], dtype=torch.int64), "sum", group)
+    n_re, n_dec = int(t[0]), int(t[1])
+    return {**meta, "rechecked_pairs": n_re, "decisions": n_dec, "rechecked_fraction": n_re / n_dec if n_dec else 0.0}

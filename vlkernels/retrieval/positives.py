@@ -109,7 +109,7 @@ class Positives:
             if np.any(key[1:] == key[:-1]):
                 raise ValueError("a graded (query, gallery) pair is listed twice")
         else:
-            key = np.unique(key)  # sorts by (query, gallery) and drops duplicate pairs
+            key = sorted_unique(key)  # sorts by (query, gallery) and drops duplicate pairs
         q, g = key // max(num_gallery, 1), key % max(num_gallery, 1)
         indptr = np.zeros(num_queries + 1, dtype=np.int64)
         np.cumsum(np.bincount(q, minlength=num_queries), out=indptr[1:])
@@ -119,7 +119,7 @@ class Positives:
         else:
             queries = _int_array(queries, "queries")
             _check_range(queries, num_queries, "evaluated query index")
-            if len(np.unique(queries)) != len(queries):
+            if len(sorted_unique(queries)) != len(queries):
                 raise ValueError("queries lists a query twice")
         empty = queries[counts[queries] == 0]
         if len(empty) and not allow_empty:
@@ -207,3 +207,9 @@ def _check_range(a: np.ndarray, n: int, what: str) -> None:
     if a.size and (a.min() < 0 or a.max() >= n):
         bad = int(a[(a < 0) | (a >= n)][0])
         raise ValueError(f"{what} {bad} is out of range [0, {n})")
+
+
+def sorted_unique(a: np.ndarray) -> np.ndarray:
+    """``np.unique(a)`` for 1-D integers by one sort (numpy 2.4's hash-based unique is ~50x slower at 400k pairs)."""
+    s = np.sort(a)
+    return s[np.concatenate([[True], s[1:] != s[:-1]])] if len(s) else s

@@ -1,0 +1,206 @@
+"""Exact scores and the certified screens: the C++ primitive equals the numpy definition bit for bit, the screens'
+error bounds hold on adversarial inputs (also under emulated AMX denormal flushing), and every CPU path gives the
+ranks of the exact scores whatever the screen."""
+
+import numpy as np
+import pytest
+import torch
+
+from vlkernels import _ext
+from vlkernels.retrieval import evaluate, rank_metrics, topk
+from vlkernels.retrieval import screen as scr
+from vlkernels.retrieval.cpu import exact_pairs
+from vlkernels.retrieval.positives import Positives
+from vlkernels.retrieval.reference import evaluate_ref, exact_scores_ref, ranks_ref, topk_ref
+
+
+def _adversarial(kind: str, n: int, d: int, rng: np.random.Generator, dtype=np.float32) -> np.ndarray:
+    """Rows that stress a screen: near-ties, extreme magnitudes, denormals, one dominant dimension."""
+    x = rng.standard_normal((n, d))
+    if kind == "duplicates":
+        x = x[rng.integers(0, max(1, n // 4), n)]
+    elif kind == "ulp":  # copies one ulp apart in one coordinate
+        x = np.repeat(x[: -(-n // 3)], 3, axis=0)[:n].astype(dtype)
+        j = rng.integers(0, d, n)
+        x[np.arange(n), j] = np.nextafter(x[np.arange(n), j], np.inf if rng.random() < 0.5 else -np.inf)
+    elif kind == "huge":
+        x = x * (1e17 if dtype == np.float32 else 1e140)
+    elif kind == "tiny":
+        x = x * (1e-22 if dtype == np.float32 else 1e-160)
+    elif kind == "denormal":
+        x = x * (1e-41 if dtype == np.float32 else 1e-310)
+    elif kind == "dominant":
+        x[:, 0] *= 1e6
+    elif kind == "mixed_scale":
+        x = x * np.exp(rng.uniform(-30, 30, (n, 1)))
+    elif kind == "integers":  # many exact ties
+        x = rng.integers(-2, 3, (n, d)).astype(np.float64)
+    return x.astype(dtype)
+
+
+KINDS = ["gauss", "duplicates", "ulp", "huge", "tiny", "denormal", "dominant", "mixed_scale", "integers"]
+
+
+@pytest.mark.parametrize("d", [1, 7, 8, 9, 64, 515])
+@pytest.mark.parametrize("kind", KINDS)
+def test_exact_pairs_bit_equal_to_definition(d, kind):
+    rng = np.random.default_rng(d * 31 + len(kind))
+    for dq, dg in ((np.float32, np.float32), (np.float64, np.float64), (np.float32, np.float64)):
+        q, g = _adversarial(kind, 23, d, rng, dq), _adversarial(kind, 17, d, rng, dg)
+        qi, gi = rng.integers(0, 23, 400), rng.integers(0, 17, 400)
+        got = exact_pairs(torch.from_numpy(q), torch.from_numpy(g), qi, gi)
+        want = exact_scores_ref(q, g, (qi, gi))
+        assert np.array_equal(got.view(np.int64), want.view(np.int64)), (kind, d, dq, dg)
+
+
+def test_exact_scores_ref_full_matrix_equals_pairs_and_widens_low_precision():
+    rng = np.random.default_rng(3)
+    q = torch.from_numpy(rng.standard_normal((5, 19))).to(torch.bfloat16)
+    g = torch.from_numpy(rng.standard_normal((4, 19))).to(torch.float16)
+    full = exact_scores_ref(q, g)
+    qi, gi = np.repeat(np.arange(5), 4), np.tile(np.arange(4), 5)
+    assert np.array_equal(full.reshape(-1), exact_scores_ref(q, g, (qi, gi)))
+    assert np.array_equal(full.reshape(-1), exact_pairs(q.float(), g.float(), qi, gi))
+
+
+def test_exact_pairs_refuses_bad_indices():
+    C = _ext.load()
+    q, g = torch.zeros(3, 4), torch.zeros(2, 4)
+    out = torch.empty(1, dtype=torch.float64)
+    with pytest.raises(ValueError, match="gi holds 2 at 0"):
+        C.exact_pairs(q, g, torch.tensor([0]), torch.tensor([2]), out)
+    with pytest.raises(ValueError, match="same D"):
+        C.exact_pairs(q, torch.zeros(2, 5), torch.tensor([0]), torch.tensor([0]), out)
+
+
+def _bound(sc: scr.Screen, a: scr.Side, b: scr.Side, s_hat: np.ndarray) -> np.ndarray:
+    r, c = a.terms.numpy(), b.terms.numpy()
+    return sum(r[k][:, None] * c[k][None, :] for k in range(3)) + r[3][:, None] + c[3][None, :] + sc.rel * np.abs(s_hat)
+
+
+def _flush(x: np.ndarray) -> np.ndarray:
+    return np.where(np.abs(x) < np.float32(2.0**-126), np.float32(0), x).astype(np.float32)
+
+
+def _amx_emulated(a: torch.Tensor, b: torch.Tensor) -> np.ndarray:
+    """bf16 GEMM as AMX does it: bf16 inputs (denormals already flushed), fp32 products and running sums with
+    denormal results flushed to zero, one fp32 add per product in increasing d, output rounded to bf16 and
+    flushed."""
+    x, y = a.float().numpy(), b.float().numpy()
+    acc = np.zeros((x.shape[0], y.shape[0]), dtype=np.float32)
+    for d in range(x.shape[1]):
+        p = _flush(x[:, d, None] * y[None, :, d])
+        acc = _flush(acc + p)
+    return _flush(torch.from_numpy(acc).bfloat16().float().numpy())
+
+
+@pytest.mark.parametrize("kind", [*KINDS, "bf16_denormal"])
+@pytest.mark.parametrize("name", ["fp32", "bf16", "bf16_amx"])
+def test_screen_bound_never_violated(kind, name):
+    rng = np.random.default_rng(len(kind) * 7 + len(name))
+    d = 37
+    if kind == "bf16_denormal":  # products and sums in the fp32 denormal range, inputs near bf16's smallest normal
+        x = (rng.standard_normal((40, d)) * 2.0**-63).astype(np.float32)
+        y = (rng.standard_normal((30, d)) * 2.0**-64).astype(np.float32)
+    else:
+        x, y = _adversarial(kind, 40, d, rng), _adversarial(kind, 30, d, rng)
+    sc = scr.Screen(name.split("_")[0], d)
+    a, b = sc.side(torch.from_numpy(x), True), sc.side(torch.from_numpy(y), False)
+    if a.max_norm * b.max_norm >= scr.FP32_RANGE[1]:  # fp32 would overflow: the engine takes fp64 there
+        sc = scr.Screen("fp64", d)
+        a, b = sc.side(torch.from_numpy(x), True), sc.side(torch.from_numpy(y), False)
+    s_hat = _amx_emulated(a.operand, b.operand) if name == "bf16_amx" and sc.name == "bf16" else sc.matmul(a, b)
+    s_hat = np.asarray(s_hat, dtype=np.float64)
+    s = exact_scores_ref(x, y)
+    bound = _bound(sc, a, b, s_hat)
+    assert np.all(bound > 0)
+    assert np.all(np.abs(s_hat - s) <= bound), np.max(np.abs(s_hat - s) / bound)
+
+
+def test_bf16_split_flushes_subnormals_into_the_residual():
+    x = torch.tensor([[1.0, 2.0**-130, -(2.0**-127), 3.0e-39, 1.5]])
+    h, lo = scr.bf16_split(x)
+    assert torch.all((h.float().abs() >= 2.0**-126) | (h.float() == 0))
+    assert torch.equal(h.float() + lo, x)  # exact split
+
+
+def _brute(img, txt, t2i: Positives, i2t: Positives):
+    s = exact_scores_ref(txt, img)
+    return ranks_ref(s, t2i), ranks_ref(s.T, i2t)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("screen", ["fp32", "bf16"])
+def test_every_cpu_path_equals_exact_brute_force(kind, screen):
+    rng = np.random.default_rng(len(kind) + (screen == "bf16"))
+    d = 19
+    img = _adversarial(kind, 41, d, rng)
+    lab = rng.integers(0, 41, 97)
+    txt = img[lab] + _adversarial(kind, 97, d, rng) * (0.5 if kind != "ulp" else 0.0)
+    if kind in ("ulp", "duplicates", "integers"):
+        txt = np.concatenate([txt[:30], img[lab[30:]]]).astype(np.float32)  # exact positive ties
+    img_t, txt_t = torch.from_numpy(img), torch.from_numpy(txt.astype(np.float32))
+    got = evaluate(img_t, txt_t, lab, chunk_rows=16, chunk_cols=8, screen=screen, empty="skip")
+    t2i = Positives.from_labels(lab, 41)
+    want_t2i, want_i2t = _brute(img, txt.astype(np.float32), t2i, t2i.transpose(allow_empty=True).without_empty()[0])
+    assert np.array_equal(got.ranks["text_to_image"].ranks, want_t2i.ranks)
+    assert np.array_equal(got.ranks["image_to_text"].ranks, want_i2t.ranks)
+    assert got.meta["screen"] in (screen, "fp64") and 0 <= got.meta["rechecked_fraction"] <= 1
+    _m, r = rank_metrics(txt_t, img_t, [[int(v)] for v in lab], chunk_rows=13, chunk_cols=5, screen=screen)
+    assert np.array_equal(r.ranks, want_t2i.ranks)
+    for k in (1, 7, 41):
+        ex = [[int(lab[i])] for i in range(97)] if k == 7 else None
+        v, i = topk(txt_t, img_t, k, ex, chunk_queries=10, chunk_gallery=16, screen=screen)
+        rv, ri = topk_ref(txt_t, img_t, k, exclude=None if ex is None else Positives.from_lists(ex, 41))
+        assert torch.equal(i, ri)
+        assert torch.equal(v, rv[:, : v.shape[1]].float())
+
+
+def test_evaluate_equals_reference_with_fp64_and_mixed_inputs():
+    rng = np.random.default_rng(5)
+    img = _adversarial("mixed_scale", 23, 11, rng, np.float64)
+    lab = np.arange(60) % 23
+    txt = img[lab] * 1.0000000001
+    got = evaluate(torch.from_numpy(img), torch.from_numpy(txt.astype(np.float32)), lab, chunk_rows=7, chunk_cols=5)
+    assert got == evaluate_ref(img, txt.astype(np.float32), lab) and got.meta["screen"] == "fp64"
+
+
+def test_screen_switch_and_choice(monkeypatch):
+    monkeypatch.delenv(scr.ENV, raising=False)
+    monkeypatch.setattr(scr, "cpu_bf16_hardware", lambda: False)
+    assert scr.choose(None, torch.float32) == "fp32"
+    assert scr.choose("bf16", torch.float32) == "bf16"
+    assert scr.choose("bf16", torch.float64) == "fp64"
+    monkeypatch.setattr(scr, "cpu_bf16_hardware", lambda: True)
+    monkeypatch.setattr(scr, "bf16_measures_faster", lambda: True)
+    assert scr.choose(None, torch.float32) == "bf16"
+    assert scr.choose("fp32", torch.float32) == "fp32"
+    monkeypatch.setenv(scr.ENV, "fp32")
+    assert scr.choose(None, torch.float32) == "fp32"
+    img = torch.eye(4)
+    assert evaluate(img, img, [0, 1, 2, 3]).meta["screen"] == "fp32"
+    monkeypatch.setenv(scr.ENV, "int8")
+    with pytest.raises(ValueError, match="VLKERNELS_RETRIEVAL_SCREEN must be one of"):
+        evaluate(img, img, [0, 1, 2, 3])
+    with pytest.raises(ValueError, match="screen must be one of"):
+        topk(img, img, 2, screen="fp16")
+
+
+def test_huge_norms_take_the_fp64_screen_and_stay_exact():
+    rng = np.random.default_rng(9)
+    img = (rng.standard_normal((20, 16)) * 1e18).astype(np.float32)
+    lab = np.arange(40) % 20
+    txt = (img[lab] + rng.standard_normal((40, 16)) * 1e17).astype(np.float32)
+    got = evaluate(img, txt, lab, screen="bf16")
+    assert got == evaluate_ref(img, txt, lab) and got.meta["screen"] == "fp64"
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_refused_by_name(bad):
+    img = torch.eye(3)
+    txt = torch.eye(3).clone()
+    txt[1, 2] = bad
+    with pytest.raises(ValueError, match="text_emb contains NaN/Inf"):
+        evaluate(img, txt, [0, 1, 2])
+    with pytest.raises(ValueError, match="gallery contains NaN/Inf"):
+        topk(img, txt, 2)
