@@ -21,24 +21,7 @@ pytestmark = pytest.mark.skipif(
 )
 pytest.importorskip("triton")
 
-try:
-    from vlkernels.retrieval.reference import exact_scores_ref
-except ImportError:  # the shared reference lands with the CPU engine's exact scores; same loop as its definition
-
-    def exact_scores_ref(q, g, pairs=None):
-        q = q.detach().cpu().double().numpy() if isinstance(q, torch.Tensor) else np.asarray(q, np.float64)
-        g = g.detach().cpu().double().numpy() if isinstance(g, torch.Tensor) else np.asarray(g, np.float64)
-        if pairs is None:
-            qi, gi = np.repeat(np.arange(len(q)), len(g)), np.tile(np.arange(len(g)), len(q))
-        else:
-            qi, gi = (np.asarray(a, dtype=np.int64) for a in pairs)
-        a, b = q[qi], g[gi]
-        acc = np.zeros((len(qi), 8))
-        for d in range(q.shape[1]):
-            acc[:, d % 8] += a[:, d] * b[:, d]
-        s = ((acc[:, 0] + acc[:, 1]) + (acc[:, 2] + acc[:, 3])) + ((acc[:, 4] + acc[:, 5]) + (acc[:, 6] + acc[:, 7]))
-        return s if pairs is not None else s.reshape(len(q), len(g))
-
+from vlkernels.retrieval.reference import exact_scores_ref  # noqa: E402
 
 KINDS = ("plain", "near_ties", "duplicates", "huge", "overflow", "tiny", "denormal", "dominant", "unnormalized")
 

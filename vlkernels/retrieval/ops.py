@@ -271,13 +271,3 @@ def _merge_matmul(best: torch.Tensor, q: torch.Tensor, g: torch.Tensor, index0: 
                 m = m_rows & (ex[1] >= g0 + c0) & (ex[1] < g0 + c1)
                 keys[ex[0][m] - r0, ex[1][m] - g0 - c0] = EMPTY
             best[r0:r1] = torch.topk(torch.cat([best[r0:r1], keys], 1), k, dim=1).values
-
-
-def __getattr__(name: str):
-    # The public functions lived in this module before the launchers moved here (ops.py holds launchers in every
-    # family); old imports such as `from vlkernels.retrieval.ops import evaluate` keep working.
-    if name in ("evaluate", "rank_metrics", "topk", "RetrievalResult", "as_positives"):
-        from vlkernels.retrieval import functional
-
-        return getattr(functional, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
