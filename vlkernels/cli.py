@@ -66,7 +66,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print("error: --device cuda but no CUDA device is visible", file=sys.stderr)
         return 2
     harness = _benchmarks()
-    return harness.run(args.families or None, args.device, args.quick, args.json, args.plot)
+    return harness.run(
+        args.families or None, args.device, args.quick, args.json, args.plot, load=args.load, rounds=args.rounds
+    )
 
 
 def cmd_gpu_profile(args: argparse.Namespace) -> int:
@@ -116,6 +118,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     bench.add_argument("--json", type=Path, default=None, help="append results as JSON lines to this file")
     bench.add_argument("--plot", type=Path, default=None, help="write a PNG bar chart of the medians")
+    bench.add_argument(
+        "--load", type=int, default=0, metavar="N", help="also time every provider beside N busy processes on its cores"
+    )
+    bench.add_argument("--rounds", type=int, default=3, help="alternating quiet/loaded rounds with --load")
     bench.set_defaults(func=cmd_bench)
     _register_gpu(sub)
     for mod_name in FAMILY_CLIS:
