@@ -317,6 +317,8 @@ def environment(device: str) -> dict[str, Any]:
         "versions": versions,
         "git_sha": sha,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        # The machine's load when the run started (1, 5, 15 min): other processes on the cores inflate every time.
+        "loadavg": [round(x, 2) for x in os.getloadavg()],
     }
 
 
