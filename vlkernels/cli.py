@@ -59,6 +59,21 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _count(minimum: int):
+    """argparse type: an integer >= minimum (a usage error naming the bound otherwise)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text!r}")
+        return value
+
+    return parse
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     import torch
 
@@ -119,9 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", type=Path, default=None, help="append results as JSON lines to this file")
     bench.add_argument("--plot", type=Path, default=None, help="write a PNG bar chart of the medians")
     bench.add_argument(
-        "--load", type=int, default=0, metavar="N", help="also time every provider beside N busy processes on its cores"
+        "--load", type=_count(0), default=0, metavar="N", help="also time every provider beside N busy processes"
     )
-    bench.add_argument("--rounds", type=int, default=3, help="alternating quiet/loaded rounds with --load")
+    bench.add_argument("--rounds", type=_count(1), default=3, help="alternating quiet/loaded rounds with --load")
     bench.set_defaults(func=cmd_bench)
     _register_gpu(sub)
     for mod_name in FAMILY_CLIS:
