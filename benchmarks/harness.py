@@ -19,16 +19,13 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
-import datetime
 import gc
 import importlib
 import io
 import json
 import os
 import pkgutil
-import platform
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -230,96 +227,8 @@ def peak_memory(fn: Callable[[], Any], device: str) -> int | None:
     return None if base is None or hwm is None else max(0, hwm - base)
 
 
-def device_name(device: str) -> str:
-    if device == "cuda":
-        return torch.cuda.get_device_name()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return f"{line.split(':', 1)[1].strip()} ({torch.get_num_threads()} threads)"
-    except OSError:
-        pass
-    return platform.processor() or "cpu"
-
-
-_ISA = (
-    "sse4_2",
-    "avx",
-    "avx2",
-    "fma",
-    "bmi2",
-    "avx512f",
-    "avx512bw",
-    "avx512vl",
-    "avx512_vpopcntdq",
-    "avx512vbmi",
-    "avx512_bf16",
-    "avx512_vnni",
-    "amx_tile",
-    "asimd",
-    "sve",
-)
-
-
-def cpu_info() -> dict[str, Any]:
-    """The host CPU: model name, vendor, logical cores and the SIMD flags the C++ kernels may dispatch on. Recorded
-    with every result, because CPU figures do not carry across CPU families."""
-    info: dict[str, Any] = {"model": platform.processor() or platform.machine(), "vendor": None, "isa": []}
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return info
-    for line in text.splitlines():
-        key, _, val = line.partition(":")
-        key, val = key.strip(), val.strip()
-        if key == "model name" and info["model"] in ("", platform.machine(), platform.processor()):
-            info["model"] = val
-        elif key == "vendor_id":
-            info["vendor"] = val
-        elif key in ("flags", "Features"):
-            flags = set(val.split())
-            info["isa"] = [f for f in _ISA if f in flags]
-            break
-    info["logical_cpus"] = os.cpu_count()
-    return info
-
-
-def environment(device: str) -> dict[str, Any]:
-    import vlkernels
-    from vlkernels._triton import triton_version
-
-    versions = {
-        "vlkernels": vlkernels.__version__,
-        "torch": torch.__version__,
-        "triton": triton_version(),
-        "python": platform.python_version(),
-    }
-    for mod in ("numpy", "torchvision", "pycocotools", "faiss", "open_clip", "pycocoevalcap"):
-        try:
-            versions[mod] = getattr(importlib.import_module(mod), "__version__", "installed")
-        except Exception:
-            versions[mod] = None
-    try:
-        root = Path(vlkernels.__file__).resolve().parent.parent
-        sha = (
-            subprocess.run(
-                ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5
-            ).stdout.strip()
-            or None
-        )
-    except (OSError, subprocess.SubprocessError):
-        sha = None
-    return {
-        "device": device,
-        "device_name": device_name(device),
-        "cuda": torch.version.cuda if device == "cuda" else None,
-        "cpu": cpu_info(),
-        "versions": versions,
-        "git_sha": sha,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        # The machine's load when the run started (1, 5, 15 min): other processes on the cores inflate every time.
-        "loadavg": [round(x, 2) for x in os.getloadavg()],
-    }
+# The environment recorded with every row: vlkernels' one reader of it.
+from vlkernels._environment import cpu_info, device_name, environment  # noqa: E402, F401
 
 
 def _skipped(case: Case, params: dict, quick: bool, why: str) -> list[dict[str, Any]]:
@@ -577,7 +486,8 @@ def run(
     if unknown:
         echo(f"unknown benchmark family {unknown}; known: {known}")
         return 2
-    env = environment(device)
+    # The machine's load when the run started (1, 5, 15 min): other processes on the cores inflate every time.
+    env = {**environment(device), "loadavg": [round(x, 2) for x in os.getloadavg()]}
     cpu = env["cpu"]
     echo(
         f"device: {env['device_name']} | CPU {cpu['model']} ({cpu.get('logical_cpus')} logical, {' '.join(cpu['isa'])})"

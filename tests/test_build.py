@@ -12,7 +12,7 @@ from pathlib import Path
 import pybind11
 import pytest
 
-from vlkernels import gpu_profile as gp
+from vlkernels.dev import profile as gp
 
 REPO = Path(__file__).resolve().parent.parent
 CU_FILES = sorted((REPO / "csrc").rglob("*.cu"))

@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 import torch
 
-import vlkernels
 from vlkernels import _ext
 from vlkernels.ops import count_above, l2_normalize
 from vlkernels.testing import FP32_TOL, assert_close_lowp
@@ -37,14 +36,8 @@ def test_count_above_strided_rows_and_nan():
 
 def test_count_above_threads_agree():
     scores, thr = torch.randn(3000, 700), torch.randn(3000)
-    before = vlkernels.get_num_threads()
-    try:
-        vlkernels.set_num_threads(1)
-        one = count_above(scores, thr)
-        vlkernels.set_num_threads(2)
-        two = count_above(scores, thr)
-    finally:
-        vlkernels.set_num_threads(before)
+    one = count_above(scores, thr, num_threads=1)
+    two = count_above(scores, thr, num_threads=2)
     assert torch.equal(one, two)
 
 

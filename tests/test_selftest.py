@@ -23,8 +23,8 @@ def test_selftest_cpu_quick_cli(tmp_path, capsys):
     assert "0 failed" in out and "FAIL" not in out
     data = json.loads(path.read_text())
     env = data["environment"]
-    assert env["device"] == "cpu" and env["torch"] == torch.__version__
-    assert {"gpu", "driver", "triton", "git_sha", "cuda"} <= set(env)
+    assert env["device"] == "cpu" and env["versions"]["torch"] == torch.__version__
+    assert {"device_name", "driver", "versions", "git_sha", "cuda", "cpu", "backend"} <= set(env)
     checks = data["checks"]
     assert {c["op"] for c in checks} == OPS
     assert {c["dtype"] for c in checks if c["op"].startswith("siglip_loss")} == {"float32", "bfloat16"}

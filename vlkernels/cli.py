@@ -7,20 +7,10 @@ import importlib
 import sys
 from pathlib import Path
 
+from vlkernels._benchmarks import harness as _benchmarks
+
 # Families that add a subcommand expose register(subparsers) in these modules; missing ones are skipped.
 FAMILY_CLIS = ("vlkernels.retrieval.cli", "vlkernels.captioning.cli", "vlkernels.detection.cli")
-
-
-def _benchmarks():
-    """The harness: installed as vlkernels.benchmarks, or benchmarks/ of a source checkout on PYTHONPATH."""
-    try:
-        return importlib.import_module("vlkernels.benchmarks.harness")
-    except ModuleNotFoundError:
-        root = Path(__file__).resolve().parent.parent
-        if not (root / "benchmarks" / "harness.py").is_file():
-            raise
-        sys.path.insert(0, str(root))
-        return importlib.import_module("benchmarks.harness")
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -87,9 +77,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_gpu_profile(args: argparse.Namespace) -> int:
-    from vlkernels import gpu_profile
+    from vlkernels.dev import profile
 
-    return gpu_profile.run(args.json, cuda=not args.no_cuda, jobs=args.jobs, reuse=args.reuse)
+    families = profile.FAMILIES if args.families is None else tuple(f for f in args.families.split(",") if f)
+    if args.worker:  # the compile subprocess profile_triton starts (compiled mode, no TRITON_INTERPRET)
+        only = None if args.only is None else [int(i) for i in args.only.split(",") if i]
+        return profile.worker(families, args.jobs or 1, only, args.keys)
+    return profile.run(args.json, families, cuda=not args.no_cuda, jobs=args.jobs, reuse=args.reuse)
 
 
 def cmd_selftest(args: argparse.Namespace) -> int:
@@ -111,6 +105,10 @@ def _register_gpu(sub) -> None:
     prof.add_argument("--no-cuda", action="store_true", help="skip the nvcc compiles of csrc/**/*.cu")
     prof.add_argument("--jobs", type=int, default=None, help="parallel compiles (default: the usable CPUs)")
     prof.add_argument("--reuse", type=Path, default=None, help="keep this profile's rows whose cache key is current")
+    prof.add_argument("--families", default=None, help="comma-separated Triton families (default: all)")
+    prof.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    prof.add_argument("--keys", action="store_true", help=argparse.SUPPRESS)
+    prof.add_argument("--only", default=None, help=argparse.SUPPRESS)
     prof.set_defaults(func=cmd_gpu_profile)
     st = sub.add_parser("selftest", help="check every GPU-path op against its reference (and time it on a GPU)")
     st.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda when visible, else cpu")

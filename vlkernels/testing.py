@@ -348,3 +348,57 @@ def clean_backend() -> Iterator[None]:
         _triton._override = saved
         if env is not None:
             os.environ["VLKERNELS_BACKEND"] = env
+
+
+class count_memory_traffic:
+    """Context manager: under ``TRITON_INTERPRET=1``, count the bytes every Triton program loads, stores and adds
+    atomically (only the lanes its mask enables, at the element size of the pointer), per program id and in total.
+    The tests of ``vlkernels.roofline`` compare these counts with the model's. ``.total`` and each ``.per_program``
+    value are ``{"load": bytes, "store": bytes, "atomic": bytes}``."""
+
+    KINDS = ("load", "store", "atomic")
+
+    def __enter__(self):
+        from triton.runtime import interpreter
+
+        builder = interpreter.interpreter_builder
+        self.per_program: dict[tuple[int, int, int], dict[str, int]] = {}
+        self.total = dict.fromkeys(self.KINDS, 0)
+        self._saved = {}
+        cls = type(builder)
+
+        def add(kind, ptrs, mask):
+            elem = ptrs.get_element_ty().primitive_bitwidth // 8
+            n = int(mask.data.sum()) if mask is not None else ptrs.data.size
+            prog = self.per_program.setdefault(tuple(builder.grid_idx), dict.fromkeys(self.KINDS, 0))
+            prog[kind] += n * elem
+            self.total[kind] += n * elem
+
+        def wrap(name, kind, mask_at):
+            orig = self._saved[name] = getattr(cls, name)
+
+            def counted(b, *args):
+                add(kind, args[0], args[mask_at] if mask_at is not None else None)
+                return orig(b, *args)
+
+            setattr(cls, name, counted)
+
+        # create_load/create_store go through the masked forms; atomic_rmw(op, ptr, val, mask, sem, scope).
+        wrap("create_masked_load", "load", 1)
+        wrap("create_masked_store", "store", 2)
+        orig_rmw = self._saved["create_atomic_rmw"] = cls.create_atomic_rmw
+
+        def rmw(b, op, ptr, val, mask, sem, scope):
+            add("atomic", ptr, mask)
+            return orig_rmw(b, op, ptr, val, mask, sem, scope)
+
+        cls.create_atomic_rmw = rmw
+        return self
+
+    def __exit__(self, *exc):
+        from triton.runtime import interpreter
+
+        cls = type(interpreter.interpreter_builder)
+        for name, fn in self._saved.items():
+            setattr(cls, name, fn)
+        return False

@@ -124,7 +124,7 @@ def test_losses_many_tiles(monkeypatch, oc):
     """Triton with 16-wide tiles: many row/column tiles, several row blocks per forward program, ragged edges."""
     if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("Triton kernels need a GPU or TRITON_INTERPRET=1")
-    small = {k: configs.Tiles(16, 16, 16, 4, 1) for k in configs.INTERPRETER}
+    small = {k: configs.Tiles(16, 16, 16, 4, 1, group_n=2) for k in configs.INTERPRETER}
     monkeypatch.setattr(configs, "INTERPRETER", small)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     x, y, s, b = make_inputs(70, 20, 25.0, seed=8)

@@ -94,10 +94,13 @@ def test_paths_bf16_low_precision_rule(path, oc, loss_name):
         testing.assert_within_bounds(got[k], rounded[k], bounds[name], name)
 
 
-def test_paths_many_tiles_rectangular_groups_smoothing(path, oc, monkeypatch):
+@pytest.mark.parametrize("group_n", [1, 2])
+def test_paths_many_tiles_rectangular_groups_smoothing(path, oc, monkeypatch, group_n):
     """16-wide tiles: every program wraps around its staggered column order; ragged edges on both operands;
-    rectangular M > N with group ids (several positives, images and captions without any) and label smoothing."""
-    monkeypatch.setattr(configs, "INTERPRETER", {k: configs.Tiles(16, 16, 16, 4, 1) for k in configs.INTERPRETER})
+    rectangular M > N with group ids (several positives, images and captions without any) and label smoothing; one
+    or two column tiles per accumulator round trip (5 column tiles of 70 rows: a group of two ends with one)."""
+    small = configs.Tiles(16, 16, 16, 4, 1, group_n=group_n)
+    monkeypatch.setattr(configs, "INTERPRETER", dict.fromkeys(configs.INTERPRETER, small))
     x, y, s, b = testing.contrastive_inputs(70, 20, 25.0, seed=22)
     for name in ("clip", "siglip"):
         theirs, ours = _pair(name, oc)

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from vlkernels.captioning.cider import Cider, CiderOriginal
+from vlkernels.core.distributed import all_gather_rows
 
 
 class CiderMetric(torch.nn.Module):
@@ -38,8 +39,8 @@ class CiderMetric(torch.nn.Module):
         Follows torchmetrics' ``Metric``: ``update``, ``compute``, ``reset``, ``forward`` (updates and returns the
         batch's own score), ``is_differentiable = False``, ``higher_is_better = True``. The state is the captions
         themselves (CIDEr's document frequencies need the whole corpus); it is gathered as UTF-8 JSON in uint8
-        tensors (no pickle) with ``all_gather``, so it works with gloo and NCCL (on NCCL, move the module to the
-        rank's GPU first: ``metric.to(device)``). Per-sample scores do not depend on the sharding; the mean may
+        tensors (no pickle) on the device the group's backend needs (the current CUDA device under NCCL, the CPU
+        under gloo; ``vlkernels.core.distributed``). Per-sample scores do not depend on the sharding; the mean may
         differ from a single-process run in the last bit (summation order). A ``DistributedSampler`` that pads
         ranks with repeated samples counts those twice, as in torchmetrics. With ``tokenize=True`` the PTB lexer
         reads each caption with the next one as context (pycocoevalcap's behaviour), so the gathered order can
@@ -71,8 +72,6 @@ class CiderMetric(torch.nn.Module):
         self._scorer = (CiderOriginal if original else Cider)(n, sigma, tokenize=tokenize)
         self.sync_on_compute = sync_on_compute
         self.process_group = process_group
-        # The device gathered tensors live on (moves with .to(), as a torchmetrics state would).
-        self.register_buffer("_device_anchor", torch.zeros(0, dtype=torch.uint8), persistent=False)
         self.scores: np.ndarray | None = None
         self.reset()
 
@@ -132,21 +131,12 @@ class CiderMetric(torch.nn.Module):
         world = dist.get_world_size(self.process_group)
         if world == 1:
             return self.preds, self.target
-        device = self._device_anchor.device
         payload = json.dumps([self.preds, self.target], ensure_ascii=False).encode("utf-8")
-        size = torch.tensor([len(payload)], dtype=torch.int64, device=device)
-        sizes = [torch.zeros_like(size) for _ in range(world)]
-        dist.all_gather(sizes, size, group=self.process_group)
-        longest = int(max(s.item() for s in sizes))
-        local = torch.zeros(longest, dtype=torch.uint8, device=device)
-        if payload:
-            local[: len(payload)] = torch.frombuffer(bytearray(payload), dtype=torch.uint8).to(device)
-        parts = [torch.empty_like(local) for _ in range(world)]
-        dist.all_gather(parts, local, group=self.process_group)
+        parts = all_gather_rows(torch.frombuffer(bytearray(payload), dtype=torch.uint8), self.process_group)
         preds: list[Any] = []
         target: list[list[Any]] = []
-        for part, s in zip(parts, sizes):
-            p, t = json.loads(part[: int(s.item())].cpu().numpy().tobytes().decode("utf-8"))
+        for part in parts:
+            p, t = json.loads(part.numpy().tobytes().decode("utf-8"))
             preds.extend(p)
             target.extend(t)
         return preds, target

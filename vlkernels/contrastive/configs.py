@@ -31,6 +31,13 @@ class Tiles:
     block_k: int
     num_warps: int
     num_stages: int
+    # Column tiles whose G·B products are added before the fp32 accumulator rows are read and written back once
+    # (the sweep kernel's GROUP_N: 1 or 2).
+    group_n: int = 1
+
+    def __post_init__(self):
+        if self.group_n not in (1, 2):
+            raise ValueError(f"group_n must be 1 or 2 (column tiles per accumulator round trip), got {self.group_n}")
 
 
 DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
@@ -40,13 +47,14 @@ DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 # so it takes the 64×128 tile (128×128 spills); the sweeps keep G and the accumulation tiles: 128×64 for InfoNCE,
 # 64×64 for SigLIP and any other gradient tile (its softplus/sigmoid temporaries spill at 128×64). fp32 operands use
 # exact IEEE FMA dots (no tensor-core instruction computes fp32 products exactly); their operand fragments live in
-# registers, so the tiles are smaller (larger ones spilled).
+# registers, so the tiles are smaller (larger ones spilled). The 16-bit sweeps add two column tiles' G·B before one
+# fp32 read-modify-write of their gradient rows (group_n = 2: half the L2 traffic of that round trip, docs/gpu.md).
 _HALF = {
     "fwd": Tiles(64, 128, 64, 8, 3),
-    "sweep": Tiles(64, 64, 64, 8, 2),
-    "dual": Tiles(64, 64, 64, 8, 2),
-    "info_nce_sweep": Tiles(128, 64, 64, 8, 2),
-    "info_nce_dual": Tiles(128, 64, 64, 8, 2),
+    "sweep": Tiles(64, 64, 64, 8, 2, group_n=2),
+    "dual": Tiles(64, 64, 64, 8, 2, group_n=2),
+    "info_nce_sweep": Tiles(128, 64, 64, 8, 2, group_n=2),
+    "info_nce_dual": Tiles(128, 64, 64, 8, 2, group_n=2),
 }
 _FP32 = {
     "fwd": Tiles(64, 64, 32, 8, 2),
@@ -55,19 +63,22 @@ _FP32 = {
     "info_nce_sweep": Tiles(32, 64, 16, 8, 2),
     "info_nce_dual": Tiles(32, 64, 16, 8, 2),
 }
+# sm_80's mma.sync keeps more operand fragments in registers than sm_90's wgmma: the InfoNCE one-sweep backward with
+# two column tiles per round trip spilled 112 bytes there, so it keeps one.
+_HALF_SM80 = {**_HALF, "info_nce_dual": Tiles(128, 64, 64, 8, 2)}
 CUDA: dict[tuple[int, str], dict[str, Tiles]] = {
     (90, "bf16"): _HALF,
     (90, "fp16"): _HALF,
     (90, "fp32"): _FP32,
-    (80, "bf16"): _HALF,
-    (80, "fp16"): _HALF,
+    (80, "bf16"): _HALF_SM80,
+    (80, "fp16"): _HALF_SM80,
     (80, "fp32"): _FP32,
 }
 
 # The interpreter runs one numpy op per tile op, so fewer, larger tiles are faster there; tests shrink them to
 # cross many tiles.
 KINDS = ("fwd", "sweep", "dual", "info_nce_sweep", "info_nce_dual")
-INTERPRETER: dict[str, Tiles] = {kind: Tiles(64, 64, 64, 4, 1) for kind in KINDS}
+INTERPRETER: dict[str, Tiles] = {kind: Tiles(64, 64, 64, 4, 1, group_n=2) for kind in KINDS}
 
 
 def tiles(kind: str, x: torch.Tensor) -> Tiles:
@@ -135,7 +146,7 @@ def kernel_specs() -> list[KernelSpec]:
                 sig = {"a_ptr": f"*{dtype}", "b_ptr": f"*{dtype}", "scale_ptr": "*fp32"}
                 consts = dict(
                     GRAD_TILE=tile_fns[loss], BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_K=t.block_k,
-                    PRECISION=precision, UPCAST=False,
+                    GROUP_N=t.group_n, PRECISION=precision, UPCAST=False,
                 )  # fmt: skip
                 if loss == "info_nce":
                     sig.update({n: "*fp32" for n in ("row0_ptr", "row1_ptr", "col0_ptr", "col1_ptr")})

@@ -1,7 +1,13 @@
 """Differentiable torch.distributed exchanges for the sharded losses (any backend: NCCL on GPU, gloo on CPU).
 
 Every helper is an autograd.Function whose backward sends the gradient back the way the data came, so a rank's
-loss propagates into the features of the rank that owns them (what open_clip calls ``gather_with_grad``).
+loss propagates into the features of the rank that owns them (what open_clip calls ``gather_with_grad``). They run
+on the features' own device, which under NCCL is the rank's GPU (tests/test_metrics_dist_device.py checks it).
+
+Why not ``torch.distributed.nn.functional``: torch 2.13 deprecates its ``all_gather``/``all_reduce`` (a FutureWarning
+on every call, pointing at the private ``_functional_collectives``), its gloo backward of ``all_gather`` emulates a
+reduce-scatter with one ``scatter`` per rank where ``_AllGather`` here needs one ``all_reduce``, and it has no
+point-to-point exchange for the SigLIP ring (``shift``, ``bidir_shift``).
 """
 
 from __future__ import annotations

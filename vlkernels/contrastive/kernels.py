@@ -200,15 +200,18 @@ def _siglip_grad_tile(
     return g, tl.where(mask, softplus * inv_norm, 0.0)
 
 
-# The row (or column) accumulation of a sweep, D in BLOCK_K slices: dst[offs_dst, k] += g·src[offs_src, k] in fp32.
-# ATOMIC adds with relaxed fp32 atomics (rows other programs also write); otherwise a plain read-modify-write of rows
-# only this program owns.
+# The row (or column) accumulation of a sweep, D in BLOCK_K slices: dst[offs_dst, k] += g·src[offs_src, k] in fp32
+# (PAIR: + g2·src[offs_src2, k], a second column tile added before the one read-modify-write; src02 = n_src when it
+# has no columns). ATOMIC adds with relaxed fp32 atomics (rows other programs also write); otherwise a plain
+# read-modify-write of rows only this program owns.
 @triton.jit
 def _accumulate(
     g,
+    g2,
     src_ptr,
     dst_ptr,
     src0,
+    src02,
     dst0,
     n_src,
     n_dst,
@@ -221,14 +224,17 @@ def _accumulate(
     PRECISION: tl.constexpr,
     UPCAST: tl.constexpr,
     ATOMIC: tl.constexpr,
+    PAIR: tl.constexpr,
 ):
     # dst is a contiguous fp32 (rows, n_dims) buffer; int64 only in the scalar block pointers (see _dot_tile).
     rs = tl.arange(0, BLOCK_SRC)
     rd = tl.arange(0, BLOCK_DST)
     rk = tl.arange(0, BLOCK_K)
     mask_s = rs < n_src - src0
+    mask_s2 = rs < n_src - src02
     mask_d = rd < n_dst - dst0
     src_ptrs = src_ptr + tl.cast(src0, tl.int64) * stride_src + rs[:, None] * stride_src + rk[None, :] * stride_src_d
+    src2_ptrs = src_ptr + tl.cast(src02, tl.int64) * stride_src + rs[:, None] * stride_src + rk[None, :] * stride_src_d
     dst_ptrs = dst_ptr + tl.cast(dst0, tl.int64) * n_dims + rd[:, None] * n_dims + rk[None, :]
     for k in range(0, n_dims, BLOCK_K):
         mask_k = rk < n_dims - k
@@ -240,17 +246,64 @@ def _accumulate(
             tl.atomic_add(dst_ptrs, tl.dot(g, b_src, input_precision=PRECISION), mask=mask_dk, sem="relaxed")
         else:
             b_acc = tl.load(dst_ptrs, mask=mask_dk, other=0.0)
-            tl.store(dst_ptrs, tl.dot(g, b_src, b_acc, input_precision=PRECISION), mask=mask_dk)
+            b_acc = tl.dot(g, b_src, b_acc, input_precision=PRECISION)
+            if PAIR:
+                b_src2 = tl.load(src2_ptrs, mask=mask_s2[:, None] & mask_k[None, :], other=0.0)
+                if UPCAST:
+                    b_src2 = b_src2.to(tl.float32)
+                b_acc = tl.dot(g2, b_src2, b_acc, input_precision=PRECISION)
+            tl.store(dst_ptrs, b_acc, mask=mask_dk)
         src_ptrs += BLOCK_K * stride_src_d
+        src2_ptrs += BLOCK_K * stride_src_d
         dst_ptrs += BLOCK_K
+
+
+# One column tile of a sweep: the recomputed logits, G from GRAD_TILE, the per-row partials, and (ACC_B) Gᵀ·A added
+# into B's rows by atomics. Returns G rounded for the accumulation GEMM and the updated per-row partials.
+@triton.jit
+def _sweep_tile(
+    a_ptr, b_ptr, accb_ptr, scale, row0, col0, offs_m, mask_m, n_rows, n_cols, n_dims, stride_am, stride_ad, stride_bn,
+    stride_bd, row0_ptr, row1_ptr, col0_ptr, col1_ptr, bias_ptr, offset_a, offset_b, inv_norm, loss_rows, g_rows,
+    ds_rows, GRAD_TILE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    ACC_A: tl.constexpr, ACC_B: tl.constexpr, WRITE_LOSS: tl.constexpr, WRITE_GSUM: tl.constexpr,
+    WRITE_DS: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):  # fmt: skip
+    offs_n = col0 + tl.arange(0, BLOCK_N).to(tl.int64)
+    mask_n = offs_n < n_cols
+    raw = _dot_tile(
+        a_ptr, b_ptr, row0, col0, n_rows, n_cols, n_dims, stride_am, stride_ad, stride_bn, stride_bd,
+        BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST,
+    )  # fmt: skip
+    g, elem_loss = GRAD_TILE(
+        raw * scale, offs_m, offs_n, mask_m, mask_n, row0_ptr, row1_ptr, col0_ptr, col1_ptr, bias_ptr, offset_a,
+        offset_b, inv_norm,
+    )  # fmt: skip
+    if WRITE_LOSS:
+        loss_rows += tl.sum(elem_loss, axis=1)
+    if WRITE_GSUM:
+        g_rows += tl.sum(g, axis=1)
+    if WRITE_DS:
+        # ∂L/∂s = Σ G_ij ⟨a_i, b_j⟩ from the fp32 G and dot products, before G is rounded for the GEMMs.
+        ds_rows += tl.sum(g * raw, axis=1)
+    g = g.to(b_ptr.dtype.element_ty)
+    if UPCAST:
+        g = g.to(tl.float32)
+    if ACC_B:
+        # [BLOCK_N, BLOCK_K] partials of B's gradient; padded rows of G are 0, so masked A rows add nothing.
+        _accumulate(
+            tl.trans(g), tl.trans(g), a_ptr, accb_ptr, row0, row0, col0, n_rows, n_cols, n_dims, stride_am, stride_ad,
+            BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST, True, False,
+        )  # fmt: skip
+    return g, loss_rows, g_rows, ds_rows
 
 
 # Grid: (cdiv(n_rows, BLOCK_M),). One program owns a block of A rows: it recomputes every tile of s·A·Bᵀ once and
 # turns it into the loss gradient G with GRAD_TILE (one of the *_grad_tile functions above). What it writes follows
-# from the pointers given (None = not wanted): acc_ptr gets G·B in the program's own fp32 rows (deterministic);
-# accb_ptr gets Gᵀ·A by atomics (every row block adds into every B row: the one-sweep backward, summation order not
-# fixed; without it the launcher sweeps again with A and B swapped); dsum_ptr the per-row partials Σ_j G_ij⟨a_i, b_j⟩
-# of the scale gradient (fp32 G, before rounding); loss_ptr / gsum_ptr the per-row element-loss and G sums.
+# from the pointers given (None = not wanted): acc_ptr gets G·B in the program's own fp32 rows (deterministic; the
+# rows are read and written once per GROUP_N = 1 or 2 column tiles); accb_ptr gets Gᵀ·A by atomics (every row block
+# adds into every B row: the one-sweep backward, summation order not fixed; without it the launcher sweeps again with
+# A and B swapped); dsum_ptr the per-row partials Σ_j G_ij⟨a_i, b_j⟩ of the scale gradient (fp32 G, before
+# rounding); loss_ptr / gsum_ptr the per-row element-loss and G sums.
 @triton.heuristics(
     {
         "ACC_A": lambda args: args["acc_ptr"] is not None,
@@ -295,6 +348,7 @@ def _grad_sweep_kernel(
     WRITE_LOSS: tl.constexpr,
     WRITE_GSUM: tl.constexpr,
     WRITE_DS: tl.constexpr,
+    GROUP_N: tl.constexpr,
     PRECISION: tl.constexpr,
     UPCAST: tl.constexpr,
 ):
@@ -309,40 +363,33 @@ def _grad_sweep_kernel(
     # With atomics, program p starts at column tile p (mod the count) so concurrent programs add into different B rows.
     start = pid_m % num_col_tiles if ACC_B else 0
     row0 = pid_m * BLOCK_M
-    for tile in range(0, num_col_tiles):
+    for tile in range(0, num_col_tiles, GROUP_N):
         col0 = ((start + tile) % num_col_tiles) * BLOCK_N
-        offs_n = col0 + tl.arange(0, BLOCK_N).to(tl.int64)
-        mask_n = offs_n < n_cols
-        raw = _dot_tile(
-            a_ptr, b_ptr, row0, col0, n_rows, n_cols, n_dims, stride_am, stride_ad, stride_bn, stride_bd,
-            BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST,
+        g, loss_rows, g_rows, ds_rows = _sweep_tile(
+            a_ptr, b_ptr, accb_ptr, scale, row0, col0, offs_m, mask_m, n_rows, n_cols, n_dims, stride_am, stride_ad,
+            stride_bn, stride_bd, row0_ptr, row1_ptr, col0_ptr, col1_ptr, bias_ptr, offset_a, offset_b, inv_norm,
+            loss_rows, g_rows, ds_rows, GRAD_TILE, BLOCK_M, BLOCK_N, BLOCK_K, ACC_A, ACC_B, WRITE_LOSS, WRITE_GSUM,
+            WRITE_DS, PRECISION, UPCAST,
         )  # fmt: skip
-        g, elem_loss = GRAD_TILE(
-            raw * scale, offs_m, offs_n, mask_m, mask_n, row0_ptr, row1_ptr, col0_ptr, col1_ptr, bias_ptr, offset_a,
-            offset_b, inv_norm,
-        )  # fmt: skip
-        if WRITE_LOSS:
-            loss_rows += tl.sum(elem_loss, axis=1)
-        if WRITE_GSUM:
-            g_rows += tl.sum(g, axis=1)
-        if WRITE_DS:
-            # ∂L/∂s = Σ G_ij ⟨a_i, b_j⟩ from the fp32 G and dot products, before G is rounded for the GEMMs.
-            ds_rows += tl.sum(g * raw, axis=1)
+        # GROUP_N == 2: the next column tile's G·B joins this one's before the accumulator rows are read and written
+        # back, halving that fp32 round trip (col2 = n_cols: no second tile at the end of an odd count).
+        g2 = tl.zeros_like(g)
+        col2 = n_cols
+        if GROUP_N == 2:
+            if tile + 1 < num_col_tiles:
+                col2 = ((start + tile + 1) % num_col_tiles) * BLOCK_N
+                g2, loss_rows, g_rows, ds_rows = _sweep_tile(
+                    a_ptr, b_ptr, accb_ptr, scale, row0, col2, offs_m, mask_m, n_rows, n_cols, n_dims, stride_am,
+                    stride_ad, stride_bn, stride_bd, row0_ptr, row1_ptr, col0_ptr, col1_ptr, bias_ptr, offset_a,
+                    offset_b, inv_norm, loss_rows, g_rows, ds_rows, GRAD_TILE, BLOCK_M, BLOCK_N, BLOCK_K, ACC_A, ACC_B,
+                    WRITE_LOSS, WRITE_GSUM, WRITE_DS, PRECISION, UPCAST,
+                )  # fmt: skip
+        if ACC_A:
+            _accumulate(
+                g, g2, b_ptr, acc_ptr, col0, col2, row0, n_cols, n_rows, n_dims, stride_bn, stride_bd, BLOCK_N,
+                BLOCK_M, BLOCK_K, PRECISION, UPCAST, False, GROUP_N == 2,
+            )  # fmt: skip
         if ACC_A or ACC_B:
-            g = g.to(b_ptr.dtype.element_ty)
-            if UPCAST:
-                g = g.to(tl.float32)
-            if ACC_A:
-                _accumulate(
-                    g, b_ptr, acc_ptr, col0, row0, n_cols, n_rows, n_dims, stride_bn, stride_bd, BLOCK_N, BLOCK_M,
-                    BLOCK_K, PRECISION, UPCAST, False,
-                )  # fmt: skip
-            if ACC_B:
-                # [BLOCK_N, BLOCK_K] partials of B's gradient; padded rows of G are 0, so masked A rows add nothing.
-                _accumulate(
-                    tl.trans(g), a_ptr, accb_ptr, row0, col0, n_rows, n_cols, n_dims, stride_am, stride_ad, BLOCK_M,
-                    BLOCK_N, BLOCK_K, PRECISION, UPCAST, True,
-                )  # fmt: skip
             # The next column tile re-reads these accumulator rows, possibly in other threads of this program.
             tl.debug_barrier()
     if WRITE_DS:

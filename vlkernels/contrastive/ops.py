@@ -142,8 +142,8 @@ def _grad_rows(
     _grad_sweep_kernel[(triton.cdiv(n, t.block_m),)](
         a, b, scale, *rows, *cols, bias, out.get("ga"), out.get("gb"), out.get("ds"), out.get("loss"), out.get("gsum"),
         n, m, d, a.stride(0), a.stride(1), b.stride(0), b.stride(1), offset_a, offset_b, inv_norm,
-        GRAD_TILE=grad_tile, BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_K=t.block_k, num_warps=t.num_warps,
-        num_stages=t.num_stages,
+        GRAD_TILE=grad_tile, BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_K=t.block_k, GROUP_N=t.group_n,
+        num_warps=t.num_warps, num_stages=t.num_stages,
     )  # fmt: skip
     return out
 

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from vlkernels.boxes import rle_counts as _rc
+from vlkernels.core.distributed import all_gather_rows
 from vlkernels.detection import inputs
 from vlkernels.detection.cocoeval import COCOeval, summarize_dets, summary_value
 
@@ -299,20 +300,6 @@ class MeanAveragePrecision:
 _FIELDS = ("boxes", "scores", "labels", "masks", "iscrowd", "area")
 
 
-def _all_gather_1d(t: torch.Tensor) -> list[torch.Tensor]:
-    """Every rank's 1-D tensor (lengths may differ): sizes first, then the data padded to the longest."""
-    dist = torch.distributed
-    world = dist.get_world_size()
-    sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(world)]
-    dist.all_gather(sizes, torch.tensor([t.numel()], dtype=torch.int64))
-    longest = max(int(x) for x in sizes)
-    pad = torch.zeros(longest, dtype=t.dtype)
-    pad[: t.numel()] = t
-    outs = [torch.zeros(longest, dtype=t.dtype) for _ in range(world)]
-    dist.all_gather(outs, pad)
-    return [o[: int(x)] for o, x in zip(outs, sizes)]
-
-
 def _gather_items(items: list[dict]) -> list[list[dict]]:
     """Each rank's list of per-image tensor dicts, exchanged as flat tensors (shape table + data per field)."""
     per_rank: list[list[dict]] | None = None
@@ -329,13 +316,13 @@ def _gather_items(items: list[dict]) -> list[list[dict]]:
             shapes.append([v.dim(), *dims[:3]])
             flat.append(v.reshape(-1).to(torch.uint8 if v.dtype == torch.bool else v.dtype))
         code = torch.tensor([_DTYPES.index(dtype) if dtype is not None else -1], dtype=torch.int64)
-        codes = _all_gather_1d(code)
+        codes = all_gather_rows(code)
         known = [int(c) for c in codes if int(c) >= 0]
         wire = _DTYPES[known[0]] if known else torch.float64
         wire = torch.uint8 if wire == torch.bool else wire
         data = torch.cat(flat).to(wire) if flat else torch.zeros(0, dtype=wire)
         table = torch.tensor(shapes, dtype=torch.int64).reshape(-1)
-        tables, datas = _all_gather_1d(table), _all_gather_1d(data)
+        tables, datas = all_gather_rows(table), all_gather_rows(data)
         if per_rank is None:
             per_rank = [[{} for _ in range(t.numel() // 4)] for t in tables]
         for r, (tab, dat) in enumerate(zip(tables, datas)):

@@ -132,11 +132,9 @@ def count_both(
     with _single_threaded():
         _run(pass1, n_workers)
     if group is not None:
-        import torch.distributed as dist
+        from vlkernels.retrieval.distributed import all_reduce
 
-        ct = torch.from_numpy(c_thr)
-        dist.all_reduce(ct, op=dist.ReduceOp.MAX, group=group)
-        c_thr = ct.numpy()
+        c_thr = all_reduce(torch.from_numpy(c_thr), "max", group).numpy()
 
     np_dtype = np.float64 if cols.dtype == torch.float64 else np.float32
     # Row pairs as CSR over local rows (global pair offsets), thresholds in the compute dtype.
@@ -215,10 +213,9 @@ def count_both(
             c_above[blk.plan.pairs] = (blk.plan.take(blk.cnt, slot_major=True) if blk.act is None else blk.cnt).numpy()
     r_above = np.where(r_local, r_above, 0)
     if group is not None:
-        import torch.distributed as dist
+        from vlkernels.retrieval.distributed import all_reduce
 
-        both = torch.from_numpy(np.concatenate([r_above, c_above]))
-        dist.all_reduce(both, op=dist.ReduceOp.SUM, group=group)
+        both = all_reduce(torch.from_numpy(np.concatenate([r_above, c_above])), "sum", group)
         r_above, c_above = both[: len(rq)].numpy(), both[len(rq) :].numpy()
     return r_above, c_above
 

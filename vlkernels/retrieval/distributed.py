@@ -8,13 +8,7 @@ from __future__ import annotations
 
 import torch
 
-
-def _comm_device(group) -> torch.device:
-    import torch.distributed as dist
-
-    if dist.get_backend(group) == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
+from vlkernels.core.distributed import comm_device
 
 
 def shard_layout(n_local: int, group, error: str | None = None, **meta) -> tuple[int, int]:
@@ -53,7 +47,7 @@ def all_reduce(t: torch.Tensor, op: str, group) -> torch.Tensor:
     """``op`` ("sum" or "max") over the group; returns a tensor on ``t``'s device."""
     import torch.distributed as dist
 
-    x = t.to(_comm_device(group)).contiguous()
+    x = t.to(comm_device(group)).contiguous()
     dist.all_reduce(x, op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX}[op], group=group)
     return x.to(t.device)
 
@@ -62,7 +56,7 @@ def all_gather_cat(t: torch.Tensor, group, dim: int = 1) -> torch.Tensor:
     """Every rank's ``t`` (same shape on all ranks) concatenated along ``dim`` in rank order, on ``t``'s device."""
     import torch.distributed as dist
 
-    x = t.to(_comm_device(group)).contiguous()
+    x = t.to(comm_device(group)).contiguous()
     parts = [torch.empty_like(x) for _ in range(dist.get_world_size(group))]
     dist.all_gather(parts, x, group=group)
     return torch.cat(parts, dim).to(t.device)

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from vlkernels.core.distributed import all_gather_rows
 from vlkernels.retrieval.functional import RetrievalResult, _check_ks, _check_policy, evaluate
 
 
@@ -187,9 +188,9 @@ class RetrievalMetric:
             texts = torch.zeros(0, dim, dtype=txt_dtype)
         rank = dist.get_rank(self.group)
         img_off = sum(m[0] for m in meta[:rank])
-        imgs = _all_gather_rows(local, [m[0] for m in meta], self.group)
-        labs = _all_gather_rows(torch.from_numpy(labels + img_off)[:, None], [m[1] for m in meta], self.group)
-        return imgs, texts, labs[:, 0].numpy()
+        imgs = torch.cat(all_gather_rows(local.cpu(), self.group))
+        labs = torch.cat(all_gather_rows(torch.from_numpy(labels + img_off), self.group))
+        return imgs, texts, labs.numpy()
 
     def reset(self) -> None:
         """Drop every batch (and the spill files)."""
@@ -203,17 +204,3 @@ class RetrievalMetric:
             self.reset()
         except Exception:  # interpreter shutdown: the files may already be gone
             pass
-
-
-def _all_gather_rows(x: torch.Tensor, sizes: list[int], group) -> torch.Tensor:
-    """Variable-length all_gather along rows (padded to the longest), on the device the backend wants."""
-    import torch.distributed as dist
-
-    from vlkernels.retrieval.distributed import _comm_device
-
-    dev = _comm_device(group)
-    pad = torch.zeros((max(sizes), *x.shape[1:]), dtype=x.dtype, device=dev)
-    pad[: x.shape[0]] = x.to(dev)
-    parts = [torch.empty_like(pad) for _ in sizes]
-    dist.all_gather(parts, pad, group=group)
-    return torch.cat([p[:n] for p, n in zip(parts, sizes)]).cpu()

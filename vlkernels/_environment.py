@@ -1,0 +1,123 @@
+"""The one reader of the environment a result or a self-test ran in (``vlkernels bench``, ``vlkernels selftest``)."""
+
+from __future__ import annotations
+
+import datetime
+import importlib
+import os
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+
+def device_name(device: str) -> str:
+    import torch
+
+    if device == "cuda":
+        return torch.cuda.get_device_name()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"{line.split(':', 1)[1].strip()} ({torch.get_num_threads()} threads)"
+    except OSError:
+        pass
+    return platform.processor() or "cpu"
+
+
+_ISA = (
+    "sse4_2",
+    "avx",
+    "avx2",
+    "fma",
+    "bmi2",
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "avx512_vpopcntdq",
+    "avx512vbmi",
+    "avx512_bf16",
+    "avx512_vnni",
+    "amx_tile",
+    "asimd",
+    "sve",
+)
+
+
+def cpu_info() -> dict[str, Any]:
+    """The host CPU: model name, vendor, logical cores and the SIMD flags the C++ kernels may dispatch on. Recorded
+    with every result, because CPU figures do not carry across CPU families."""
+    info: dict[str, Any] = {"model": platform.processor() or platform.machine(), "vendor": None, "isa": []}
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return info
+    for line in text.splitlines():
+        key, _, val = line.partition(":")
+        key, val = key.strip(), val.strip()
+        if key == "model name" and info["model"] in ("", platform.machine(), platform.processor()):
+            info["model"] = val
+        elif key == "vendor_id":
+            info["vendor"] = val
+        elif key in ("flags", "Features"):
+            flags = set(val.split())
+            info["isa"] = [f for f in _ISA if f in flags]
+            break
+    info["logical_cpus"] = os.cpu_count()
+    return info
+
+
+def environment(device: str) -> dict[str, Any]:
+    """What a result was measured on: the device (GPU name, compute capability and driver on CUDA; the CPU's model and
+    SIMD flags always), library versions, the kernel backend in use, the git commit of the checkout and the date."""
+    import torch
+
+    import vlkernels
+    from vlkernels._triton import get_backend, interpreting, triton_version
+
+    versions = {
+        "vlkernels": vlkernels.__version__,
+        "torch": torch.__version__,
+        "triton": triton_version(),
+        "python": platform.python_version(),
+    }
+    for mod in ("numpy", "torchvision", "pycocotools", "faiss", "open_clip", "pycocoevalcap"):
+        try:
+            versions[mod] = getattr(importlib.import_module(mod), "__version__", "installed")
+        except Exception:
+            versions[mod] = None
+    cuda = device == "cuda"
+    return {
+        "device": device,
+        "device_name": device_name(device),
+        "capability": list(torch.cuda.get_device_capability()) if cuda else None,
+        "driver": _nvidia_driver() if cuda else None,
+        "cuda": torch.version.cuda if cuda else None,
+        "cpu": cpu_info(),
+        "versions": versions,
+        "backend": get_backend(),
+        "triton_interpret": interpreting(),
+        "git_sha": _git_sha(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def _nvidia_driver() -> str | None:
+    try:
+        smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=10)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return smi.stdout.strip().splitlines()[0] if smi.returncode == 0 and smi.stdout.strip() else None
+
+
+def _git_sha() -> str | None:
+    """The commit of the source checkout vlkernels runs from (None when installed from a wheel)."""
+    import vlkernels
+
+    try:
+        root = Path(vlkernels.__file__).resolve().parent.parent
+        cmd = ["git", "rev-parse", "--short", "HEAD"]
+        return subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=5).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
