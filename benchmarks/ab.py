@@ -70,10 +70,11 @@ def _round(checkout: Path, families: list[str]) -> tuple[dict[tuple[str, str], f
 
 
 def _revision(checkout: Path) -> str:
-    """The checkout's commit (short sha, "+dirty" with uncommitted changes), or its path outside git."""
+    """The checkout's commit (short sha, "+dirty" with uncommitted changes). Rows name commits only, never a local
+    path: a row must mean the same on every machine."""
     sha = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     if sha.returncode != 0:
-        return str(checkout)
+        raise SystemExit(f"{checkout.name}: not a git checkout; ab.py compares commits (a row names each side's sha)")
     dirty = subprocess.run(["git", "-C", str(checkout), "status", "--porcelain", "--untracked-files=no"],
                            capture_output=True, text=True).stdout.strip()  # fmt: skip
     return sha.stdout.strip() + ("+dirty" if dirty else "")

@@ -1,39 +1,24 @@
-"""PTB tokenization of raw captions: vlkernels' C++ tokenizer against pycocoevalcap's Java PTBTokenizer."""
+"""PTB tokenization of raw captions: vlkernels' C++ tokenizer against pycocoevalcap's Java PTBTokenizer, on the raw
+COCO Karpathy-test captions shipped in the package (vlkernels.data)."""
 
 from __future__ import annotations
 
-import gzip
-import json
-import random
+import itertools
 import shutil
-from pathlib import Path
 
 from vlkernels.captioning._text import tokenize_dicts
 from vlkernels.captioning.tokenizer import PTBTokenizer, ptb_tokenize
-from vlkernels.testing import shared_data_dir
+from vlkernels.data import karpathy_test_captions, leave_one_out
 
 from .harness import Bench, register
 
-_GOLDEN = "coco_val2014_captions_reconstructed.json.gz"
-
-
-def _shared(name: str) -> Path | None:
-    root = shared_data_dir()
-    path = None if root is None else root / "captions" / "golden" / name
-    return path if path is not None and path.is_file() else None
+_VAL2014_CAPTIONS = 202654  # COCO val2014's caption count: the full case's size
 
 
 def _captions(n: int) -> list[str]:
-    """The first n COCO val2014 captions from the shared data (all 202,654 for n=-1), else synthetic ones."""
-    path = _shared(_GOLDEN)
-    if path is not None:
-        caps = [c for v in json.load(gzip.open(path)).values() for c in v]
-        return caps if n < 0 else caps[:n]
-    rng = random.Random(0)
-    words = (
-        "a man woman dog on the of with in is red two people street sign Mr. U.S. isn't it's (left) \"stop\"".split()
-    )
-    return [" ".join(rng.choice(words) for _ in range(rng.randint(6, 14))) + "." for _ in range(n if n > 0 else 202654)]
+    """n raw COCO captions: the shipped 25,010 Karpathy-test captions, repeated in order to reach n."""
+    caps = [c for v in karpathy_test_captions().values() for c in v]
+    return list(itertools.islice(itertools.cycle(caps), n))
 
 
 def _java(caps: list[str]) -> list[str]:
@@ -43,7 +28,7 @@ def _java(caps: list[str]) -> list[str]:
     return [out[i][0] for i in range(len(caps))]
 
 
-@register("captioning", "ptb_tokenize", quick={"n": 20000}, full={"n": -1}, devices=("cpu",))
+@register("captioning", "ptb_tokenize", quick={"n": 20000}, full={"n": _VAL2014_CAPTIONS}, devices=("cpu",))
 def _ptb_tokenize(n: int, device: str) -> Bench:
     caps = _captions(n)
     providers = {"vlkernels": lambda: ptb_tokenize(caps)}
@@ -62,21 +47,19 @@ def _ptb_tokenize(n: int, device: str) -> Bench:
         check=check,
         bytes=sum(len(c.encode()) for c in caps),
         repeats=1,
-        notes=f"{len(caps)} raw captions",
+        notes=f"{len(caps)} raw COCO captions (the shipped Karpathy-test captions, repeated to this count)",
     )
 
 
 @register("captioning", "ptb_tokenize_karpathy", quick={"images": 1000}, full={"images": 5000}, devices=("cpu",))
 def _ptb_tokenize_karpathy(images: int, device: str) -> list[Bench]:
-    """The tokenizer half of CIDEr-D from raw strings: Karpathy-test refs (5 per image) and one candidate per image,
-    as {id: [{"caption": str}]} dicts, tokenized one dict at a time as pycocoevalcap's evaluation does."""
-    refs_path, preds_path = _shared("karpathy_test_refs_raw.json"), _shared("karpathy_test__ersan_vis.json")
-    if refs_path is None or preds_path is None:
-        return []
-    refs, preds = json.load(open(refs_path)), json.load(open(preds_path))
-    ids = preds["image_ids_in_scorer_order"][:images]
-    gts = {k: [{"caption": c} for c in refs[k]] for k in ids}
-    res = {k: [{"caption": preds["candidates_raw"][k]}] for k in ids}
+    """The tokenizer half of CIDEr-D from raw strings: Karpathy-test refs (4-5 per image, shipped) and one candidate
+    per image (the held-out human caption), as {id: [{"caption": str}]} dicts, tokenized one dict at a time as
+    pycocoevalcap's evaluation does."""
+    caps = karpathy_test_captions()
+    refs, cands = leave_one_out({k: caps[k] for k in list(caps)[:images]})
+    gts = {k: [{"caption": c} for c in v] for k, v in refs.items()}
+    res = {k: [{"caption": c} for c in v] for k, v in cands.items()}
     providers = {
         "vlkernels": lambda: tokenize_dicts(gts, res),
         "vlkernels_PTBTokenizer": lambda: (PTBTokenizer().tokenize(gts), PTBTokenizer().tokenize(res)),
@@ -100,6 +83,6 @@ def _ptb_tokenize_karpathy(images: int, device: str) -> list[Bench]:
             check=check,
             bytes=sum(len(c["caption"].encode()) for d in (gts, res) for v in d.values() for c in v),
             repeats=3,
-            notes=f"{images} Karpathy-test images: {n} raw captions in two dicts (refs, candidates)",
+            notes=f"{images} Karpathy-test images (shipped): {n} raw captions in two dicts (refs, held-out candidate)",
         )
     ]

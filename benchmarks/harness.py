@@ -124,8 +124,20 @@ def _reset_cpu_peak() -> int | None:
     return _proc_status_bytes("VmRSS")
 
 
-def time_runs(fn: Callable[[], Any], device: str, warmup: int, repeats: int) -> dict[str, Any]:
-    """Time fn: warm-up, then `repeats` runs (CUDA-event timed on GPU); median, extremes and IQR."""
+def _stats(times: list[float]) -> dict[str, Any]:
+    """Median, extremes and IQR of a list of run times."""
+    times = sorted(times)
+    q1, q3 = (statistics.quantiles(times, n=4)[0::2]) if len(times) >= 2 else (times[0], times[0])
+    return {
+        "median_s": statistics.median(times),
+        "min_s": times[0],
+        "max_s": times[-1],
+        "iqr_s": q3 - q1,
+        "runs": len(times),
+    }
+
+
+def _run_times(fn: Callable[[], Any], device: str, warmup: int, repeats: int) -> list[float]:
     for _ in range(warmup):
         fn()
     _sync(device)
@@ -142,15 +154,62 @@ def time_runs(fn: Callable[[], Any], device: str, warmup: int, repeats: int) -> 
             t0 = time.perf_counter()
             fn()
             times.append(time.perf_counter() - t0)
-    times.sort()
-    q1, q3 = (statistics.quantiles(times, n=4)[0::2]) if len(times) >= 2 else (times[0], times[0])
-    return {
-        "median_s": statistics.median(times),
-        "min_s": times[0],
-        "max_s": times[-1],
-        "iqr_s": q3 - q1,
-        "runs": len(times),
-    }
+    return times
+
+
+def time_runs(fn: Callable[[], Any], device: str, warmup: int, repeats: int) -> dict[str, Any]:
+    """Time fn: warm-up, then `repeats` runs (CUDA-event timed on GPU); median, extremes and IQR."""
+    return _stats(_run_times(fn, device, warmup, repeats))
+
+
+def _busy_loop(cores: set[int]) -> None:
+    os.sched_setaffinity(0, cores)
+    while True:
+        pass
+
+
+@contextlib.contextmanager
+def contention(processes: int):
+    """`processes` busy-loop processes pinned to the cores this process may run on, for the duration of the block:
+    the load of a data loader or another job beside an evaluation. Started (and stopped) as whole processes, so
+    the timed code shares the cores with them exactly as it would with any other program."""
+    import multiprocessing
+
+    cores = os.sched_getaffinity(0)
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_busy_loop, args=(cores,), daemon=True) for _ in range(processes)]
+    for p in procs:
+        p.start()
+    time.sleep(0.2)  # every busy process running before the first timed call
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.join()
+
+
+def time_under_load(
+    providers: dict[str, Callable[[], Any]], device: str, repeats: int, processes: int, rounds: int
+) -> dict[str, dict[str, Any]]:
+    """Each provider quiet and beside `processes` busy loops, in `rounds` rounds; within a round the providers run
+    one after the other (their order reversed every other round), each quiet then loaded, so a drift of the
+    machine's own load falls on every provider alike. Returns per provider the quiet statistics with a "loaded"
+    entry (statistics of the loaded runs) and "slowdown" (loaded median / quiet median)."""
+    quiet: dict[str, list[float]] = {name: [] for name in providers}
+    loaded: dict[str, list[float]] = {name: [] for name in providers}
+    names = list(providers)
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            quiet[name] += _run_times(providers[name], device, 1, repeats)
+            with contention(processes):
+                loaded[name] += _run_times(providers[name], device, 1, repeats)
+    out = {}
+    for name in names:
+        q, lo = _stats(quiet[name]), _stats(loaded[name])
+        out[name] = {**q, "loaded": lo, "slowdown": lo["median_s"] / q["median_s"] if q["median_s"] > 0 else None}
+    return out
 
 
 def peak_memory(fn: Callable[[], Any], device: str) -> int | None:
@@ -198,7 +257,11 @@ def _quiet_fds():
             os.close(fd)
 
 
-def run_case(case: Case, device: str, quick: bool, warmup: int = 1, repeats: int = 5) -> list[dict[str, Any]]:
+def run_case(
+    case: Case, device: str, quick: bool, warmup: int = 1, repeats: int = 5, load: int = 0, rounds: int = 3
+) -> list[dict[str, Any]]:
+    """Every Bench of a case: the check, then each provider timed (quiet, or quiet and under `load` busy processes
+    in `rounds` alternating rounds), then each provider's peak memory."""
     params = case.quick if quick else case.full
     try:
         with _quiet_fds():
@@ -226,14 +289,20 @@ def run_case(case: Case, device: str, quick: bool, warmup: int = 1, repeats: int
         results = {}
         if status == "ok":
             with _quiet_fds():
-                for name, fn in b.providers.items():
-                    results[name] = time_runs(fn, device, warmup, b.repeats or repeats)
+                if load:
+                    results = time_under_load(b.providers, device, b.repeats or repeats, load, rounds)
+                else:
+                    for name, fn in b.providers.items():
+                        results[name] = time_runs(fn, device, warmup, b.repeats or repeats)
                 for name, fn in b.providers.items():
                     results[name]["peak_mem_bytes"] = peak_memory(fn, device)
         base = results.get(b.baseline) if b.baseline else None
         for r in results.values():
             if base is not None:
                 r["speedup_vs_baseline"] = base["median_s"] / r["median_s"] if r["median_s"] > 0 else None
+                if "loaded" in r:
+                    lo, blo = r["loaded"], base["loaded"]
+                    lo["speedup_vs_baseline"] = blo["median_s"] / lo["median_s"] if lo["median_s"] > 0 else None
             if b.flops:
                 r["tflops"] = b.flops / r["median_s"] / 1e12
             if b.bytes:
@@ -250,6 +319,7 @@ def run_case(case: Case, device: str, quick: bool, warmup: int = 1, repeats: int
                 "status": status,
                 "results": results,
                 "notes": b.notes,
+                **({"load": {"busy_processes": load, "rounds": rounds}} if load else {}),
             }
         )
     return rows
@@ -297,6 +367,12 @@ def format_rows(rows: list[dict[str, Any]]) -> str:
                 extra.append(f"{r['tflops']:.2f} TFLOP/s")
             if "roofline_pct" in r:
                 extra.append(f"{r['roofline_pct']:.0f}% of limit (model)")
+            if "loaded" in r:
+                lo = r["loaded"]
+                vs = ""
+                if name != base and "speedup_vs_baseline" in lo:
+                    vs = f", {lo['speedup_vs_baseline']:.2f}x vs {base}"
+                extra.append(f"loaded {lo['median_s'] * 1e3:.3f} ms ({r['slowdown']:.2f}x slower{vs})")
             spread = f"[{r['min_s'] * 1e3:.2f}, {r['max_s'] * 1e3:.2f}]"
             role = " (anchor)" if name == base else ""
             lines.append(
@@ -318,10 +394,16 @@ def summary(rows: list[dict[str, Any]]) -> str:
         if ours is None or base not in row["results"]:
             continue
         r, b = row["results"][ours], row["results"][base]
-        lines.append(
+        line = (
             f"  {what:<52} {r['median_s'] * 1e3:10.2f} ms vs {base} {b['median_s'] * 1e3:10.2f} ms"
             f"  {r['speedup_vs_baseline']:8.2f}x"
         )
+        if "loaded" in r:
+            line += (
+                f" | loaded {r['loaded']['median_s'] * 1e3:.2f} vs {b['loaded']['median_s'] * 1e3:.2f} ms"
+                f" {r['loaded']['speedup_vs_baseline']:.2f}x (slowdown {r['slowdown']:.2f}x vs {b['slowdown']:.2f}x)"
+            )
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -391,26 +473,34 @@ def run(
     json_path: Path | None,
     plot_path: Path | None,
     echo: Callable[[str], None] = print,
+    load: int = 0,
+    rounds: int = 3,
 ) -> int:
-    """Run the selected families' cases; returns a process exit code (1 when a check fails)."""
+    """Run the selected families' cases; returns a process exit code (1 when a check fails). With `load` > 0 every
+    provider is timed quiet and beside that many busy-loop processes on the same cores (`rounds` rounds)."""
+    if load < 0 or rounds < 1:
+        raise ValueError(f"--load takes a count of busy processes >= 0 and --rounds a count >= 1; got {load}, {rounds}")
     known = discover()
     selected = families or known
     unknown = [f for f in selected if f not in REGISTRY]
     if unknown:
         echo(f"unknown benchmark family {unknown}; known: {known}")
         return 2
-    env = environment(device)
+    # The machine's load when the run started (1, 5, 15 min): other processes on the cores inflate every time.
+    env = {**environment(device), "loadavg": [round(x, 2) for x in os.getloadavg()]}
     cpu = env["cpu"]
     echo(
         f"device: {env['device_name']} | CPU {cpu['model']} ({cpu.get('logical_cpus')} logical, {' '.join(cpu['isa'])})"
         f" | torch {env['versions']['torch']} | vlkernels {env['versions']['vlkernels']}"
     )
+    if load:
+        echo(f"load: every provider timed quiet and beside {load} busy-loop processes on its cores, {rounds} rounds")
     all_rows, failed = [], False
     for fam in selected:
         for case in REGISTRY[fam].values():
             if device not in case.devices:
                 continue
-            rows = run_case(case, device, quick)
+            rows = run_case(case, device, quick, load=load, rounds=rounds)
             failed |= any(r["status"].startswith("check failed") for r in rows)
             echo(format_rows(rows))
             all_rows += rows

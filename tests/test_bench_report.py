@@ -76,3 +76,84 @@ def test_shipped_karpathy_captions_score_like_pycocoevalcap():
     theirs = PCider().compute_score(refs, cands)
     assert abs(ours[0] - theirs[0]) <= 1e-12
     assert max(abs(a - b) for a, b in zip(ours[1], theirs[1])) <= 1e-12
+
+
+def _spin(seconds: float) -> int:
+    """CPU-bound work for about `seconds` of one core (a Python loop: holds its core, as a kernel would)."""
+    end, n = __import__("time").thread_time() + seconds, 0
+    while __import__("time").thread_time() < end:
+        n += 1
+    return 1
+
+
+def test_bench_under_load_times_quiet_and_loaded(harness, tmp_path):
+    import multiprocessing
+
+    seen = []
+
+    def ours():
+        seen.append(len(multiprocessing.active_children()))
+        return _spin(0.01)
+
+    @harness.register("fake", "loaded", quick={"n": 1})
+    def _(n, device):
+        return harness.Bench(providers={"vlkernels": ours, "anchor": lambda: _spin(0.01)}, baseline="anchor", repeats=2)
+
+    lines = []
+    js = tmp_path / "r.jsonl"
+    assert harness.run(["fake"], "cpu", True, js, None, echo=lines.append, load=2, rounds=2) == 0
+    row = json.loads(js.read_text())
+    assert row["load"] == {"busy_processes": 2, "rounds": 2}
+    for name in ("vlkernels", "anchor"):
+        r = row["results"][name]
+        assert r["runs"] == r["loaded"]["runs"] == 4  # 2 rounds x 2 repeats, quiet and loaded
+        assert r["slowdown"] == pytest.approx(r["loaded"]["median_s"] / r["median_s"])
+    assert "speedup_vs_baseline" in row["results"]["vlkernels"]["loaded"]
+    # The check run, the quiet runs and the memory run saw no busy process; the loaded runs (warm-up included) both.
+    assert seen.count(2) == 2 * (1 + 2) and seen.count(0) == 1 + 2 * (1 + 2) + 1
+    assert multiprocessing.active_children() == []
+    assert "loaded" in "\n".join(lines) and "slowdown" in "\n".join(lines)
+
+
+def test_bench_load_rejects_bad_counts(harness):
+    with pytest.raises(ValueError, match="busy processes >= 0"):
+        harness.run(["fake"], "cpu", True, None, None, load=-1)
+    with pytest.raises(ValueError, match="--rounds a count >= 1"):
+        harness.run(["fake"], "cpu", True, None, None, load=1, rounds=0)
+
+
+@pytest.mark.parametrize("case", ["cider_val2014", "coco_files", "ptb_tokenize", "ptb_tokenize_karpathy"])
+def test_main_job_caption_cases_run_on_shipped_data(harness, monkeypatch, tmp_path, case):
+    """The main job's caption cases build their rows from the package's data alone (no data folder beside it)."""
+    pytest.importorskip("pycocoevalcap")
+    monkeypatch.setenv("VLKERNELS_SHARED_DATA", str(tmp_path / "absent"))
+    c = harness.REGISTRY["captioning"][case]
+    benches = c.fn(**c.quick, device="cpu")
+    benches = benches if isinstance(benches, list) else [benches]
+    assert benches and all("vlkernels" in b.providers for b in benches)
+    assert not any("shared" in b.notes for b in benches)
+
+
+def test_generated_val2014_captions_follow_the_shipped_statistics(harness):
+    """The val2014-sized CIDEr case's captions: the bigram model of the shipped captions reproduces their caption
+    lengths and word frequencies (mean length within 0.3 tokens; each of the 20 most frequent words within 10% of
+    its shipped frequency: ~100k generated tokens put a 2%-word's sampling error near 2%)."""
+    import importlib
+    from collections import Counter
+
+    from vlkernels.captioning import ptb_tokenize
+    from vlkernels.data import karpathy_test_captions
+
+    generated_captions = importlib.import_module(harness.__package__ + ".bench_captioning").generated_captions
+    shipped = [t.split() for t in ptb_tokenize([c for v in karpathy_test_captions().values() for c in v])]
+    gen = generated_captions(2000)
+    assert len(gen) == 2000 and all(len(v) == 5 for v in gen.values())
+    made = [c.split() for v in gen.values() for c in v]
+    mean = lambda caps: sum(map(len, caps)) / len(caps)
+    assert abs(mean(made) - mean(shipped)) < 0.3
+    freq = lambda caps: Counter(w for c in caps for w in c)
+    f_made, f_shipped = freq(made), freq(shipped)
+    n_made, n_shipped = f_made.total(), f_shipped.total()
+    for w, count in f_shipped.most_common(20):
+        assert f_made[w] / n_made == pytest.approx(count / n_shipped, rel=0.1), w
+    assert generated_captions(2000) == gen  # deterministic

@@ -35,6 +35,13 @@ def test_bench_unknown_family_fails(capsys):
     assert main(["bench", "nosuchfamily", "--quick"]) == 2
 
 
+@pytest.mark.parametrize("args", [["--load", "-1"], ["--load", "x"], ["--load", "1", "--rounds", "0"]])
+def test_bench_load_options_reject_bad_counts(args, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "core", "--quick", *args])
+    assert e.value.code == 2 and "expected an integer >=" in capsys.readouterr().err
+
+
 def test_entry_point_runs():
     r = subprocess.run([sys.executable, "-m", "vlkernels.cli", "info"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr

@@ -42,7 +42,7 @@ def test_metrics_equal_torchmetrics(seed, empty, k):
     got, _ = rank_metrics(queries, gallery, pos, ks=1, top_k=k, empty=POLICY[empty])
     cut = "" if k is None else f"@{k}"
     # torchmetrics works in fp32 on at most m terms per query: m fp32 roundings of values <= 1.
-    tol = 4 * scores.shape[1] * np.finfo(np.float32).eps
+    tol = 4 * scores.shape[1] * float(np.finfo(np.float32).eps)  # pytest.approx takes Python numbers only
     kw = dict(empty_target_action=empty)
     want = {
         f"mAP{cut}": _torchmetrics(tm.RetrievalMAP, scores, rel, top_k=k, **kw),
@@ -64,11 +64,11 @@ def test_graded_ndcg_equals_torchmetrics(seed, k):
     got, _ = rank_metrics(queries, gallery, pos, ks=1, top_k=k, empty="skip")
     want = _torchmetrics(tm.RetrievalNormalizedDCG, scores, rel, top_k=k, empty_target_action="skip")
     key = "NDCG" if k is None else f"NDCG@{k}"
-    assert got[key] == pytest.approx(want, abs=4 * scores.shape[1] * np.finfo(np.float32).eps)
+    assert got[key] == pytest.approx(want, abs=4 * scores.shape[1] * float(np.finfo(np.float32).eps))
     # The binary metrics count every graded pair as relevant (torchmetrics: target > 0).
     got_map = rank_metrics(queries, gallery, pos, top_k=k, empty="skip")[0]["mAP" if k is None else f"mAP@{k}"]
     want_map = _torchmetrics(tm.RetrievalMAP, scores, rel > 0, top_k=k, empty_target_action="skip")
-    assert got_map == pytest.approx(want_map, abs=4 * scores.shape[1] * np.finfo(np.float32).eps)
+    assert got_map == pytest.approx(want_map, abs=4 * scores.shape[1] * float(np.finfo(np.float32).eps))
 
 
 @pytest.mark.parametrize("k", [1, 3, 100])

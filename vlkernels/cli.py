@@ -51,6 +51,21 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _count(minimum: int):
+    """argparse type: an integer >= minimum (a usage error naming the bound otherwise)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text!r}")
+        return value
+
+    return parse
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     import torch
 
@@ -58,7 +73,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print("error: --device cuda but no CUDA device is visible", file=sys.stderr)
         return 2
     harness = _benchmarks()
-    return harness.run(args.families or None, args.device, args.quick, args.json, args.plot)
+    return harness.run(
+        args.families or None, args.device, args.quick, args.json, args.plot, load=args.load, rounds=args.rounds
+    )
 
 
 def cmd_gpu_profile(args: argparse.Namespace) -> int:
@@ -122,6 +139,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     bench.add_argument("--json", type=Path, default=None, help="append results as JSON lines to this file")
     bench.add_argument("--plot", type=Path, default=None, help="write a PNG bar chart of the medians")
+    bench.add_argument(
+        "--load", type=_count(0), default=0, metavar="N", help="also time every provider beside N busy processes"
+    )
+    bench.add_argument("--rounds", type=_count(1), default=3, help="alternating quiet/loaded rounds with --load")
     bench.set_defaults(func=cmd_bench)
     _register_gpu(sub)
     for mod_name in FAMILY_CLIS:
