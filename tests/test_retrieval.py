@@ -1,4 +1,4 @@
-"""Retrieval metrics and top-K against independent references: the seed task's code (verbatim), eccv_caption's
+"""Retrieval metrics and top-K against independent references: the reference script's code (verbatim), eccv_caption's
 metric functions, faiss IndexFlatIP, and the worked examples of seed 000."""
 
 import warnings

@@ -1,4 +1,4 @@
-"""Ctrl-C during a long retrieval call on the CPU engine's worker threads (issue 12 item 8): KeyboardInterrupt within
+"""Ctrl-C during a long retrieval call on the CPU engine's worker threads: KeyboardInterrupt within
 0.5 s, and the next call runs normally. The workers are Python threads that each call C++ per tile; a SIGINT may be
 delivered to any of them, and only the main thread runs Python's handlers, so the calling thread must wake by itself
 and stop the workers."""

@@ -1,4 +1,4 @@
-"""Retrieval's device paths behind the backend switch (issue 14 item 4), every branch on CPU: the auto decision with
+"""Retrieval's device paths behind the backend switch, every branch on CPU: the auto decision with
 monkeypatched device capabilities, the chunked torch path against the float64 reference, and a Triton compile
 failure forced through the interpreter (falls back with a warning; surfaces when Triton is forced)."""
 
