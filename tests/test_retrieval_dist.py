@@ -1,5 +1,6 @@
 """The Triton retrieval path streamed in device chunks and sharded over real gloo groups (kernels interpreted on CPU
-under TRITON_INTERPRET=1), against the fp64 full-matrix reference, the reference script's code, and the unsharded CPU path."""
+under TRITON_INTERPRET=1), against the fp64 full-matrix reference, the reference script's code, and the unsharded
+CPU path."""
 
 import json
 import os
