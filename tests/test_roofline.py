@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
@@ -106,46 +105,84 @@ def test_every_program_of_a_sweep_moves_its_share(monkeypatch):
 
 def _retrieval_inputs(dtype, n_q=37, n_g=45, d=D):
     g = torch.Generator().manual_seed(2)
-    return torch.randn(n_q, d, generator=g).to(dtype), torch.randn(n_g, d, generator=g).to(dtype)
+    q = torch.randn(n_q, d, generator=g, dtype=torch.float64)
+    gal = torch.randn(n_g, d, generator=g, dtype=torch.float64)
+    gal[40:] = gal[:5]  # tied gallery rows: undecided pairs for the rank screen
+    return q.to(dtype), gal.to(dtype)
+
+
+def _two_splits(n_g, n_q, block_m, block_n, device):
+    # The interpreter's one "SM" gives one split at these shapes: two splits exercise the per-split terms.
+    half = -(-n_g // 2)
+    per = -(-half // block_n) * block_n  # half the gallery, rounded up to whole column tiles
+    return -(-n_g // per), per
+
+
+def _mask_tiles(rows, cols, t) -> int:
+    """Tiles (of ``t``) holding any of the (row, column) entries a launch reported."""
+    return len({(int(r) // t.block_m, int(c) // t.block_n) for r, c in zip(rows, cols)})
 
 
 @counted_run
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-def test_retrieval_kernels_bytes_equal_the_model(dtype):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.float64])
+def test_retrieval_kernels_bytes_equal_the_model(dtype, monkeypatch):
+    # Byte counts from the interpreter; the data-dependent inputs of the model (mask tiles appended, pairs
+    # re-checked) are read from what the launchers report.
     from vlkernels.retrieval import configs as rc
-    from vlkernels.retrieval import ops as rops
+    from vlkernels.retrieval import triton_screen as ts
 
-    elem = {torch.float32: 4, torch.float16: 2}[dtype]
-    q, g = _retrieval_inputs(dtype)
-    n_q, n_g = q.shape[0], g.shape[0]
-    t = rc.score_tile(q.device, q.dtype)
+    t = rc.Tile(32, 16, 32, 4, 1, max_slots=4)  # BLOCK_M != BLOCK_N; D = 20 < BLOCK_K
+    monkeypatch.setattr(rc, "INTERPRETER", t)
+    monkeypatch.setattr(ts, "_splits", _two_splits)
+    reported = []
+    collect = ts._collect
+    monkeypatch.setattr(ts, "_collect", lambda *a: reported.append(collect(*a)) or reported[-1])
+    cpu = torch.device("cpu")
+    ker = ts.ScreenCount(cpu, dtype)
+    qr, gr = _retrieval_inputs(dtype)
+    q, g = ts.make_operand(qr), ts.make_operand(gr)
+    n_q, n_g = qr.shape[0], gr.shape[0]
+    elem, raw, split = q.h.element_size(), q.raw.element_size(), q.split
+    assert split == (dtype != torch.float16)
+    _, per = _two_splits(n_g, n_q, t.block_m, t.block_n, cpu)
+    assert -(-n_g // per) == 2
 
-    # Ground-truth scores: one program per tile holding pairs.
-    pair_q = np.array([0, 1, 36, 36, 5, 20])
-    pair_g = np.array([0, 44, 3, 40, 33, 33])
-    counted = _counted(rops.gt_scores_fwd, q, g, pair_q, pair_g, t)
-    tiles = {}
-    for a, b in zip(pair_q, pair_g):
-        tiles.setdefault((a // t.block_m, b // t.block_n), []).append(a)
-    spans = [(min(t.block_m, n_q - tm * t.block_m), min(t.block_n, n_g - tn * t.block_n), len(p))
-             for (tm, tn), p in tiles.items()]  # fmt: skip
-    assert counted == roofline.gt_score_traffic(spans, D, elem)
+    # Exact scores of listed pairs (ground truth).
+    rows, cols = torch.tensor([0, 1, 36, 36, 5, 20]), torch.tensor([0, 44, 3, 40, 33, 33])
+    assert _counted(ts.exact_scores, q.raw, g.raw, rows, cols) == roofline.exact_score_traffic(6, D, raw)
 
-    # Rank counting: 3 positive slots, padded to a power of two per launch.
-    width = rops._slot_width(3, t.max_slots)
-    thr = torch.randn(n_q, width, generator=torch.Generator().manual_seed(3))
-    pos = torch.randint(0, n_g, (n_q, width), generator=torch.Generator().manual_seed(4))
-    out = torch.zeros(n_q, width, dtype=torch.int64)
-    counted = _counted(rops._TritonCount(q.device, q.dtype).count, q, g, thr, pos, out)
-    _, per = rops._splits(n_g, n_q, t.block_m, t.block_n, q.device)
-    assert counted == roofline.rank_count_traffic(n_q, n_g, D, elem, t.block_m, t.block_n, width, per)
+    # Rank screen with 3 positive slots (one launch of SLOTS = 4), then the exact re-check of its undecided pairs.
+    gen = torch.Generator().manual_seed(3)
+    pos = torch.randint(0, n_g, (n_q, 3), generator=gen)
+    pos[:, 0] = torch.arange(n_q) % 5  # positives with a tied twin: undecided
+    thr = (q.raw.double() @ g.raw.double().T).gather(1, pos)
+    counted = _counted(ker.count, q, g, thr, pos, torch.zeros(n_q, 3, dtype=torch.int64))
+    ((und_r, und_c, _),) = reported
+    assert ker.rechecked == und_r.numel() > 0
+    model = roofline.rank_screen_traffic(n_q, n_g, D, elem, t.block_m, t.block_n, 4, per, split,
+                                         _mask_tiles(und_r, und_c, t))  # fmt: skip
+    assert counted == model + roofline.exact_score_traffic(und_r.numel(), D, raw)
 
-    # Fused top-k, k + exclusions = 5 -> BLOCK_N 16.
-    block_n = rc.topk_block_n(q.device, q.dtype, 5)
-    counted = _counted(rops._topk_keys, q, g, block_n, 0)
-    tk = rc.topk_tile(q.device, q.dtype, block_n)
-    _, per = rops._splits(n_g, n_q, tk.block_m, block_n, q.device)
-    assert counted == roofline.topk_traffic(n_q, n_g, D, elem, tk.block_m, block_n, per)
+    # Top-k pass A, fused: k + exclusions = 5 -> BLOCK_N 16.
+    block_n = rc.topk_block_n(cpu, dtype, 5)
+    tk = rc.topk_tile(cpu, dtype, block_n)
+    _, per_k = _two_splits(n_g, n_q, tk.block_m, block_n, cpu)
+    counted = _counted(ts._bound_keys, q, g, block_n, 0, ker)
+    assert counted == roofline.topk_bound_traffic(n_q, n_g, D, elem, tk.block_m, block_n, per_k, split)
+
+    # Pass A past the fused budget: dense lower-bound tiles.
+    best = torch.full((n_q, 3), torch.iinfo(torch.int64).min, dtype=torch.int64)
+    counted = _counted(ts._merge_bounds, best, q, g, 0, None, ker)
+    assert counted == roofline.bound_tile_traffic(n_q, n_g, D, elem, t.block_m, t.block_n, split)
+
+    # Pass B: candidates above each query's limit (its 4th best exact score).
+    lim = ts.round32(torch.topk(q.raw.double() @ g.raw.double().T, 4, dim=1).values[:, -1])[1].contiguous()
+    with count_memory_traffic() as c:
+        cand_r, cand_c = ts._candidates(q, g, lim, ker)
+    assert cand_r.numel() >= 4 * n_q
+    model = roofline.topk_collect_traffic(n_q, n_g, D, elem, t.block_m, t.block_n, per, split,
+                                          _mask_tiles(cand_r, cand_c, t))  # fmt: skip
+    assert roofline.Traffic(**c.total) == model
 
 
 def test_training_case_names_its_bounds():

@@ -24,6 +24,7 @@ benchmark harness print a measured time as a percentage of a case's limit ("% of
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -205,35 +206,65 @@ def grad_sweep_traffic(
     return Traffic(load, store, atomic)
 
 
-# Retrieval kernels (vlkernels/retrieval/kernels.py), modelled from their launchers (ops.py) and tiles (configs.py).
-def gt_score_traffic(tiles: list[tuple[int, int, int]], d: int, elem: int) -> Traffic:
-    """``_gt_score_fwd_kernel``: one program per (valid rows, valid columns, pairs) tile: its tile indices and pair
-    range (int64), its operands, and per pair the two int64 indices read and the fp32 score written."""
-    load = sum(32.0 + (r + c) * d * elem + 16.0 * p for r, c, p in tiles)
-    return Traffic(load, sum(4.0 * p for _, _, p in tiles))
+# Retrieval kernels (vlkernels/retrieval/kernels.py), modelled from their launchers (triton_screen.py) and tiles
+# (configs.py). elem: bytes per screen operand element (bf16 halves of fp32 inputs, fp16/bf16 inputs as they are);
+# split: fp32 inputs as two halves (both halves of each operand loaded, three dots). Which tiles hold undecided pairs
+# or top-k candidates depends on the data: ``tiles`` (appended mask tiles) and ``pairs`` (exact re-checks) are
+# inputs of the model, not outputs.
+def exact_score_traffic(pairs: int, d: int, elem: int) -> Traffic:
+    """``_exact_score_kernel``: per pair its two int64 indices, the query and gallery rows over all of D (the
+    exact operands, ``elem`` bytes each) and the float64 score written."""
+    return Traffic(pairs * (16.0 + 2.0 * d * elem), 8.0 * pairs)
 
 
-def _split_tiles(n_g: int, block_n: int, cols_per_split: int) -> int:
-    # Column tiles over every split; cols_per_split is a multiple of block_n, so only the gallery's end is partial.
-    return sum(_cdiv(min(s + cols_per_split, n_g) - s, block_n) for s in range(0, n_g, cols_per_split))
+def _screen_tiles_traffic(n_q: int, n_g: int, d: int, elem: int, block_m: int, block_n: int, split: bool) -> float:
+    # _screen_tile + _screen_interval over every (row block, column tile): each tile loads its valid query and
+    # gallery rows (one or two halves) over all of D and 5 fp32 bound statistics per valid row and column. Splits
+    # hold whole column tiles (cols_per_split is a multiple of block_n), so the tiles are those of the whole gallery.
+    return (n_q * _cdiv(n_g, block_n) + n_g * _cdiv(n_q, block_m)) * ((1 + split) * d * elem + 20.0)
 
 
-def rank_count_traffic(
-    n_q: int, n_g: int, d: int, elem: int, block_m: int, block_n: int, slots: int, cols_per_split: int
+def _appended(tiles: int, block_m: int, block_n: int) -> Traffic:
+    # _append_tile: per tile holding a set entry, one int64 counter atomic, its int64 position and its int8 mask.
+    return Traffic(0.0, tiles * (8.0 + block_m * block_n), 8.0 * tiles)
+
+
+def rank_screen_traffic(
+    n_q: int, n_g: int, d: int, elem: int, block_m: int, block_n: int, slots: int, cols_per_split: int,
+    split: bool, tiles: int = 0,
+) -> Traffic:  # fmt: skip
+    """``_rank_screen_kernel`` (grid: query blocks × gallery splits): per program the fp32 thresholds (up, down) and
+    int64 positives of its SLOTS slots, per tile the screen, ``tiles`` undecided mask tiles appended, and the int64
+    counts added atomically."""
+    per_slot = _cdiv(n_g, cols_per_split) * n_q * slots
+    screen = _screen_tiles_traffic(n_q, n_g, d, elem, block_m, block_n, split)
+    return Traffic(16.0 * per_slot + screen, 0.0, 8.0 * per_slot) + _appended(tiles, block_m, block_n)
+
+
+def topk_bound_traffic(
+    n_q: int, n_g: int, d: int, elem: int, block_m: int, block_n: int, cols_per_split: int, split: bool
 ) -> Traffic:
-    """``_rank_count_fwd_kernel`` (grid: query blocks × gallery splits): per program the fp32 thresholds and int64
-    positives of its SLOTS slots, its tiles' operands, and the int64 counts added atomically."""
-    splits = _cdiv(n_g, cols_per_split)
-    operands = (n_q * _split_tiles(n_g, block_n, cols_per_split) + n_g * _cdiv(n_q, block_m)) * d * elem
-    return Traffic(splits * n_q * slots * 12.0 + operands, 0.0, splits * n_q * slots * 8.0)
+    """``_topk_bound_kernel`` (grid: query blocks × gallery splits): the screen of its tiles and BLOCK_N int64 keys
+    stored per query and split."""
+    screen = _screen_tiles_traffic(n_q, n_g, d, elem, block_m, block_n, split)
+    return Traffic(screen, _cdiv(n_g, cols_per_split) * n_q * block_n * 8.0)
 
 
-def topk_traffic(n_q: int, n_g: int, d: int, elem: int, block_m: int, block_n: int, cols_per_split: int) -> Traffic:
-    """``_topk_fwd_kernel`` (grid: query blocks × gallery splits): its tiles' operands and BLOCK_N int64 keys per
-    query and split."""
-    splits = _cdiv(n_g, cols_per_split)
-    operands = (n_q * _split_tiles(n_g, block_n, cols_per_split) + n_g * _cdiv(n_q, block_m)) * d * elem
-    return Traffic(operands, splits * n_q * block_n * 8.0)
+def topk_collect_traffic(
+    n_q: int, n_g: int, d: int, elem: int, block_m: int, block_n: int, cols_per_split: int, split: bool,
+    tiles: int = 0,
+) -> Traffic:  # fmt: skip
+    """``_topk_collect_kernel`` (grid: query blocks × gallery splits): per program the fp32 limit of its queries,
+    the screen of its tiles and ``tiles`` candidate mask tiles appended."""
+    screen = _screen_tiles_traffic(n_q, n_g, d, elem, block_m, block_n, split)
+    load = _cdiv(n_g, cols_per_split) * n_q * 4.0 + screen
+    return Traffic(load) + _appended(tiles, block_m, block_n)
+
+
+def bound_tile_traffic(n_q: int, n_g: int, d: int, elem: int, block_m: int, block_n: int, split: bool) -> Traffic:
+    """``_bound_tile_kernel`` (grid: query blocks × column tiles): the screen of its tile and the fp32 lower bound of
+    every valid pair stored."""
+    return Traffic(_screen_tiles_traffic(n_q, n_g, d, elem, block_m, block_n, split), 4.0 * n_q * n_g)
 
 
 def _waves(row_blocks: int, gpu: GpuPeaks, blocks_per_sm: int) -> int:
@@ -366,48 +397,82 @@ def _loss(n: int, d: int, gpu: GpuPeaks = H100_SXM) -> list[dict[str, Work]]:
     ]
 
 
-def _retrieval_tiles(dtype: str, arch: int):
-    from vlkernels.retrieval.configs import SCORE_TILES, TOPK_TILES
+def _retrieval_tiles(kind: str, arch: int, kk: int):
+    """(screen tile, fused top-K tile with its BLOCK_N for k + exclusions = kk or None past the fused budget, exact
+    tile) as retrieval/configs.py gives them on CUDA."""
+    from vlkernels.retrieval import configs as rc
 
-    return SCORE_TILES[(arch, dtype)], TOPK_TILES[(arch, dtype)]
+    pow2 = max(16, 1 << (kk - 1).bit_length())
+    fits = [b for b in rc.TOPK_BLOCK_NS[kind] if b >= pow2]
+    topk = dataclasses.replace(rc.TOPK_TILES[(arch, kind)], block_n=min(fits)) if kk <= rc.MAX_FUSED_K else None
+    return rc.SCREEN_TILES[(arch, kind)], topk, rc.EXACT_TILE
 
 
 def _cols_per_split(n_g: int, n_q: int, block_m: int, block_n: int, gpu: GpuPeaks) -> int:
-    # retrieval.ops._splits on CUDA: enough gallery splits to give every SM two programs.
+    # retrieval.triton_screen._splits on CUDA: enough gallery splits to give every SM two programs.
     splits = max(1, min(_cdiv(n_g, block_n), _cdiv(2 * gpu.sms, max(1, _cdiv(n_q, block_m)))))
     return _cdiv(_cdiv(n_g, splits), block_n) * block_n
 
 
 def retrieval_kernels(n_q: int, n_g: int, d: int, dtype: str, gpu: GpuPeaks, k: int = 10) -> list[Work]:
-    """Exact metrics of one direction (one positive per query: a ground-truth score, then the counting sweep) and a
-    fused top-k, as launched on CUDA (score tile and top-K tile of retrieval/configs.py for the GPU's arch)."""
-    s, tk = _retrieval_tiles(dtype, gpu.arch)
-    elem = 4 if dtype == "fp32" else 2
-    unit = gemm_unit(n_q, n_g, d)
-    inputs = (n_q + n_g) * d * elem
-    gt = gt_score_traffic([(s.block_m, s.block_n, 1)] * n_q, d, elem)  # at most one tile per positive pair
+    """Exact metrics of one direction (one positive per query: its exact ground-truth score, then the rank screen)
+    and the two-pass top-k (pass A: best lower bounds, fused top-K or dense bound tiles; pass B: the candidates;
+    then their exact scores), as launched on CUDA for ``dtype`` inputs (configs.py tiles of the GPU's arch).
+
+    The undecided pairs of the rank screen depend on the data: none in this floor (each one adds a mask tile and an
+    exact score). Pass B appends at least k candidates per query, at least ceil(k / BLOCK_N) tiles per row block,
+    and re-checks them exactly: the floor. Not modelled: torch.topk over pass A's keys, the operands' screen halves
+    and statistics (elementwise torch), and the relaunch of an overflowed tile buffer."""
+    split = dtype in ("fp32", "fp64")
+    kind = "fp32" if split else dtype
+    s, tk, _ = _retrieval_tiles(kind, gpu.arch, k)
+    raw, elem = {"fp16": 2, "bf16": 2, "fp32": 4, "fp64": 8}[dtype], 2
+    dots = 3 if split else 1
+    flop_class = "bf16" if split else dtype
+    unit = dots * gemm_unit(n_q, n_g, d)
+
+    def exact(what: str, pairs: int) -> Work:
+        t = exact_score_traffic(pairs, d, raw)
+        # Gathered rows: every pair's query and gallery row once from DRAM (a floor: a row shared by pairs may hit L2).
+        return Work(what, 2.0 * pairs * d, "fp64", t.total, l2_bytes=t.total, extra={"traffic": t})
+
+    def streamed(bm: int, bn: int) -> float:
+        # Both operands' halves and statistics (n, 8 fp32: one 32-byte sector per row) read from DRAM, the gallery
+        # once per wave of resident programs when it does not fit in L2.
+        per = _cols_per_split(n_g, n_q, bm, bn, gpu)
+        waves = _waves(_cdiv(n_q, bm) * _cdiv(n_g, per), gpu, 1)
+        return n_q * (d * elem * (1 + split) + 32.0) + _streamed(n_g * (d * elem * (1 + split) + 32.0), waves, gpu)
+
     per = _cols_per_split(n_g, n_q, s.block_m, s.block_n, gpu)
-    count = rank_count_traffic(n_q, n_g, d, elem, s.block_m, s.block_n, 1, per)
-    waves = _waves(_cdiv(n_q, s.block_m) * _cdiv(n_g, per), gpu, 1)
-    block_n = max(16, 1 << (k - 1).bit_length())
-    per_k = _cols_per_split(n_g, n_q, tk.block_m, block_n, gpu)
-    top = topk_traffic(n_q, n_g, d, elem, tk.block_m, block_n, per_k)
-    stream = _streamed(n_g * d * elem, waves, gpu)
-    gt_work = Work("ground-truth scores", 2.0 * n_q * s.block_m * s.block_n * d, dtype, inputs + gt.store,
-                   l2_bytes=gt.total, extra={"traffic": gt})  # fmt: skip
-    count_work = Work("rank counting sweep", unit, dtype, n_q * d * elem + stream + 20.0 * n_q, l2_bytes=count.total,
-                      extra={"traffic": count})  # fmt: skip
-    top_work = Work("fused top-k sweep", unit, dtype, n_q * d * elem + stream + top.store, l2_bytes=top.total,
-                    extra={"traffic": top})  # fmt: skip
-    return [gt_work, count_work, top_work]
+    rank = rank_screen_traffic(n_q, n_g, d, elem, s.block_m, s.block_n, 1, per, split)
+    # Thresholds and positives read, counts read and written once from DRAM (the split programs' atomics meet in L2).
+    rank_work = Work("rank screen sweep", unit, flop_class, streamed(s.block_m, s.block_n) + 32.0 * n_q,
+                     l2_bytes=rank.total, notes="no undecided pairs (floor)", extra={"traffic": rank})  # fmt: skip
+    if tk is not None:
+        per_k = _cols_per_split(n_g, n_q, tk.block_m, tk.block_n, gpu)
+        a = topk_bound_traffic(n_q, n_g, d, elem, tk.block_m, tk.block_n, per_k, split)
+        pass_a = Work("top-k pass A: fused top-K of lower bounds", unit, flop_class,
+                      streamed(tk.block_m, tk.block_n) + a.store, l2_bytes=a.total, extra={"traffic": a})  # fmt: skip
+    else:
+        a = bound_tile_traffic(n_q, n_g, d, elem, s.block_m, s.block_n, split)
+        pass_a = Work("top-k pass A: dense lower-bound tiles", unit, flop_class,
+                      streamed(s.block_m, s.block_n) + a.store, l2_bytes=a.total, extra={"traffic": a})  # fmt: skip
+    per_b = _cols_per_split(n_g, n_q, s.block_m, s.block_n, gpu)
+    tiles = _cdiv(n_q, s.block_m) * _cdiv(k, s.block_n)
+    b = topk_collect_traffic(n_q, n_g, d, elem, s.block_m, s.block_n, per_b, split, tiles)
+    pass_b = Work("top-k pass B: candidate collection", unit, flop_class,
+                  streamed(s.block_m, s.block_n) + 4.0 * n_q + b.store + b.atomic, l2_bytes=b.total,
+                  notes="k candidates per query (floor)", extra={"traffic": b})  # fmt: skip
+    return [exact("ground-truth exact scores", n_q), rank_work, pass_a, pass_b,
+            exact("top-k candidates' exact scores", n_q * k)]  # fmt: skip
 
 
 def _retrieval_1m(n: int, d: int, gpu: GpuPeaks = H100_SXM) -> list[dict[str, Work]]:
     units = gemm_unit(n, n, d)
     one_way = retrieval_kernels(n, n, d, "fp16", gpu)
-    # Both directions count (gt + count each); the top-K runs once (texts against images).
+    # Both directions count (ground truth + rank screen each); the top-k runs once (texts against images).
     task = _sequence("exact metrics both directions + top-10, fp16", one_way[:2] * 2 + one_way[2:],
-                     "2 counting sweeps (one per direction) + 1 top-K sweep")  # fmt: skip
+                     "2 rank screens (one per direction) + the two-pass top-10")  # fmt: skip
     io = 2.0 * n * d * 2
     gemm = Work("the same-shape fp16 GEMM (chunked output)", units, "fp16", io + 2.0 * n * n, notes="1 unit")
     # faiss GpuIndexFlatIP searches float32 vectors: one fp32 GEMM (tf32 off) plus its k-selection.
@@ -543,8 +608,8 @@ def table() -> str:
 
 
 def kernel_table(gpu: GpuPeaks = H100_SXM) -> str:
-    """Markdown table: every Triton GEMM kernel of the training and retrieval cases on ``gpu``, with each term's
-    time and the bound it hits (a MODEL)."""
+    """Markdown table: every Triton kernel of the training and retrieval cases on ``gpu``, with each term's time and
+    the bound it hits (a MODEL)."""
     n, d = 65536, 768
     rows = [
         *info_nce_kernels(n, n, d, "bf16", gpu),

@@ -45,8 +45,6 @@ SCREEN_TILES: dict[tuple[int, str], Tile] = {
     (80, "bf16"): Tile(64, 32, 32, 4, 3, max_slots=4),
     (80, "fp32"): Tile(64, 32, 32, 4, 3),
 }
-# The name vlkernels/roofline.py reads the screen tiles under (its retrieval model predates the screen kernels).
-SCORE_TILES = SCREEN_TILES
 # The exact-score kernel: BLOCK_P pairs per program (block_m), 8 float64 lanes each; not a GEMM.
 EXACT_TILE = Tile(128, 8, 8, 4, 1)
 # The interpreter runs a program as numpy arrays: few large programs are fast.
