@@ -246,13 +246,13 @@ class TensorArg {
     try {
       const py::object dev = owner_.attr("__dlpack_device__")();
       // DLPack: a (device_type, device_id) tuple of ints; anything else is the producer's fault, named as such.
-      const bool ok = py::isinstance<py::tuple>(dev) && py::len(dev) == 2 && py::isinstance<py::int_>(dev[0]) &&
-                      py::isinstance<py::int_>(dev[1]);
+      const py::tuple pair = py::isinstance<py::tuple>(dev) ? py::reinterpret_borrow<py::tuple>(dev) : py::tuple();
+      const bool ok = pair.size() == 2 && py::isinstance<py::int_>(pair[0]) && py::isinstance<py::int_>(pair[1]);
       if (!ok) {
         refuse("cannot be exported through DLPack: __dlpack_device__() returned " + std::string(py::repr(dev)) +
                ", expected a (device_type, device_id) tuple of two ints");
       }
-      const int64_t t = dev[0].cast<int64_t>();
+      const int64_t t = pair[0].cast<int64_t>();
       if (t < 0 || t > INT32_MAX) refuse("cannot be exported through DLPack: device type " + std::to_string(t));
       dev_type = static_cast<int32_t>(t);
     } catch (py::error_already_set& e) {
