@@ -179,3 +179,29 @@ def test_l2_normalize_grad_and_zero_row():
 def test_l2_normalize_rejects_bad_input(x, eps, match):
     with pytest.raises(ValueError, match=match):
         l2_normalize(x, eps=eps)
+
+
+class _Producer:
+    """A DLPack producer whose ``__dlpack_device__`` answers ``device``; its data is a real numpy array."""
+
+    def __init__(self, array, device):
+        self.array, self.device = array, device
+
+    def __dlpack__(self, **kwargs):
+        return self.array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.device
+
+
+@pytest.mark.parametrize("device", [("cpu",), ("cpu", 0), (1,), "cpu", (1.0, 0), (2**40, 0), (2**70, 0), None])
+def test_binding_names_a_producer_with_a_malformed_dlpack_device(device):
+    scores, thr, out = np.zeros((3, 4)), np.zeros(3), np.zeros(3, dtype=np.int64)
+    with pytest.raises(ValueError, match=r"^scores cannot be exported through DLPack"):
+        _ext.load().count_above(_Producer(scores, device), thr, out, False)
+
+
+def test_binding_accepts_a_well_formed_producer():
+    scores, thr, out = np.arange(12.0).reshape(3, 4), np.full(3, 5.0), np.zeros(3, dtype=np.int64)
+    _ext.load().count_above(_Producer(scores, (1, 0)), thr, out, False)
+    np.testing.assert_array_equal(out, _np_count(scores, thr, False))

@@ -244,9 +244,21 @@ class TensorArg {
     }
     int32_t dev_type = 0;
     try {
-      dev_type = py::tuple(owner_.attr("__dlpack_device__")())[0].cast<int32_t>();
+      const py::object dev = owner_.attr("__dlpack_device__")();
+      // DLPack: a (device_type, device_id) tuple of ints; anything else is the producer's fault, named as such.
+      const py::tuple pair = py::isinstance<py::tuple>(dev) ? py::reinterpret_borrow<py::tuple>(dev) : py::tuple();
+      const bool ok = pair.size() == 2 && py::isinstance<py::int_>(pair[0]) && py::isinstance<py::int_>(pair[1]);
+      if (!ok) {
+        refuse("cannot be exported through DLPack: __dlpack_device__() returned " + std::string(py::repr(dev)) +
+               ", expected a (device_type, device_id) tuple of two ints");
+      }
+      const int64_t t = pair[0].cast<int64_t>();
+      if (t < 0 || t > INT32_MAX) refuse("cannot be exported through DLPack: device type " + std::to_string(t));
+      dev_type = static_cast<int32_t>(t);
     } catch (py::error_already_set& e) {
       refuse_export(e);
+    } catch (py::cast_error&) {
+      refuse("cannot be exported through DLPack: __dlpack_device__() returned a device type that is not an int64");
     }
     py::dict kwargs;
     if (dev_type != kCPU) kwargs["stream"] = -1;  // the kernel runs on the producer's current stream: no sync
