@@ -243,7 +243,7 @@ _EMPTY_PRED = {"boxes": torch.Tensor([]), "scores": torch.Tensor([]), "labels": 
 _EMPTY_GT = {"boxes": torch.Tensor([]), "labels": torch.IntTensor([])}
 _TM_CASES = {
     "inputs": (_TM_INPUTS["preds"], _TM_INPUTS["target"], {}),
-    # _inputs2: the same box twice, the second image without ground truth (torchmetrics issue 943)
+    # _inputs2: the same box twice, the second image without ground truth (torchmetrics #943)
     "inputs2": (
         [{"boxes": _b([258.0, 41.0, 606.0, 285.0]), "scores": _b(0.536), "labels": torch.IntTensor([0])}] * 2,
         [{"boxes": _b([214.0, 41.0, 562.0, 285.0]), "labels": torch.IntTensor([0])}, _EMPTY_GT],
@@ -293,7 +293,7 @@ _TM_CASES = {
     "micro": (_TM_INPUTS["preds"], _TM_INPUTS["target"], {"average": "micro", "class_metrics": True}),
 }
 for _fmt in ("xyxy", "xywh", "cxcywh"):
-    # test_for_box_format: only the right format scores 1 at IoU 0.2 (torchmetrics issue 1908)
+    # test_for_box_format: only the right format scores 1 at IoU 0.2 (torchmetrics #1908)
     _TM_CASES[f"box_format_{_fmt}"] = (
         [{"boxes": _b([0.5, 0.5, 1, 1]), "scores": _b(1.0), "labels": torch.tensor([0])}],
         [{"boxes": _b([0, 0, 1, 1]), "labels": torch.tensor([0])}],
