@@ -12,15 +12,8 @@ from vlkernels.detection import COCOeval
 from vlkernels.detection.synthetic import detection_data
 
 pycoco = pytest.importorskip("pycocotools.cocoeval")
-from pycocotools.coco import COCO  # noqa: E402
-
-
-def _coco(dataset: dict) -> COCO:
-    c = COCO()
-    c.dataset = copy.deepcopy(dataset)
-    with contextlib.redirect_stdout(io.StringIO()):
-        c.createIndex()
-    return c
+from coco_runs import coco as _coco  # noqa: E402
+from coco_runs import ours as _ours  # noqa: E402
 
 
 def _anchor(gt: dict, res: list, iou: str, setup=None):
@@ -36,17 +29,6 @@ def _anchor(gt: dict, res: list, iou: str, setup=None):
             setup(E.params)
         E.evaluate()
         E.accumulate()
-        E.summarize()
-    return E
-
-
-def _ours(gt, res, iou, setup=None):
-    E = COCOeval(gt, res, iou)
-    if setup:
-        setup(E.params)
-    E.evaluate()
-    E.accumulate()
-    with contextlib.redirect_stdout(io.StringIO()):
         E.summarize()
     return E
 

@@ -27,15 +27,8 @@ from vlkernels.testing import shared_data_dir
 
 pycoco = pytest.importorskip("pycocotools.cocoeval")
 coco_mask = pytest.importorskip("pycocotools.mask")
+from coco_runs import coco as _coco  # noqa: E402
 from pycocotools.coco import COCO  # noqa: E402
-
-
-def _coco(dataset: dict) -> COCO:
-    c = COCO()
-    c.dataset = copy.deepcopy(dataset)
-    with contextlib.redirect_stdout(io.StringIO()):
-        c.createIndex()
-    return c
 
 
 def _load_res(gt: COCO, res) -> COCO:
