@@ -69,19 +69,27 @@ def test_ctrl_c_at_several_points_of_a_long_caption_call(case, wait):
 
 
 def _write_files(tmp_path, n_img: int, refs: int = 5) -> tuple:
+    # Random lowercase words of 3-9 letters, 8-13 a caption, drawn in bulk (a per-word draw took over a minute).
     rng = np.random.default_rng(1)
-    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
-
-    def caption() -> str:
-        return " ".join("".join(rng.choice(letters, rng.integers(3, 10))) for _ in range(rng.integers(8, 14)))
-
+    n_caps = n_img * (refs + 1)
+    n_words = rng.integers(8, 14, n_caps)
+    lengths = rng.integers(3, 10, int(n_words.sum()))
+    letters = rng.integers(ord("a"), ord("z") + 1, int(lengths.sum()), dtype=np.uint8).tobytes().decode()
+    word_ends = np.cumsum(lengths)
+    words = [letters[e - n : e] for e, n in zip(word_ends.tolist(), lengths.tolist())]
+    cap_ends = np.cumsum(n_words).tolist()
+    captions = [" ".join(words[e - n : e]) for e, n in zip(cap_ends, n_words.tolist())]
     ref_path, pred_path = tmp_path / "refs.json", tmp_path / "preds.json"
     with open(ref_path, "w") as f:
         f.write('{"annotations": [')
-        f.write(",".join(f'{{"image_id": {k // refs}, "caption": "{caption()}"}}' for k in range(n_img * refs)))
+        f.write(",".join(f'{{"image_id": {k // refs}, "caption": "{captions[k]}"}}' for k in range(n_img * refs)))
         f.write("]}")
     with open(pred_path, "w") as f:
-        f.write("[" + ",".join(f'{{"image_id": {i}, "caption": "{caption()}"}}' for i in range(n_img)) + "]")
+        f.write(
+            "["
+            + ",".join(f'{{"image_id": {i}, "caption": "{captions[n_img * refs + i]}"}}' for i in range(n_img))
+            + "]"
+        )
     return ref_path, pred_path
 
 
