@@ -3,6 +3,7 @@
     python fuzz/run.py                       # every target, 10 s each
     python fuzz/run.py --seconds 600 core    # one target (fuzz_core.py), 10 minutes
     python fuzz/run.py --seconds 5 -- -rss_limit_mb=4096   # extra libFuzzer flags after --
+    python fuzz/run.py --seconds 3 --jobs 2  # two targets at a time
 
 Each target runs in its own process with the vlkernels Python modules instrumented for coverage; a corpus is kept
 under fuzz/corpus/<target>/ (not committed) so long runs resume. A crash (an exception other than the ones a target
@@ -18,6 +19,7 @@ import re
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -111,10 +113,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("names", nargs="*", help="targets (fuzz_<name>.py); all by default")
     ap.add_argument("--seconds", type=float, default=10.0, help="fuzzing time per target")
     ap.add_argument("--workdir", type=Path, default=None, help="where corpus/ and crashes/ go (default fuzz/)")
+    # Targets are separate processes that spend their first seconds importing torch: two at a time on two cores.
+    ap.add_argument("--jobs", type=int, default=1, help="targets fuzzed at the same time")
     a = ap.parse_args(argv)
+    if a.jobs < 1:
+        ap.error(f"--jobs must be at least 1, got {a.jobs}")
     failed = 0
-    for path in targets(a.names):
-        res = run_target(path, a.seconds, extra, a.workdir)
+    with ThreadPoolExecutor(a.jobs) as pool:
+        results = pool.map(lambda path: run_target(path, a.seconds, extra, a.workdir), targets(a.names))
+    for res in results:
         ok = res["returncode"] == 0
         failed += not ok
         print(

@@ -155,6 +155,15 @@ def test_cpp_kernels_under_asan_ubsan(tmp_path):
     # The CI short fuzzing run, on the sanitized build: each fuzz/fuzz_*.py target replays its committed seed corpus
     # (fuzz/seeds/<target>/, grown by coverage-guided runs of the regular build: with libasan preloaded atheris has
     # no coverage signal) and then mutates it for a few seconds.
-    fuzz = [sys.executable, "fuzz/run.py", "--seconds", str(FUZZ_SECONDS), "--workdir", str(tmp_path / "fuzz")]
+    fuzz = [
+        sys.executable,
+        "fuzz/run.py",
+        "--seconds",
+        str(FUZZ_SECONDS),
+        "--jobs",
+        "2",
+        "--workdir",
+        str(tmp_path / "fuzz"),
+    ]
     r = subprocess.run(fuzz, cwd=REPO, env=env, capture_output=True, text=True)
     assert r.returncode == 0, f"fuzzing found something:\n{r.stdout[-8000:]}\n{r.stderr[-3000:]}"

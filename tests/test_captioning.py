@@ -153,7 +153,9 @@ def _subset(golden, karpathy_refs, name, size, seed):
     return {k: karpathy_refs[k] for k in ids}, {k: [d["candidates_ptb"][k]] for k in ids}
 
 
-@pytest.mark.parametrize("size,n", [(1, 4), (37, 4), (257, 3), (1000, 4), (60, 1), (60, 2)])
+@pytest.mark.parametrize(
+    "size,n", [(1, 4), (37, 4), (257, 3), pytest.param(1000, 4, marks=pytest.mark.slow), (60, 1), (60, 2)]
+)
 def test_live_equal_to_pycocoevalcap(golden, karpathy_refs, size, n, monkeypatch):
     gts, res = _subset(golden, karpathy_refs, "magic__zerocap_result", size, seed=size + n)
     if n != 4:
@@ -239,6 +241,7 @@ def test_threads_agree(karpathy_refs):
     np.testing.assert_array_equal(one, Cider().compute_score(gts, res)[1])  # the process default: every core
 
 
+@pytest.mark.slow  # NLTK's stemmer and pycocoevalcap in Python are most of its time
 def test_stemming_matches_nltk_then_pycocoevalcap(karpathy_refs):
     porter = pytest.importorskip("nltk.stem.porter")
     stemmer = porter.PorterStemmer()

@@ -69,6 +69,7 @@ def test_cocoeval_generated_equals_pycocotools(iou):
     _check(gt, res, iou)
 
 
+@pytest.mark.slow  # pycocotools' Python loops are most of its time (left out of the sanitized run)
 def test_cocoeval_generated_larger_bbox():
     gt, res = detection_data(n_images=300, seed=4)
     _check(gt, res, "bbox", eval_imgs=False)
@@ -497,6 +498,7 @@ def test_det_masks_area_and_box_equal_pycocotools():
     np.testing.assert_array_equal(bbox, np.stack([coco_mask.toBbox(r) for r in rles]))
 
 
+@pytest.mark.slow  # pycocotools' Python loops are most of its time (left out of the sanitized run)
 def test_cocoeval_one_category_beyond_one_sort_chunk_equals_pycocotools():
     # 70,000 detections of one category with tied scores: accumulate sorts them in interruptible chunks of 2^16 and
     # merges; the order must stay pycocotools' stable mergesort.
