@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 import torch
-import torch.multiprocessing as mp
+from gloo_ranks import run_ranks
 
 from vlkernels.captioning import CiderMetric
 
@@ -84,17 +84,9 @@ def _worker(rank, world, port, out_dir):
         dist.destroy_process_group()
 
 
-def _free_port():
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_compute_gathers_across_gloo_ranks(tmp_path):
     world = 2
-    mp.start_processes(_worker, args=(world, _free_port(), str(tmp_path)), nprocs=world, start_method="forkserver")
+    run_ranks(_worker, world, str(tmp_path))
     preds, target = _samples(57, seed=2)
     want_mean, want = _pycoco(preds, target)
     order = [i for r in range(world) for i in range(r, len(preds), world)]  # gathered order: rank 0's, rank 1's

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 import torch
-import torch.multiprocessing as mp
+from gloo_ranks import run_ranks
 from safetensors.torch import load_file, save_file
 
 from vlkernels.detection import MeanAveragePrecision, mean_average_precision
@@ -150,12 +150,7 @@ def _worker(rank, world, port, out):
 
 
 def test_metric_distributed_gloo_equals_single_process(tmp_path):
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.start_processes(_worker, args=(2, port, str(tmp_path)), nprocs=2, start_method="forkserver")
+    run_ranks(_worker, 2, str(tmp_path))
     preds, target = _batch(10, seed=14, masks=True)
     want = mean_average_precision(preds, target, iou_type=("bbox", "segm"))
     for r in range(2):

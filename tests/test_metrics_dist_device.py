@@ -11,13 +11,12 @@ gloo run's. One process group per world size (about a minute each on a loaded 2-
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-import torch.multiprocessing as mp
+from gloo_ranks import run_ranks
 
 CAPTIONS = [
     "a dog runs on the grass", "two cats sleep", "a red car parked", "a man rides a bike", "the sky is blue",
@@ -179,12 +178,6 @@ def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
     dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _single_process() -> dict:
     from vlkernels.captioning.cider_metric import CiderMetric
     from vlkernels.detection import mean_average_precision
@@ -204,7 +197,7 @@ def _single_process() -> dict:
 
 @pytest.mark.parametrize("world", [2, 3])
 def test_stateful_metrics_gather_on_the_backends_device(world, tmp_path):
-    mp.start_processes(_worker, args=(world, _free_port(), str(tmp_path)), nprocs=world, start_method="forkserver")
+    run_ranks(_worker, world, str(tmp_path))
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(world)]
     want = _single_process()
     for r, res in enumerate(ranks):
