@@ -126,8 +126,8 @@ def info_nce_shard(
     xf, yf, all_xf, all_yf = x.to(acc), y.to(acc), all_x.to(acc), all_y.to(acc)
     if gx is None:
         # One positive per row and column: the same global index.
-        t_row, w_row, n_valid = all_yf[row_offset : row_offset + n], None, big_n
-        t_col, w_col, m_valid = all_xf[col_offset : col_offset + m], None, big_m
+        t_row, w_row, n_valid = _rows(all_yf, row_offset, n), None, big_n
+        t_col, w_col, m_valid = _rows(all_xf, col_offset, m), None, big_m
     else:
         sum_y, cnt_row = group_sums(gx, all_gy, all_yf)
         sum_x, cnt_col = group_sums(gy, all_gx, all_xf)
@@ -162,6 +162,12 @@ def info_nce_shard(
     if w_row is not None:
         row_loss, col_loss = row_loss * w_row, col_loss * w_col
     return 0.5 * (row_loss.sum() / n_valid + col_loss.sum() / m_valid)
+
+
+def _rows(t: torch.Tensor, start: int, count: int) -> torch.Tensor:
+    """Rows start..start+count of t; t itself when that is all of it (a slice would cost its backward a zero-filled
+    copy of the gradient: two more passes over (N, D))."""
+    return t if start == 0 and count == t.shape[0] else t[start : start + count]
 
 
 def _non_negative(ce: torch.Tensor) -> torch.Tensor:
