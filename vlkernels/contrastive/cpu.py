@@ -83,16 +83,9 @@ def lse_pair_fwd_cpu(
     return row, col, diag
 
 
-def lse_pair_bwd_cpu(
-    x: torch.Tensor,
-    y: torch.Tensor,
-    scale: torch.Tensor,
-    row_lse: torch.Tensor,
-    col_lse: torch.Tensor,
-    d_row: torch.Tensor,
-    d_col: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """G = d_row·softmax_rows + d_col·softmax_cols, recomputed per chunk; dx = s·G·y, dy = s·Gᵀ·x, ds = Σ G⟨x, y⟩."""
+def lse_pair_bwd_cpu(x, y, scale, row_lse, col_lse, d_row, d_col):
+    """G = d_row·softmax_rows + d_col·softmax_cols, recomputed per chunk; dx = s·G·y, dy = s·Gᵀ·x, ds = Σ G⟨x, y⟩:
+    the twin of ops.lse_pair_bwd, with the arguments and returns of the ``vlkernels::lse_pair_backward`` op."""
     xf, yf, ys = _acc(x), _acc(y), _scaled(y, scale)
     n, m = xf.shape[0], yf.shape[0]
     s = scale.to(xf.dtype)
@@ -125,19 +118,9 @@ def lse_pair_bwd_cpu(
     return (gx.mul_(s)).to(x.dtype), (gy.mul_(s)).to(y.dtype), ds
 
 
-def siglip_fwd_cpu(
-    x: torch.Tensor,
-    y: torch.Tensor,
-    scale: torch.Tensor,
-    bias: torch.Tensor | None,
-    x_groups: torch.Tensor | None,
-    y_groups: torch.Tensor | None,
-    row_offset: int,
-    col_offset: int,
-    inv_norm: float,
-    need_grad: bool,
-) -> tuple[torch.Tensor, ...]:
-    """Loss (1/n)·Σ softplus(-z·(s·xy + b)) and, when asked, its gradients, from one pass over row chunks."""
+def siglip_fwd_cpu(x, y, scale, bias, x_groups, y_groups, row_offset, col_offset, inv_norm, need_grad):
+    """Loss (1/n)·Σ softplus(-z·(s·xy + b)) and, when asked, its gradients, from one pass over row chunks: the twin
+    of ops.siglip_fwd, with the arguments and returns of the ``vlkernels::siglip_fused`` op."""
     xf, yf, ys = _acc(x), _acc(y), _scaled(y, scale)
     n, m = xf.shape[0], yf.shape[0]
     s = scale.to(xf.dtype)
