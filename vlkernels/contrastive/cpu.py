@@ -13,7 +13,7 @@ import torch
 # ~16 MiB fp32 logit tile (256 rows at M=16384): far below N×M, yet enough rows per chunk that dy += Gᵀ·x_chunk is
 # not dominated by re-reading dy (64-row chunks made the loss 3x slower). Every torch op on a tile is one parallel
 # region that waits for all of its threads, so the number of chunks sets how often a thread descheduled by another
-# program stalls the loss: 16 MiB tiles halve that count against 8 MiB ones at the same single-thread speed
+# program stalls the loss: 16 MiB tiles halve that count against 8 MiB ones
 # (benchmarks/results/contrastive_load_cpu.jsonl has the loss beside busy processes).
 CHUNK_ELEMS = 1 << 22
 # Above this, softplus(t) = t to within half an ulp in float64.
