@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import torch
 
-# ~8 MiB fp32 logit tile (128 rows at M=16384): far below N×M, yet enough rows per chunk that dy += Gᵀ·x_chunk is
-# not dominated by re-reading dy (64-row chunks made the loss 3x slower). Measured at N=16384, D=512 on 2 cores:
-# 8 MiB tiles were as fast as 32 MiB ones (4.5 s vs 4.8 s) with a lower peak, so the smaller tile is the default.
-CHUNK_ELEMS = 1 << 21
+# ~16 MiB fp32 logit tile (256 rows at M=16384): far below N×M, yet enough rows per chunk that dy += Gᵀ·x_chunk is
+# not dominated by re-reading dy (64-row chunks made the loss 3x slower). Every torch op on a tile is one parallel
+# region that waits for all of its threads, so the number of chunks sets how often a thread descheduled by another
+# program stalls the loss: 16 MiB tiles halve that count against 8 MiB ones
+# (benchmarks/results/contrastive_load_cpu.jsonl has the loss beside busy processes).
+CHUNK_ELEMS = 1 << 22
+# Above this, softplus(t) = t to within half an ulp in float64.
+SOFTPLUS_LINEAR = 40.0
 # Column block for the backward's outer-product factor, so it costs a few MiB instead of another tile.
 FACTOR_COLS = 2048
 
@@ -31,6 +35,13 @@ def _acc(t: torch.Tensor) -> torch.Tensor:
     return t.to(acc_dtype(t.dtype))
 
 
+def _scaled(y: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """s·y in the accumulation dtype, formed once: every chunk's tile is then one GEMM, with no per-chunk scaling
+    pass (each pass is one more parallel region, and under contention every region waits for its slowest thread)."""
+    y = _acc(y)
+    return y * scale.to(y.dtype)
+
+
 def _diag_part(tile: torch.Tensor, first_row: int, diag_offset: int, out: torch.Tensor) -> None:
     """Copy the tile's entries (i, diag_offset + first_row + i) (the positives' logits) into out[first_row + i]."""
     rows, cols = tile.shape
@@ -46,17 +57,15 @@ def lse_pair_fwd_cpu(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Row log-sum-exp over all of y and column log-sum-exp over all of x of s·x·yᵀ, streamed over row chunks, and
     the tile entries s·⟨x_i, y_{diag_offset+i}⟩ (0 where that column does not exist) from the same products."""
-    xf, yf = _acc(x), _acc(y)
-    n, m = xf.shape[0], yf.shape[0]
-    s = scale.to(xf.dtype)
+    xf, ys = _acc(x), _scaled(y, scale)
+    n, m = xf.shape[0], ys.shape[0]
     row = torch.empty(n, dtype=xf.dtype, device=x.device)
     col = torch.full((m,), float("-inf"), dtype=xf.dtype, device=x.device)
     diag = torch.zeros(n, dtype=xf.dtype, device=x.device)
     step = _chunk(m)
     for i in range(0, n, step):
-        # Scaling the (chunk, D) rows instead of the (chunk, M) tile saves a pass over the tile.
-        xc = xf[i : i + step] * s
-        tile = torch.mm(xc, yf.t())
+        xc = xf[i : i + step]
+        tile = torch.mm(xc, ys.t())
         _diag_part(tile, i, diag_offset, diag)
         top = tile.amax(dim=1)
         # p = exp(t - max_i) in place; its row sums give the row lse, and weighting the rows by exp(max_i - T)
@@ -69,22 +78,15 @@ def lse_pair_fwd_cpu(
         # A column whose weighted sum fell below 1e-20 may have lost terms to underflow: recompute it exactly.
         small = col_sum < 1e-20
         if bool(small.any()):
-            part[small] = torch.logsumexp(torch.mm(xc, yf[small].t()), dim=0)
+            part[small] = torch.logsumexp(torch.mm(xc, ys[small].t()), dim=0)
         col = torch.logaddexp(col, part)
     return row, col, diag
 
 
-def lse_pair_bwd_cpu(
-    x: torch.Tensor,
-    y: torch.Tensor,
-    scale: torch.Tensor,
-    row_lse: torch.Tensor,
-    col_lse: torch.Tensor,
-    d_row: torch.Tensor,
-    d_col: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """G = d_row·softmax_rows + d_col·softmax_cols, recomputed per chunk; dx = s·G·y, dy = s·Gᵀ·x, ds = Σ G⟨x, y⟩."""
-    xf, yf = _acc(x), _acc(y)
+def lse_pair_bwd_cpu(x, y, scale, row_lse, col_lse, d_row, d_col):
+    """G = d_row·softmax_rows + d_col·softmax_cols, recomputed per chunk; dx = s·G·y, dy = s·Gᵀ·x, ds = Σ G⟨x, y⟩:
+    the twin of ops.lse_pair_bwd, with the arguments and returns of the ``vlkernels::lse_pair_backward`` op."""
+    xf, yf, ys = _acc(x), _acc(y), _scaled(y, scale)
     n, m = xf.shape[0], yf.shape[0]
     s = scale.to(xf.dtype)
     gx = torch.empty(n, xf.shape[1], dtype=xf.dtype, device=x.device)
@@ -94,7 +96,7 @@ def lse_pair_bwd_cpu(
     step = _chunk(m)
     for i in range(0, n, step):
         xc = xf[i : i + step]
-        tile = torch.mm(xc * s, yf.t())
+        tile = torch.mm(xc, ys.t())
         r, dr = row_lse[i : i + step], d_row[i : i + step]
         r_max = r.max()
         # exp(t - c_j) = exp(t - r_i)·exp(r_i - r_max)·exp(r_max - c_j): one exp pass instead of two when both
@@ -116,20 +118,10 @@ def lse_pair_bwd_cpu(
     return (gx.mul_(s)).to(x.dtype), (gy.mul_(s)).to(y.dtype), ds
 
 
-def siglip_fwd_cpu(
-    x: torch.Tensor,
-    y: torch.Tensor,
-    scale: torch.Tensor,
-    bias: torch.Tensor | None,
-    x_groups: torch.Tensor | None,
-    y_groups: torch.Tensor | None,
-    row_offset: int,
-    col_offset: int,
-    inv_norm: float,
-    need_grad: bool,
-) -> tuple[torch.Tensor, ...]:
-    """Loss (1/n)·Σ softplus(-z·(s·xy + b)) and, when asked, its gradients, from one pass over row chunks."""
-    xf, yf = _acc(x), _acc(y)
+def siglip_fwd_cpu(x, y, scale, bias, x_groups, y_groups, row_offset, col_offset, inv_norm, need_grad):
+    """Loss (1/n)·Σ softplus(-z·(s·xy + b)) and, when asked, its gradients, from one pass over row chunks: the twin
+    of ops.siglip_fwd, with the arguments and returns of the ``vlkernels::siglip_fused`` op."""
+    xf, yf, ys = _acc(x), _acc(y), _scaled(y, scale)
     n, m = xf.shape[0], yf.shape[0]
     s = scale.to(xf.dtype)
     b = bias.to(xf.dtype) if bias is not None else None
@@ -141,7 +133,7 @@ def siglip_fwd_cpu(
     step = _chunk(m)
     for i in range(0, n, step):
         xc = xf[i : i + step]
-        t = torch.mm(xc * s, yf.t())
+        t = torch.mm(xc, ys.t())
         if b is not None:
             t.add_(b)
         # t = -z·logit: flip the sign of the positives (the global diagonal, or equal group ids).
@@ -151,9 +143,10 @@ def siglip_fwd_cpu(
         else:
             pos = None
             t.diagonal(offset=row_offset + i - col_offset).neg_()
-        # softplus(t) = -logsigmoid(-t): F.softplus returns t itself above its threshold 20, an absolute error of
-        # e^-20 ≈ 2e-9 that float64 would see.
-        loss_rows[i : i + step] = torch.nn.functional.logsigmoid(-t).sum(dim=1).neg_()
+        # F.softplus returns t itself above its threshold: at 40 the error, log1p(e^-40) ≈ 4e-18, is below half an ulp
+        # of 40 even in float64 (its default 20 leaves e^-20 ≈ 2e-9, which float64 would see), and e^40 does not
+        # overflow fp32. One pass over the tile, where -logsigmoid(-t) takes two.
+        loss_rows[i : i + step] = torch.nn.functional.softplus(t, threshold=SOFTPLUS_LINEAR).sum(dim=1)
         if not need_grad:
             continue
         g = t.sigmoid_()

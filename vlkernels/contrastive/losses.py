@@ -98,25 +98,25 @@ def group_sums(query_groups: torch.Tensor, key_groups: torch.Tensor, keys: torch
 def info_nce_shard(
     x: torch.Tensor,
     y: torch.Tensor,
-    all_x: torch.Tensor,
-    all_y: torch.Tensor,
-    s: torch.Tensor,
-    b: torch.Tensor | None,
     gx: torch.Tensor | None,
     gy: torch.Tensor | None,
-    all_gx: torch.Tensor | None,
-    all_gy: torch.Tensor | None,
-    row_offset: int,
-    col_offset: int,
+    s: torch.Tensor,
+    b: torch.Tensor | None,
     smoothing: float,
+    *,
+    everyone: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None] | None = None,
+    offsets: tuple[int, int] = (0, 0),
     combine_cols: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """This process's share L_r of the global InfoNCE loss (Σ over processes of L_r = L; one process: L).
 
-    x/y are the local rows (global indices row_offset.. / col_offset..), all_x/all_y every process's features
-    (gathered differentiably; the local tensors themselves in one process). combine_cols merges the per-process
-    partial column log-sum-exps (all_y's length) into global ones.
+    x/y are the local rows and gx/gy their group ids (or None). In a process group, ``everyone`` holds every
+    process's (x, y, gx, gy) (features gathered differentiably), ``offsets`` the global index of the first local row
+    of x and of y, and combine_cols merges the per-process partial column log-sum-exps (all_y's length) into global
+    ones; without it this process holds the whole batch.
     """
+    all_x, all_y, all_gx, all_gy = (x, y, gx, gy) if everyone is None else everyone
+    row_offset, col_offset = offsets
     n, m = x.shape[0], y.shape[0]
     big_n, big_m = all_x.shape[0], all_y.shape[0]
     row_lse, col_part, diag = lse_pair(x, all_y, s, row_offset)
@@ -126,8 +126,8 @@ def info_nce_shard(
     xf, yf, all_xf, all_yf = x.to(acc), y.to(acc), all_x.to(acc), all_y.to(acc)
     if gx is None:
         # One positive per row and column: the same global index.
-        t_row, w_row, n_valid = all_yf[row_offset : row_offset + n], None, big_n
-        t_col, w_col, m_valid = all_xf[col_offset : col_offset + m], None, big_m
+        t_row, w_row, n_valid = _rows(all_yf, row_offset, n), None, big_n
+        t_col, w_col, m_valid = _rows(all_xf, col_offset, m), None, big_m
     else:
         sum_y, cnt_row = group_sums(gx, all_gy, all_yf)
         sum_x, cnt_col = group_sums(gy, all_gx, all_xf)
@@ -162,6 +162,12 @@ def info_nce_shard(
     if w_row is not None:
         row_loss, col_loss = row_loss * w_row, col_loss * w_col
     return 0.5 * (row_loss.sum() / n_valid + col_loss.sum() / m_valid)
+
+
+def _rows(t: torch.Tensor, start: int, count: int) -> torch.Tensor:
+    """Rows start..start+count of t; t itself when that is all of it (a slice would cost its backward a zero-filled
+    copy of the gradient: two more passes over (N, D))."""
+    return t if start == 0 and count == t.shape[0] else t[start : start + count]
 
 
 def _non_negative(ce: torch.Tensor) -> torch.Tensor:
@@ -231,7 +237,7 @@ def info_nce_loss(
     )
     if not 0.0 <= float(label_smoothing) < 1.0:
         raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
-    loss = info_nce_shard(x, y, x, y, s, b, gx, gy, gx, gy, 0, 0, float(label_smoothing))
+    loss = info_nce_shard(x, y, gx, gy, s, b, float(label_smoothing))
     return loss.to(loss_dtype(x, logit_scale, logit_bias))
 
 
@@ -241,9 +247,9 @@ def siglip_loss(
     logit_scale: torch.Tensor | float,
     logit_bias: torch.Tensor | float | None = None,
     *,
+    check_finite: bool = False,
     image_groups: torch.Tensor | None = None,
     text_groups: torch.Tensor | None = None,
-    check_finite: bool = False,
 ) -> torch.Tensor:
     """Sigmoid (SigLIP) loss and its gradients in one streaming pass; equals open_clip's ``SigLipLoss``.
 

@@ -116,15 +116,15 @@ class ClipLoss(_ContrastiveLoss):
     def _loss(self, x, y, s, b, gx, gy) -> torch.Tensor:
         eps = self.label_smoothing
         if self.world_size == 1:
-            loss = info_nce_shard(x, y, x, y, s, b, gx, gy, gx, gy, 0, 0, eps)
+            loss = info_nce_shard(x, y, gx, gy, s, b, eps)
         else:
             vdist.check_process_group(self.rank, self.world_size)
             w, r = self.world_size, self.rank
             all_x, all_y = vdist.all_gather(x), vdist.all_gather(y)
             all_gx, all_gy = vdist.all_gather(gx), vdist.all_gather(gy)
             share = info_nce_shard(
-                x, y, all_x, all_y, s, b, gx, gy, all_gx, all_gy, r * x.shape[0], r * y.shape[0], eps,
-                combine_cols=vdist.global_logsumexp,
+                x, y, gx, gy, s, b, eps, everyone=(all_x, all_y, all_gx, all_gy),
+                offsets=(r * x.shape[0], r * y.shape[0]), combine_cols=vdist.global_logsumexp,
             )  # fmt: skip
             # Rank objective W·L_r: Σ_r of it is W·L, so DDP's 1/W average of the gradients yields ∂L.
             loss = w * share

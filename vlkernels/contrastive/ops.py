@@ -32,13 +32,14 @@ def _num_programs(x: torch.Tensor, row_blocks: int) -> int:
 def _nonfinite_flag(*tensors: torch.Tensor | None) -> torch.Tensor:
     """0-dim fp32: NaN when any input holds NaN/Inf, else 0. Added to outputs so a bad step yields NaN, not garbage,
     without a host sync (AMP loss scalers then skip the step, as they do with open_clip)."""
-    ok = None
-    for t in tensors:
-        if t is None:
-            continue
-        fin = torch.isfinite(t).all()
-        ok = fin if ok is None else ok & fin
     zero = torch.zeros((), dtype=torch.float32, device=tensors[0].device)
+    ok = torch.ones((), dtype=torch.bool, device=zero.device)
+    for t in tensors:
+        if t is None or t.numel() == 0:
+            continue
+        # NaN and ±inf show in the extremes (min/max propagate NaN): one pass over t, where isfinite().all() takes two.
+        lo, hi = torch.aminmax(t)
+        ok = ok & torch.isfinite(lo) & torch.isfinite(hi)
     return torch.where(ok, zero, torch.full_like(zero, float("nan")))
 
 

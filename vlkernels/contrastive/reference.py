@@ -9,29 +9,25 @@ import torch
 import torch.nn.functional as F
 
 
-def _positives(n: int, m: int, image_groups, text_groups, device) -> torch.Tensor:
-    if image_groups is None:
-        return torch.eye(n, m, dtype=torch.bool, device=device)
-    return image_groups[:, None] == text_groups[None, :]
-
-
-def info_nce_loss_ref(
-    image_features: torch.Tensor,
-    text_features: torch.Tensor,
-    logit_scale,
-    logit_bias=None,
-    *,
-    image_groups=None,
-    text_groups=None,
-    label_smoothing: float = 0.0,
-) -> torch.Tensor:
-    """½·[mean_i CE(logits_i, q_i) + mean_j CE(logits_j, q'_j)], q uniform over positives mixed with ε/M uniform;
-    rows/columns without a positive are skipped. Computed in the inputs' dtype."""
+def _logits(image_features, text_features, logit_scale, logit_bias, image_groups, text_groups):
+    """The full N×M logit matrix s·x·yᵀ (+ b) and its positives mask (the diagonal, or equal group ids)."""
     logits = logit_scale * image_features @ text_features.T
     if logit_bias is not None:
         logits = logits + logit_bias
     n, m = logits.shape
-    pos = _positives(n, m, image_groups, text_groups, logits.device).to(logits.dtype)
+    if image_groups is None:
+        return logits, torch.eye(n, m, dtype=torch.bool, device=logits.device)
+    return logits, image_groups[:, None] == text_groups[None, :]
+
+
+def info_nce_loss_ref(
+    image_features, text_features, logit_scale, logit_bias=None, *, image_groups=None, text_groups=None,
+    label_smoothing=0.0,
+) -> torch.Tensor:  # fmt: skip
+    """½·[mean_i CE(logits_i, q_i) + mean_j CE(logits_j, q'_j)], q uniform over positives mixed with ε/M uniform;
+    rows/columns without a positive are skipped. Computed in the inputs' dtype."""
+    logits, pos = _logits(image_features, text_features, logit_scale, logit_bias, image_groups, text_groups)
+    pos = pos.to(logits.dtype)
     eps = label_smoothing
 
     def direction(lg, p):
@@ -45,18 +41,9 @@ def info_nce_loss_ref(
 
 
 def siglip_loss_ref(
-    image_features: torch.Tensor,
-    text_features: torch.Tensor,
-    logit_scale,
-    logit_bias=None,
-    *,
-    image_groups=None,
-    text_groups=None,
-) -> torch.Tensor:
+    image_features, text_features, logit_scale, logit_bias=None, *, image_groups=None, text_groups=None
+):
     """(1/N)·Σ_ij -log σ(z_ij·(s⟨x_i, y_j⟩ + b)), z = +1 on positives, -1 elsewhere."""
-    logits = logit_scale * image_features @ text_features.T
-    if logit_bias is not None:
-        logits = logits + logit_bias
-    n, m = logits.shape
-    z = _positives(n, m, image_groups, text_groups, logits.device).to(logits.dtype) * 2 - 1
-    return -F.logsigmoid(z * logits).sum() / n
+    logits, pos = _logits(image_features, text_features, logit_scale, logit_bias, image_groups, text_groups)
+    z = pos.to(logits.dtype) * 2 - 1
+    return -F.logsigmoid(z * logits).sum() / logits.shape[0]
