@@ -36,8 +36,8 @@ from vlkernels.retrieval.io import Embeddings
 from vlkernels.retrieval.screen import requested as _requested_screen
 
 # Image block size when none is given: this many bytes of images in the compute dtype (512 rows of D = 512 fp32 are
-# 1 MiB, so 262,144 images per block; 1,000,000 images take 4 blocks).
-BLOCK_BYTES = 1 << 29
+# 1 MiB, so 131,072 images per block; 1,000,000 images take 8 blocks).
+BLOCK_BYTES = 1 << 28
 
 
 def evaluate_stream(
