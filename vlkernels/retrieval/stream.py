@@ -38,6 +38,8 @@ from vlkernels.retrieval.screen import requested as _requested_screen
 # Image block size when none is given: this many bytes of images in the compute dtype (512 rows of D = 512 fp32 are
 # 1 MiB, so 131,072 images per block; 1,000,000 images take 8 blocks).
 BLOCK_BYTES = 1 << 28
+# Texts read at a time for the exact thresholds (16 MiB of D = 512 fp32 rows).
+TEXT_CHUNK = 1 << 13
 
 
 def evaluate_stream(
@@ -190,7 +192,7 @@ def _thresholds(
         if len(sel) == 0:
             continue
         cols = images.chunk(b0, min(len(images), b0 + block), dtype)
-        scores[sel] = cpu._row_pair_scores(texts, cols, t_of[sel], i_of[sel] - b0, dtype)
+        scores[sel] = cpu._row_pair_scores(texts, cols, t_of[sel], i_of[sel] - b0, dtype, TEXT_CHUNK)
         del cols
     n = len(t2i_pos.indices)
     return scores[:n], scores[n:]
