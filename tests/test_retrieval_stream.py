@@ -133,6 +133,21 @@ def test_cli_streams_metrics_and_topk(tmp_path, capsys):
         assert match in capsys.readouterr().err
 
 
+def test_chunks_keep_copy_on_write_changes(tmp_path):
+    """Pages are released only on shared mappings: a copy-on-write memmap (mode "c") keeps the caller's in-memory
+    changes across repeated chunk reads (releasing its pages would bring back the file's values)."""
+    from vlkernels.retrieval.io import Embeddings
+
+    np.save(tmp_path / "x.npy", np.zeros((5000, 16), dtype=np.float32))
+    m = np.load(tmp_path / "x.npy", mmap_mode="c")
+    m[:] = 3.0
+    e = Embeddings(m)
+    for _ in range(2):
+        assert all(bool((e.chunk(a, a + 1000) == 3.0).all()) for a in range(0, 5000, 1000))
+    r = Embeddings(np.load(tmp_path / "x.npy", mmap_mode="r")[1000:])  # a slice of a read-only mapping
+    assert bool((r.chunk(0, 4000) == 0.0).all()) and bool((r.chunk(3990, 4000) == 0.0).all())
+
+
 _RSS_CHILD = """
 import ctypes, gc, json, sys
 from pathlib import Path
