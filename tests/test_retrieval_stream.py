@@ -243,3 +243,41 @@ def test_sigint_stops_a_streamed_run(wait):
     print(f"KeyboardInterrupt {latency * 1000:.0f} ms after SIGINT at {wait} s")
     assert latency < 0.5
     assert lines.get("after") == "True"
+
+
+def test_cli_ctrl_c_exits_130(tmp_path):
+    """The CLI run stops on SIGINT once its progress bar is up: "interrupted" within a second (loaded 2-core CI),
+    then exit status 130 (the interpreter's own teardown after that is not timed). Costs ~30 s (a fresh interpreter
+    importing torch)."""
+    import signal
+    import time
+
+    rng = np.random.default_rng(0)
+    img = rng.standard_normal((60_000, 64), dtype=np.float32)
+    np.save(tmp_path / "img.npy", img)
+    np.save(tmp_path / "txt.npy", img + rng.standard_normal((60_000, 64), dtype=np.float32))
+    (tmp_path / "gt.json").write_text(json.dumps({"text_to_image": list(range(60_000))}))
+    argv = [sys.executable, "-m", "vlkernels.cli", "retrieval", "--images", str(tmp_path / "img.npy")]
+    argv += ["--texts", str(tmp_path / "txt.npy"), "--gt", str(tmp_path / "gt.json"), "--progress"]
+    proc = subprocess.Popen([*argv, "--block-images", "8192"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+
+        def read_until(marker: bytes, seen: bytes = b"") -> bytes:
+            while marker not in seen:
+                chunk = proc.stderr.read1(4096)
+                assert chunk, f"the run ended before {marker!r}: {seen.decode()[-2000:]}"
+                seen += chunk
+            return seen
+
+        read_until(b"tile")  # tqdm writes its first line when the tiles start
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        read_until(b"interrupted")
+        latency = time.monotonic() - sent
+        proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    print(f"CLI printed 'interrupted' {latency * 1000:.0f} ms after SIGINT")
+    assert proc.returncode == 130
+    assert latency < 1.0
