@@ -24,7 +24,6 @@ from vlkernels.retrieval import cpu
 from vlkernels.retrieval.functional import (
     DIRECTIONS,
     RetrievalResult,
-    _check_chunks,
     _check_ks,
     _check_policy,
     _compute_dtype,
@@ -99,9 +98,11 @@ def evaluate_stream(
     """
     ks = _check_ks(ks)
     _check_policy(top_k, empty)
-    _check_chunks(chunk_rows=chunk_rows, chunk_cols=chunk_cols)
-    if block_images is not None:
-        _check_chunks(block_images=block_images)
+    sizes = {"chunk_rows": chunk_rows, "chunk_cols": chunk_cols}
+    sizes.update({} if block_images is None else {"block_images": block_images})
+    for name, v in sizes.items():
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"{name} must be a positive integer, got {v!r}")
     if isinstance(text_topk, bool) or not isinstance(text_topk, (int, np.integer)) or text_topk < 0:
         raise ValueError(f"text_topk must be a non-negative integer, got {text_topk!r}")
     _requested_screen(screen)
