@@ -6,6 +6,7 @@ from vlkernels.retrieval.io import Embeddings, load_array
 from vlkernels.retrieval.metrics import Ranks, metrics_from_ranks
 from vlkernels.retrieval.positives import Positives
 from vlkernels.retrieval.stateful import RetrievalMetric
+from vlkernels.retrieval.stream import evaluate_stream
 
 __all__ = [
     "Embeddings",
@@ -14,6 +15,7 @@ __all__ = [
     "RetrievalMetric",
     "RetrievalResult",
     "evaluate",
+    "evaluate_stream",
     "load_array",
     "metrics_from_ranks",
     "rank_metrics",

@@ -8,6 +8,11 @@ GT.json is one of:
                                                           left out: it is then the transpose of the other, with
                                                           every query evaluated (see --empty)
 Indices are 0-based rows of the embedding files, JSON integers (a float such as 2.0 or 0.5 is refused).
+
+On the host (the default backend) neither file is loaded whole: the images are read in blocks (--block-images) and
+the texts streamed past each block, so files larger than memory work. --text-topk K adds the best K images of every
+text from the same pass, written with --topk-out as an .npz of `values` (N_txt, K) and `indices` (N_txt, K).
+Ctrl-C stops a run between tiles (exit status 130).
 """
 
 from __future__ import annotations
@@ -79,45 +84,75 @@ def read_gt(path: Path, n_img: int, n_txt: int) -> dict:
     return out
 
 
-def _check_output(path: Path | None) -> None:
-    """Refuse an unwritable --json target before hours of computing, not after."""
+def _check_output(path: Path | None, flag: str = "--json") -> None:
+    """Refuse an unwritable output file before hours of computing, not after."""
     if path is None:
         return
     parent = path.parent if str(path.parent) else Path(".")
     if path.is_dir():
-        raise ValueError(f"--json {path} is a directory; give a file path")
+        raise ValueError(f"{flag} {path} is a directory; give a file path")
     if not parent.is_dir():
-        raise ValueError(f"--json {path}: folder {parent} does not exist")
+        raise ValueError(f"{flag} {path}: folder {parent} does not exist")
     if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise ValueError(f"--json {path}: not writable")
+        raise ValueError(f"{flag} {path}: not writable")
 
 
 def cmd_retrieval(args: argparse.Namespace) -> int:
-    from vlkernels.retrieval.functional import evaluate
+    from vlkernels.retrieval.functional import evaluate, topk
     from vlkernels.retrieval.io import Embeddings
+    from vlkernels.retrieval.stream import evaluate_stream
 
     try:
         _check_output(args.json)
+        _check_output(args.topk_out, "--topk-out")
+        if args.topk_out is not None and not args.text_topk:
+            raise ValueError("--topk-out needs --text-topk K (the number of images kept per text)")
+        if args.text_topk is not None and args.text_topk < 1:
+            raise ValueError(f"--text-topk must be a positive integer, got {args.text_topk}")
         images = Embeddings(args.images, "images", args.images_key)
         texts = Embeddings(args.texts, "texts", args.texts_key)
         gt = read_gt(args.gt, len(images), len(texts))
-        res = evaluate(
-            images,
-            texts,
-            ks=args.k,
-            progress=args.progress,
-            backend=args.backend,
-            device_chunk=args.device_chunk,
-            top_k=args.top_k,
-            empty=args.empty,
-            **gt,
-        )
+        common = dict(ks=args.k, progress=args.progress, top_k=args.top_k, empty=args.empty, **gt)
+        top = None
+        if args.backend in ("auto", "cpu"):
+            # Files live on the host: the streaming CPU engine (one image block resident at a time).
+            res = evaluate_stream(
+                images, texts, text_topk=args.text_topk or 0, block_images=args.block_images, **common
+            )
+            top = getattr(res, "text_topk", None)
+        else:
+            res = evaluate(images, texts, backend=args.backend, device_chunk=args.device_chunk, **common)
+            if args.text_topk:
+                top = topk(texts, images, args.text_topk, backend=args.backend, device_chunk=args.device_chunk)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
     print(f"images {images.shape[0]} x texts {texts.shape[0]}, D={images.shape[1]}")
     print(res.table())
-    return 0 if args.json is None else write_json(args.json, dict(res))
+    m = res.meta
+    if m.get("rechecked_fraction") is not None:
+        print(f"screen {m['screen']}: re-checked {m['rechecked_pairs']} pairs ({m['rechecked_fraction']:.2e})")
+    status = 0
+    if top is not None and args.topk_out is not None:
+        status = _write_topk(args.topk_out, top)
+    if args.json is not None:
+        status = write_json(args.json, dict(res)) or status
+    return status
+
+
+def _write_topk(path: Path, top) -> int:
+    values, indices = top
+    try:
+        with path.open("wb") as f:  # a file object: np.savez would append ".npz" to a path without it
+            np.savez(f, values=values.cpu().numpy(), indices=indices.cpu().numpy())
+    except OSError as e:
+        print(f"error: cannot write {path}: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {path}")
+    return 0
 
 
 def register(subparsers) -> None:
@@ -137,7 +172,15 @@ def register(subparsers) -> None:
     )
     p.add_argument("--images-key", default=None, help="tensor name in a multi-tensor .safetensors file")
     p.add_argument("--texts-key", default=None, help="tensor name in a multi-tensor .safetensors file")
-    p.add_argument("--progress", action="store_true", help="show a progress bar")
+    p.add_argument("--progress", action="store_true", help="show a progress bar (tiles done, rate and ETA)")
+    p.add_argument("--text-topk", type=int, default=None, help="also find the best K images of every text")
+    p.add_argument("--topk-out", type=Path, default=None, help="write the --text-topk result here (.npz)")
+    p.add_argument(
+        "--block-images",
+        type=int,
+        default=None,
+        help="images read per block on the host (default: 256 MiB of them); peak memory grows with it",
+    )
     p.add_argument(
         "--backend",
         choices=("auto", "cpu", "triton", "torch"),

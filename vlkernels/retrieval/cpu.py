@@ -96,11 +96,20 @@ def count_both(
     progress: bool = False,
     group=None,
     screen: str | None = None,
+    *,
+    col_offset: int = 0,
+    thresholds: tuple[np.ndarray, np.ndarray] | None = None,
+    on_tile=None,
 ) -> tuple[np.ndarray, np.ndarray, dict]:
     """Candidates ranked above each pair, for row queries (``row_pos``: rows -> columns) and column queries
     (``col_pos``: columns -> rows), in the pair order of each Positives, and the call's metadata (screen, re-checked
     pairs). ``rows`` may be this process's shard of the global rows (starting at ``row_offset``); with ``group`` the
-    counts are summed over the group."""
+    counts are summed over the group.
+
+    Column blocks (``stream.evaluate_stream``): ``cols`` are the global columns ``col_offset..`` only; row counts are
+    then over these columns, and only the column pairs of these columns are counted. ``thresholds``: the exact
+    scores of every row pair and column pair, computed by the caller (a positive may lie outside the block).
+    ``on_tile(screen, row_side, col_side, s, row0, col0)`` is called after each tile is counted (global offsets)."""
     C = _ext.load()
     n_local, n_cols = len(rows), cols.shape[0]
     chunk_rows = balanced_chunk(n_local, chunk_rows)
@@ -113,33 +122,41 @@ def count_both(
     r_local = _active(row_pos) & (rq >= row_offset) & (rq < row_offset + n_local)
     r_thr = np.full(len(rq), inf)
     sel = np.flatnonzero(r_local)
-    r_thr[sel] = _row_pair_scores(rows, cols, rq[sel] - row_offset, row_pos.indices[sel], cols.dtype)
+    if thresholds is None:
+        r_thr[sel] = _row_pair_scores(rows, cols, rq[sel] - row_offset, row_pos.indices[sel], cols.dtype)
+    else:
+        r_thr[sel] = thresholds[0][sel]
     cq = col_pos.pair_queries()
     c_rows = col_pos.indices
-    c_active = _active(col_pos)
+    c_active = _active(col_pos) & (cq >= col_offset) & (cq < col_offset + n_cols)
     c_local = c_active & (c_rows >= row_offset) & (c_rows < row_offset + n_local)
     c_thr = np.full(len(cq), -inf)
     sel = np.flatnonzero(c_local)
-    c_thr[sel] = _row_pair_scores(rows, cols, c_rows[sel] - row_offset, cq[sel], cols.dtype)
+    if thresholds is None:
+        c_thr[sel] = _row_pair_scores(rows, cols, c_rows[sel] - row_offset, cq[sel], cols.dtype)
+    else:
+        c_thr[sel] = thresholds[1][sel]
     if group is not None:
         from vlkernels.retrieval.distributed import all_reduce
 
         c_thr = all_reduce(torch.from_numpy(c_thr), "max", group).numpy()
 
     # Column pairs per column chunk: one _ColumnBlock each, dense slot planes or sparse CSR (see the class).
-    c_active_q = np.zeros(n_cols, dtype=bool)
+    c_active_q = np.zeros(col_pos.num_queries, dtype=bool)
     c_active_q[col_pos.queries] = True
     blocks: list[_ColumnBlock] = []
     for cc in range(n_cc):
         a, b = cc * chunk_cols, min(n_cols, (cc + 1) * chunk_cols)
-        side = scr.side(cols[a:b], is_row=False)
+        data = cols[a:b]
+        side = scr.side(data, is_row=False)
+        a, b = a + col_offset, b + col_offset  # global columns from here on
         plan = SlotPlan.build(col_pos, a, b, c_active)
         if plan is None:
-            blocks.append(_ColumnBlock(side, cols[a:b]))
+            blocks.append(_ColumnBlock(side, data))
         elif plan.width * plan.n <= 2 * len(plan.pairs):
             thr = plan.planes(c_thr, inf, slot_major=True)
             pos = plan.planes(c_rows, -1, slot_major=True)
-            blocks.append(_ColumnBlock(side, cols[a:b], plan, pos, thr, torch.zeros_like(pos)))
+            blocks.append(_ColumnBlock(side, data, plan, pos, thr, torch.zeros_like(pos)))
         else:
             act = np.flatnonzero(c_active_q[a:b])
             ptr = np.zeros(len(act) + 1, dtype=np.int64)
@@ -147,9 +164,7 @@ def count_both(
             sel = plan.pairs
             pos, thr = torch.from_numpy(c_rows[sel].copy()), torch.from_numpy(c_thr[sel].copy())
             cnt = torch.zeros(len(sel), dtype=torch.int64)
-            blocks.append(
-                _ColumnBlock(side, cols[a:b], plan, pos, thr, cnt, torch.from_numpy(act), torch.from_numpy(ptr))
-            )
+            blocks.append(_ColumnBlock(side, data, plan, pos, thr, cnt, torch.from_numpy(act), torch.from_numpy(ptr)))
 
     r_above = np.zeros(len(rq), dtype=np.int64)
     r_ptr_t = torch.from_numpy(row_pos.indptr[row_offset : row_offset + n_local + 1].copy())
@@ -173,7 +188,7 @@ def count_both(
             for cc, blk in enumerate(blocks):
                 if stop.is_set():
                     return
-                c0 = cc * chunk_cols
+                c0 = col_offset + cc * chunk_cols
                 sc, rs, cs = _pair_screen(scr, rside, blk.side, x, blk.data)
                 key = (sc.name, x.shape[0], blk.data.shape[0])
                 if key not in buffers:
@@ -219,6 +234,8 @@ def count_both(
                         None,
                         0,
                     )
+                if on_tile is not None:
+                    on_tile(sc, rs, cs, s, row_offset + r0, c0)
                 if bar is not None:
                     bar.update(1)
 

@@ -229,6 +229,33 @@ def _check_chunks(**sizes: int) -> None:
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
 
 
+def ground_truth(text_to_image, t2i, i2t, n_txt: int, n_img: int) -> tuple[Positives, Positives, dict[str, str]]:
+    """Both directions' positives from ``text_to_image`` or ``t2i`` / ``i2t`` (as :func:`evaluate` takes them), and
+    for each derived direction the phrase its "no positive" error adds."""
+    if text_to_image is not None:
+        if t2i is not None or i2t is not None:
+            raise ValueError("give either text_to_image or t2i/i2t, not both")
+        labels = _labels(text_to_image)
+        if labels.shape != (n_txt,):
+            raise ValueError(f"text_to_image has shape {labels.shape}; expected ({n_txt},), one image per text")
+        t2i_pos = Positives.from_labels(labels, n_img)
+        i2t_pos = t2i_pos.transpose(allow_empty=True)
+        derived = {"image_to_text": " (images without a caption in text_to_image)"}
+    elif t2i is None and i2t is None:
+        raise ValueError("ground truth missing: give text_to_image, or t2i and/or i2t positives")
+    else:
+        t2i_pos = as_positives(t2i, n_txt, n_img, "t2i") if t2i is not None else None
+        i2t_pos = as_positives(i2t, n_img, n_txt, "i2t") if i2t is not None else None
+        derived = {}
+        if t2i_pos is None:
+            t2i_pos = i2t_pos.transpose(allow_empty=True)
+            derived["text_to_image"] = " (derived as the transpose of i2t, which was given alone: give t2i too)"
+        if i2t_pos is None:
+            i2t_pos = t2i_pos.transpose(allow_empty=True)
+            derived["image_to_text"] = " (derived as the transpose of t2i, which was given alone: give i2t too)"
+    return t2i_pos, i2t_pos, derived
+
+
 def evaluate(
     image_emb,
     text_emb,
@@ -316,27 +343,7 @@ def evaluate(
     n_img = len(images)
     if n_img == 0 or n_txt == 0:
         raise ValueError(f"empty input: {n_img} images and {n_txt} texts; both must be non-empty")
-    if text_to_image is not None:
-        if t2i is not None or i2t is not None:
-            raise ValueError("give either text_to_image or t2i/i2t, not both")
-        labels = _labels(text_to_image)
-        if labels.shape != (n_txt,):
-            raise ValueError(f"text_to_image has shape {labels.shape}; expected ({n_txt},), one image per text")
-        t2i_pos = Positives.from_labels(labels, n_img)
-        i2t_pos = t2i_pos.transpose(allow_empty=True)
-        derived = {"image_to_text": " (images without a caption in text_to_image)"}
-    elif t2i is None and i2t is None:
-        raise ValueError("ground truth missing: give text_to_image, or t2i and/or i2t positives")
-    else:
-        t2i_pos = as_positives(t2i, n_txt, n_img, "t2i") if t2i is not None else None
-        i2t_pos = as_positives(i2t, n_img, n_txt, "i2t") if i2t is not None else None
-        derived = {}
-        if t2i_pos is None:
-            t2i_pos = i2t_pos.transpose(allow_empty=True)
-            derived["text_to_image"] = " (derived as the transpose of i2t, which was given alone: give t2i too)"
-        if i2t_pos is None:
-            i2t_pos = t2i_pos.transpose(allow_empty=True)
-            derived["image_to_text"] = " (derived as the transpose of t2i, which was given alone: give i2t too)"
+    t2i_pos, i2t_pos, derived = ground_truth(text_to_image, t2i, i2t, n_txt, n_img)
     if backend == "cpu":
         cols = images.full(_compute_dtype(images, texts))
         r_above, c_above, meta = cpu.count_both(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import mmap
 import struct
 from pathlib import Path
 
@@ -72,6 +73,7 @@ class Embeddings:
             return self.tensor[start:stop].to(dtype).contiguous()
         # A copy: file pages are read-only and torch wants writable memory.
         raw = np.array(self.array[start:stop], copy=True)
+        _release_pages(self.array, start, stop)
         if self.bf16:
             return torch.from_numpy(raw.view(np.int16)).view(torch.bfloat16).to(dtype)
         return torch.from_numpy(raw).to(dtype)
@@ -90,6 +92,36 @@ class Embeddings:
                 raise ValueError(
                     f"{self.name} contains NaN/Inf values ({bad} in rows {a}..); embeddings must be finite"
                 )
+
+
+def _release_pages(arr: np.ndarray, start: int, stop: int) -> None:
+    """Unmap the file pages of rows start..stop of a memory-mapped matrix once they have been copied.
+
+    Pages of a file mapping count in the process's resident set for as long as they stay mapped, so a pass over a
+    file larger than memory would make its RSS (and the OOM killer's view of it) the size of the file. MADV_DONTNEED
+    drops them from this process only; they stay in the page cache and a later read maps them again. Only shared
+    mappings are released (modes r, r+, w+): a copy-on-write mapping (mode c) would lose its private changes.
+    """
+    root = arr
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    mm = getattr(root, "_mmap", None)
+    if (
+        not isinstance(mm, mmap.mmap)
+        or getattr(arr, "mode", None) not in ("r", "r+", "w+", "readonly", "readwrite", "write")
+        or not arr.flags.c_contiguous
+        or not hasattr(mm, "madvise")
+        or stop <= start
+    ):
+        return
+    # The mapping starts at the file offset rounded down to the allocation granularity (np.memmap's rule).
+    base = root.__array_interface__["data"][0] - root.offset % mmap.ALLOCATIONGRANULARITY
+    row = arr.strides[0]
+    begin = arr.__array_interface__["data"][0] + start * row - base
+    end = min(begin + (stop - start) * row, len(mm))
+    begin -= begin % mmap.PAGESIZE
+    if 0 <= begin < end:
+        mm.madvise(mmap.MADV_DONTNEED, begin, end - begin)
 
 
 def load_array(path, name: str = "embeddings", key: str | None = None):
