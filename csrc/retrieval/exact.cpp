@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <limits>
 #include <type_traits>
@@ -50,20 +51,33 @@ VLK_INLINE double madd(double x, double y, double acc) {
   return x * y + acc;
 }
 
-// Exact scores of row x (already widened to float64: xd) against fp32 columns js[0..n), four columns at a time so
-// that eight independent accumulator chains hide the addition latency; bit for bit exact_dot.
-template <bool kFma>
-VLK_INLINE void exact_dots_f32(const double* xd, const float* col_data, int64_t stride_c, int64_t dim,
-                               const int64_t* js, int64_t n, double* out) {
+// Exact scores of row x (already widened to float64: xd) against columns js[0..n) of fp32 data (Y = float) or of
+// the same data widened once (Y = double), four columns at a time so that eight independent accumulator chains hide
+// the addition latency; bit for bit exact_dot.
+template <bool kFma, typename Y>
+VLK_INLINE void exact_dots_f32(const double* xd, const Y* col_data, int64_t stride_c, int64_t dim, const int64_t* js,
+                               int64_t n, double* out) {
   int64_t e = 0;
   for (; e + 4 <= n; e += 4) {
-    const float* y0 = col_data + js[e] * stride_c;
-    const float* y1 = col_data + js[e + 1] * stride_c;
-    const float* y2 = col_data + js[e + 2] * stride_c;
-    const float* y3 = col_data + js[e + 3] * stride_c;
+    const Y* y0 = col_data + js[e] * stride_c;
+    const Y* y1 = col_data + js[e + 1] * stride_c;
+    const Y* y2 = col_data + js[e + 2] * stride_c;
+    const Y* y3 = col_data + js[e + 3] * stride_c;
+    // The next four columns are requested while these are summed: scattered columns would otherwise wait on memory.
+    const int64_t nx = std::min(e + 4, n - 1);
+    const Y* p0 = col_data + js[nx] * stride_c;
+    const Y* p1 = col_data + js[std::min(nx + 1, n - 1)] * stride_c;
+    const Y* p2 = col_data + js[std::min(nx + 2, n - 1)] * stride_c;
+    const Y* p3 = col_data + js[std::min(nx + 3, n - 1)] * stride_c;
     double a0[kLanes] = {}, a1[kLanes] = {}, a2[kLanes] = {}, a3[kLanes] = {};
     int64_t d = 0;
-    for (; d + kLanes <= dim; d += kLanes)
+    for (; d + kLanes <= dim; d += kLanes) {
+      if ((d * static_cast<int64_t>(sizeof(Y))) % 64 == 0) {
+        __builtin_prefetch(p0 + d);
+        __builtin_prefetch(p1 + d);
+        __builtin_prefetch(p2 + d);
+        __builtin_prefetch(p3 + d);
+      }
       for (int l = 0; l < kLanes; ++l) {
         const double x = xd[d + l];
         a0[l] = madd<kFma>(x, static_cast<double>(y0[d + l]), a0[l]);
@@ -71,6 +85,7 @@ VLK_INLINE void exact_dots_f32(const double* xd, const float* col_data, int64_t 
         a2[l] = madd<kFma>(x, static_cast<double>(y2[d + l]), a2[l]);
         a3[l] = madd<kFma>(x, static_cast<double>(y3[d + l]), a3[l]);
       }
+    }
     for (int l = 0; d + l < dim; ++l) {
       const double x = xd[d + l];
       a0[l] = madd<kFma>(x, static_cast<double>(y0[d + l]), a0[l]);
@@ -78,22 +93,17 @@ VLK_INLINE void exact_dots_f32(const double* xd, const float* col_data, int64_t 
       a2[l] = madd<kFma>(x, static_cast<double>(y2[d + l]), a2[l]);
       a3[l] = madd<kFma>(x, static_cast<double>(y3[d + l]), a3[l]);
     }
-    double* a[4] = {a0, a1, a2, a3};
+    double* acc[4] = {a0, a1, a2, a3};
     for (int p = 0; p < 4; ++p)
-      out[e + p] = ((a[p][0] + a[p][1]) + (a[p][2] + a[p][3])) + ((a[p][4] + a[p][5]) + (a[p][6] + a[p][7]));
+      out[e + p] =
+          ((acc[p][0] + acc[p][1]) + (acc[p][2] + acc[p][3])) + ((acc[p][4] + acc[p][5]) + (acc[p][6] + acc[p][7]));
   }
-  for (; e < n; ++e) out[e] = exact_dot(xd, col_data + js[e] * stride_c, dim);
-}
-
-// Exact scores of row x against columns js (any input dtype; the fast path for fp32).
-template <typename T, bool kFma>
-VLK_INLINE void exact_dots(const T* x, const T* col_data, int64_t stride_c, int64_t dim, const int64_t* js,
-                           int64_t n, double* xd, double* out) {
-  if constexpr (std::is_same_v<T, float>) {
-    for (int64_t d = 0; d < dim; ++d) xd[d] = static_cast<double>(x[d]);
-    exact_dots_f32<kFma>(xd, col_data, stride_c, dim, js, n, out);
-  } else {
-    for (int64_t e = 0; e < n; ++e) out[e] = exact_dot(x, col_data + js[e] * stride_c, dim);
+  if (e < n) {  // the last 1-3 columns through the same four-column pass (the last one repeated)
+    int64_t pad[4];
+    double res[4];
+    for (int p = 0; p < 4; ++p) pad[p] = js[std::min<int64_t>(e + p, n - 1)];
+    exact_dots_f32<kFma>(xd, col_data, stride_c, dim, pad, 4, res);
+    for (int p = 0; e + p < n; ++p) out[e + p] = res[p];
   }
 }
 
@@ -300,10 +310,24 @@ VLK_INLINE int64_t certified_tile_impl(const TileArgs<S, T>& a, const int64_t* r
   return rechecked;
 }
 
-// certified_topk_update, one row at a time: the tile's screened scores pass a threshold that rises with the k-th
-// best screened score seen (minus twice the row's coarse bound) and with the floor, so only a buffer of plausible
-// candidates is kept; those get their own bounds, the floor rises to the k-th best lower bound, and the ones whose
-// upper bound reaches it get their exact score (four at a time, the row widened once).
+// #{j < n : s[j] >= t} (vectorised; NaN never counts).
+template <typename S>
+VLK_INLINE int32_t count_at_least(const S* s, int64_t n, S t) {
+  int32_t c = 0;
+  for (int64_t j = 0; j < n; ++j) c += s[j] >= t;
+  return c;
+}
+
+// Rows of a top-k tile handled together: their candidates' exact scores are computed one block of columns at a
+// time, so the block's data stays in cache while every row of the group reads it (k in the thousands re-checks
+// nearly every pair).
+constexpr int64_t kTopkRows = 64;
+constexpr int64_t kTopkCols = 64;
+
+// certified_topk_update. Per row: the screened scores pass a threshold that rises with the floor and with the k-th
+// best screened score seen (a heap; minus twice the row's coarse bound), 64-column blocks skipped after one
+// vectorised count, so only a buffer of plausible candidates is kept; those get their own bounds, the floor rises to the k-th
+// best lower bound, and the ones whose upper bound reaches it get their exact score.
 template <typename S, typename T, bool kFma>
 VLK_INLINE int64_t certified_topk_impl(const TileArgs<S, T>& a, int64_t c0, int64_t k, double* vals, int64_t* idx,
                                        double* floor) {
@@ -318,78 +342,163 @@ VLK_INLINE int64_t certified_topk_impl(const TileArgs<S, T>& a, int64_t c0, int6
   };
   // Better = higher exact score, then lower gallery index.
   auto better = [](const Cand& x, const Cand& y) { return x.v != y.v ? x.v > y.v : x.i < y.i; };
-  auto higher = [](const Screened& x, const Screened& y) { return x.v > y.v; };
   const Maxima cm(a.ct, 0, a.cols);
-  std::vector<Screened> buf;
-  std::vector<double> low, ex, xd(static_cast<size_t>(a.dim));
-  std::vector<int64_t> js;
-  std::vector<Cand> cand;
-  int64_t rechecked = 0;
   const size_t k_sz = static_cast<size_t>(k);
-  for (int64_t i = 0; i < a.rows; ++i) {
-    if ((i & 15) == 0) check_interrupt();
-    const S* srow = a.s + i * a.stride_s;
-    double* rv = vals + i * k;
-    int64_t* ri = idx + i * k;
-    double fl = floor[i];
-    const double bmax = row_coarse(a.rt, i, cm, a.rel, a.rel > 0 ? abs_max(srow, a.cols) : 0.0);
-    // A screened score below thr has an upper bound below the floor (or below k candidates' lower bounds).
-    S thr = lower<S>(lower<double>(fl, bmax), 0.0);
-    size_t cap = std::max<size_t>(2 * k_sz, 256);
-    buf.clear();
-    for (int64_t j = 0; j < a.cols; ++j) {
-      const S v = srow[j];
-      if (!(v >= thr)) continue;  // below the threshold, or excluded (NaN)
-      buf.push_back({v, j});
-      if (buf.size() >= cap) {
-        std::nth_element(buf.begin(), buf.begin() + (k - 1), buf.end(), higher);
-        // k candidates score at least kth - bmax, so one whose screened score is below kth - 2 bmax cannot enter.
-        const double kth_low = lower<double>(static_cast<double>(buf[k_sz - 1].v), bmax);
-        thr = std::max(thr, lower<S>(kth_low, bmax));
-        buf.erase(std::remove_if(buf.begin(), buf.end(), [&](const Screened& c) { return !(c.v >= thr); }),
-                  buf.end());
-        if (2 * buf.size() >= cap) cap *= 2;  // many near-ties: fewer, larger selections
+  std::vector<Screened> buf;
+  std::vector<S> top;
+  std::vector<double> low;
+  std::vector<Cand> cand;
+  std::vector<uint8_t> flag(static_cast<size_t>(a.cols));
+  std::vector<std::vector<int64_t>> js(kTopkRows);
+  std::vector<std::vector<double>> ex(kTopkRows);
+  std::vector<double> fls(kTopkRows), xd(static_cast<size_t>(kTopkRows * a.dim)), yd;
+  std::vector<size_t> at(kTopkRows);
+  int64_t rechecked = 0;
+  for (int64_t r0 = 0; r0 < a.rows; r0 += kTopkRows) {
+    check_interrupt();
+    const int64_t nr = std::min(kTopkRows, a.rows - r0);
+    int64_t group_cands = 0;
+    for (int64_t g = 0; g < nr; ++g) {
+      const int64_t i = r0 + g;
+      const S* srow = a.s + i * a.stride_s;
+      const double* rv = vals + i * k;
+      const int64_t* ri = idx + i * k;
+      double fl = floor[i];
+      const double bmax = row_coarse(a.rt, i, cm, a.rel, a.rel > 0 ? abs_max(srow, a.cols) : 0.0);
+      // A screened score below thr has an upper bound below the floor (or below k candidates' lower bounds).
+      S thr = lower<S>(lower<double>(fl, bmax), 0.0);
+      // top: min-heap of the k best screened scores seen; once full, k candidates score at least top - bmax, so
+      // one whose screened score is below top - 2 bmax cannot enter.
+      top.clear();
+      buf.clear();
+      for (int64_t j0 = 0; j0 < a.cols; j0 += kColBlock) {
+        const int64_t w = std::min(kColBlock, a.cols - j0);
+        if (count_at_least(srow + j0, w, thr) == 0) continue;
+        for (int64_t j = j0; j < j0 + w; ++j) {
+          const S v = srow[j];
+          if (!(v >= thr)) continue;  // below the threshold, or excluded (NaN)
+          buf.push_back({v, j});
+          if (top.size() < k_sz) {
+            top.push_back(v);
+            std::push_heap(top.begin(), top.end(), std::greater<S>());
+            if (top.size() < k_sz) continue;
+          } else if (v > top.front()) {
+            std::pop_heap(top.begin(), top.end(), std::greater<S>());
+            top.back() = v;
+            std::push_heap(top.begin(), top.end(), std::greater<S>());
+          } else {
+            continue;
+          }
+          thr = std::max(thr, lower<S>(lower<double>(static_cast<double>(top.front()), bmax), bmax));
+        }
+      }
+      // The floor rises to the k-th largest of the kept exact scores and the candidates' own lower bounds: k
+      // distinct candidates score at least that much, so anything whose upper bound is below it cannot enter.
+      low.clear();
+      for (int64_t t = 0; t < k; ++t)
+        if (ri[t] >= 0) low.push_back(rv[t]);
+      buf.erase(std::remove_if(buf.begin(), buf.end(), [&](const Screened& c) { return !(c.v >= thr); }), buf.end());
+      for (const Screened& c : buf) {
+        const double v = static_cast<double>(c.v), lb = v - pair_bound(a.rt, i, a.ct, c.j, a.rel, v);
+        if (lb > fl) low.push_back(lb);
+      }
+      if (low.size() >= k_sz) {
+        std::nth_element(low.begin(), low.begin() + (k - 1), low.end(), std::greater<double>());
+        fl = std::max(fl, low[k_sz - 1]);
+      }
+      fls[g] = fl;
+      // The re-checked candidates in column order (the exact pass walks the columns block by block).
+      std::vector<int64_t>& rj = js[g];
+      rj.clear();
+      for (const Screened& c : buf) {
+        const double v = static_cast<double>(c.v);
+        if (v + pair_bound(a.rt, i, a.ct, c.j, a.rel, v) >= fl) rj.push_back(c.j);
+      }
+      if (rj.size() > 256) {
+        for (int64_t j : rj) flag[j] = 1;
+        rj.clear();
+        for (int64_t j = 0; j < a.cols; ++j)
+          if (flag[j]) {
+            rj.push_back(j);
+            flag[j] = 0;
+          }
+      } else {
+        std::sort(rj.begin(), rj.end());
+      }
+      ex[g].resize(rj.size());
+      group_cands += static_cast<int64_t>(rj.size());
+      if (!rj.empty()) {
+        const T* x = a.row_data + i * a.stride_r;
+        for (int64_t d = 0; d < a.dim; ++d) xd[g * a.dim + d] = static_cast<double>(x[d]);
       }
     }
-    // The floor rises to the k-th largest of the kept exact scores and the candidates' own lower bounds: k distinct
-    // candidates score at least that much, so anything whose upper bound is below it cannot enter the top k.
-    low.clear();
-    for (int64_t t = 0; t < k; ++t)
-      if (ri[t] >= 0) low.push_back(rv[t]);
-    for (const Screened& c : buf) {
-      const double v = static_cast<double>(c.v), lb = v - pair_bound(a.rt, i, a.ct, c.j, a.rel, v);
-      if (lb > fl) low.push_back(lb);
+    rechecked += group_cands;
+    // Exact scores, one block of columns at a time for the whole group.
+    std::fill(at.begin(), at.end(), 0);
+    for (int64_t b0 = 0; group_cands > 0 && b0 < a.cols; b0 += kTopkCols) {
+      const int64_t b1 = std::min(a.cols, b0 + kTopkCols);
+      size_t in_block = 0;
+      for (int64_t g = 0; g < nr; ++g) {
+        size_t e = at[g];
+        while (e < js[g].size() && js[g][e] < b1) ++e;
+        in_block += e - at[g];
+      }
+      if (in_block == 0) continue;
+      // fp32 columns that many rows of the group read: widened to float64 once for the block.
+      const bool widen = std::is_same_v<T, float> && in_block >= static_cast<size_t>(2 * (b1 - b0));
+      if (widen) {
+        yd.resize(static_cast<size_t>((b1 - b0) * a.dim));
+        for (int64_t j = b0; j < b1; ++j)
+          for (int64_t d = 0; d < a.dim; ++d)
+            yd[(j - b0) * a.dim + d] = static_cast<double>(a.col_data[j * a.stride_c + d]);
+      }
+      for (int64_t g = 0; g < nr; ++g) {
+        const std::vector<int64_t>& rj = js[g];
+        const size_t e0 = at[g];
+        size_t e1 = e0;
+        while (e1 < rj.size() && rj[e1] < b1) ++e1;
+        at[g] = e1;
+        if (e1 == e0) continue;
+        const int64_t n = static_cast<int64_t>(e1 - e0);
+        double* out = ex[g].data() + e0;
+        if constexpr (std::is_same_v<T, float>) {
+          if (widen) {
+            int64_t in_blk[kTopkCols];  // block-relative columns of the widened copy
+            for (int64_t e = 0; e < n; ++e) in_blk[e] = rj[e0 + e] - b0;
+            exact_dots_f32<kFma>(xd.data() + g * a.dim, yd.data(), a.dim, a.dim, in_blk, n, out);
+          } else {
+            exact_dots_f32<kFma>(xd.data() + g * a.dim, a.col_data, a.stride_c, a.dim, rj.data() + e0, n, out);
+          }
+        } else {
+          const T* x = a.row_data + (r0 + g) * a.stride_r;
+          for (int64_t e = 0; e < n; ++e) out[e] = exact_dot(x, a.col_data + rj[e0 + e] * a.stride_c, a.dim);
+        }
+      }
     }
-    if (low.size() >= k_sz) {
-      std::nth_element(low.begin(), low.begin() + (k - 1), low.end(), std::greater<double>());
-      fl = std::max(fl, low[k_sz - 1]);
+    // Merge: the best k of the kept and the re-checked candidates by exact score.
+    for (int64_t g = 0; g < nr; ++g) {
+      const int64_t i = r0 + g;
+      double* rv = vals + i * k;
+      int64_t* ri = idx + i * k;
+      const std::vector<int64_t>& rj = js[g];
+      if (rj.empty()) {
+        floor[i] = fls[g];
+        continue;
+      }
+      cand.clear();
+      for (int64_t t = 0; t < k; ++t)
+        if (ri[t] >= 0) cand.push_back({rv[t], ri[t]});
+      for (size_t e = 0; e < rj.size(); ++e) cand.push_back({ex[g][e], c0 + rj[e]});
+      const int64_t m = std::min<int64_t>(k, static_cast<int64_t>(cand.size()));
+      std::nth_element(cand.begin(), cand.begin() + (m - 1), cand.end(), better);
+      double worst = kInf;
+      for (int64_t t = 0; t < k; ++t) {
+        rv[t] = t < m ? cand[t].v : -kInf;
+        ri[t] = t < m ? cand[t].i : -1;
+        if (t < m) worst = std::min(worst, cand[t].v);
+      }
+      floor[i] = m == k ? std::max(fls[g], worst) : fls[g];
     }
-    js.clear();
-    for (const Screened& c : buf) {
-      const double v = static_cast<double>(c.v);
-      if (v + pair_bound(a.rt, i, a.ct, c.j, a.rel, v) >= fl) js.push_back(c.j);
-    }
-    if (js.empty()) {
-      floor[i] = fl;
-      continue;
-    }
-    rechecked += static_cast<int64_t>(js.size());
-    ex.resize(js.size());
-    exact_dots<T, kFma>(a.row_data + i * a.stride_r, a.col_data, a.stride_c, a.dim, js.data(),
-                        static_cast<int64_t>(js.size()), xd.data(), ex.data());
-    cand.clear();
-    for (int64_t t = 0; t < k; ++t)
-      if (ri[t] >= 0) cand.push_back({rv[t], ri[t]});
-    for (size_t e = 0; e < js.size(); ++e) cand.push_back({ex[e], c0 + js[e]});
-    const int64_t m = std::min<int64_t>(k, static_cast<int64_t>(cand.size()));
-    std::nth_element(cand.begin(), cand.begin() + (m - 1), cand.end(), better);
-    double worst = kInf;
-    for (int64_t t = 0; t < k; ++t) {
-      rv[t] = t < m ? cand[t].v : -kInf;
-      ri[t] = t < m ? cand[t].i : -1;
-      if (t < m) worst = std::min(worst, cand[t].v);
-    }
-    floor[i] = m == k ? std::max(fl, worst) : fl;
   }
   return rechecked;
 }
