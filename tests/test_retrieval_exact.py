@@ -204,3 +204,36 @@ def test_non_finite_refused_by_name(bad):
         evaluate(img, txt, [0, 1, 2])
     with pytest.raises(ValueError, match="gallery contains NaN/Inf"):
         topk(img, txt, 2)
+
+
+@pytest.mark.parametrize("kind", ["gauss", "duplicates", "ulp", "integers", "mixed_scale", "denormal"])
+def test_topk_large_k_and_many_row_groups_equals_exact_brute_force(kind):
+    """Top-k past one group of rows and one block of columns of the C++ selection (64 x 64), k from a few to
+    nearly the whole gallery (every member re-checked, the widened-column path), with exclusions."""
+    rng = np.random.default_rng(11)
+    q = torch.from_numpy(_adversarial(kind, 150, 37, rng))
+    g = torch.from_numpy(_adversarial(kind, 300, 37, rng))
+    if kind in ("duplicates", "ulp"):
+        q[:40] = g[:40]  # queries equal to gallery rows: exact ties at the top
+    ex = Positives.from_pairs(np.arange(150), rng.integers(0, 300, 150), 150, 300, queries=[])
+    for k in (5, 100, 290):
+        for exclude in (None, ex):
+            v, i = topk(q, g, k, exclude, chunk_queries=150, chunk_gallery=300)
+            rv, ri = topk_ref(q, g, k, exclude=exclude)
+            assert torch.equal(i, ri), (k, exclude is not None)
+            assert torch.equal(v, rv.float())
+
+
+@pytest.mark.parametrize("kind", ["gauss", "huge", "tiny", "denormal", "dominant", "mixed_scale"])
+def test_norms_are_upper_bounds(kind):
+    """fp32 norms from torch's fp32 norm, inflated: never below the float64 norm of the row, and above it by at most
+    a few fp32 rounding steps plus sqrt(D) times the square root of fp32's smallest normal (the squares that may
+    have underflowed); inf only when a square overflows fp32."""
+    rng = np.random.default_rng(3)
+    x = _adversarial(kind, 64, 515, rng)
+    exact = np.sqrt(np.array([np.sum(np.square(r.astype(np.float64))) for r in x]))
+    got = scr.norms(torch.from_numpy(x)).numpy()
+    finite = np.isfinite(got)
+    assert np.all(got[finite] >= exact[finite] * (1 + 2.0**-40))
+    assert np.all(got[finite] <= exact[finite] * (1 + 1e-3) + np.sqrt(515 * 2.0**-126) * 1.01)
+    assert np.all(exact[~finite] > 2.0**60)

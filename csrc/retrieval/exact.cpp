@@ -11,18 +11,18 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <functional>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "core/cpu_features.h"
 #include "core/parallel.h"
 
-// The per-score loops in an AVX2 (and AVX-512) clone besides the portable one (no FMA in either target: see above).
-#if VLK_X86_MULTIVERSION && !defined(__clang__)
-#define VLK_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define VLK_CLONES
-#endif
+// The per-score loops are compiled once portable and once for AVX2+FMA (csrc/core/cpu_features.h), chosen per call.
+// FMA only where it cannot change a bit: a product of two fp32 values is exact in float64, so fma(x, y, acc) rounds
+// exactly as x * y + acc does; fp64 inputs never take it.
 
 namespace vlk {
 namespace {
@@ -30,6 +30,10 @@ namespace {
 constexpr int kLanes = 8;
 // Columns per block of the column-query pass: its thresholds, counts and bounds stay in L1 while every row passes.
 constexpr int64_t kColBlock = 64;
+// Relative slack of a threshold moved by a bound, t +/- b: covers the rounding of that sum and of the slack itself
+// (each at most 2^-53 |t| + 2^-53 b), so a screened score beyond it is beyond the real t +/- b.
+constexpr double kSlack = 0x1p-50;
+constexpr double kInf = std::numeric_limits<double>::infinity();
 
 template <typename TA, typename TB>
 inline double exact_dot(const TA* a, const TB* b, int64_t dim) {
@@ -41,48 +45,491 @@ inline double exact_dot(const TA* a, const TB* b, int64_t dim) {
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
 
-// lo[j] = s_hat - B, hi[j] = s_hat + B for one tile row; NaN scores (excluded candidates) get -inf for both.
+template <bool kFma>
+VLK_INLINE double madd(double x, double y, double acc) {
+  if constexpr (kFma) return __builtin_fma(x, y, acc);
+  return x * y + acc;
+}
+
+// Exact scores of row x (already widened to float64: xd) against columns js[0..n) of fp32 data (Y = float) or of
+// the same data widened once (Y = double), four columns at a time so that eight independent accumulator chains hide
+// the addition latency; bit for bit exact_dot.
+template <bool kFma, typename Y>
+VLK_INLINE void exact_dots_f32(const double* xd, const Y* col_data, int64_t stride_c, int64_t dim, const int64_t* js,
+                               int64_t n, double* out) {
+  int64_t e = 0;
+  for (; e + 4 <= n; e += 4) {
+    const Y* y0 = col_data + js[e] * stride_c;
+    const Y* y1 = col_data + js[e + 1] * stride_c;
+    const Y* y2 = col_data + js[e + 2] * stride_c;
+    const Y* y3 = col_data + js[e + 3] * stride_c;
+    // The next four columns are requested while these are summed: scattered columns would otherwise wait on memory.
+    const int64_t nx = std::min(e + 4, n - 1);
+    const Y* p0 = col_data + js[nx] * stride_c;
+    const Y* p1 = col_data + js[std::min(nx + 1, n - 1)] * stride_c;
+    const Y* p2 = col_data + js[std::min(nx + 2, n - 1)] * stride_c;
+    const Y* p3 = col_data + js[std::min(nx + 3, n - 1)] * stride_c;
+    double a0[kLanes] = {}, a1[kLanes] = {}, a2[kLanes] = {}, a3[kLanes] = {};
+    int64_t d = 0;
+    for (; d + kLanes <= dim; d += kLanes) {
+      if ((d * static_cast<int64_t>(sizeof(Y))) % 64 == 0) {
+        __builtin_prefetch(p0 + d);
+        __builtin_prefetch(p1 + d);
+        __builtin_prefetch(p2 + d);
+        __builtin_prefetch(p3 + d);
+      }
+      for (int l = 0; l < kLanes; ++l) {
+        const double x = xd[d + l];
+        a0[l] = madd<kFma>(x, static_cast<double>(y0[d + l]), a0[l]);
+        a1[l] = madd<kFma>(x, static_cast<double>(y1[d + l]), a1[l]);
+        a2[l] = madd<kFma>(x, static_cast<double>(y2[d + l]), a2[l]);
+        a3[l] = madd<kFma>(x, static_cast<double>(y3[d + l]), a3[l]);
+      }
+    }
+    for (int l = 0; d + l < dim; ++l) {
+      const double x = xd[d + l];
+      a0[l] = madd<kFma>(x, static_cast<double>(y0[d + l]), a0[l]);
+      a1[l] = madd<kFma>(x, static_cast<double>(y1[d + l]), a1[l]);
+      a2[l] = madd<kFma>(x, static_cast<double>(y2[d + l]), a2[l]);
+      a3[l] = madd<kFma>(x, static_cast<double>(y3[d + l]), a3[l]);
+    }
+    double* acc[4] = {a0, a1, a2, a3};
+    for (int p = 0; p < 4; ++p)
+      out[e + p] =
+          ((acc[p][0] + acc[p][1]) + (acc[p][2] + acc[p][3])) + ((acc[p][4] + acc[p][5]) + (acc[p][6] + acc[p][7]));
+  }
+  if (e < n) {  // the last 1-3 columns through the same four-column pass (the last one repeated)
+    int64_t pad[4];
+    double res[4];
+    for (int p = 0; p < 4; ++p) pad[p] = js[std::min<int64_t>(e + p, n - 1)];
+    exact_dots_f32<kFma>(xd, col_data, stride_c, dim, pad, 4, res);
+    for (int p = 0; e + p < n; ++p) out[e + p] = res[p];
+  }
+}
+
+// The smallest S >= v and the largest S <= v (S = float or double; v not NaN).
 template <typename S>
-VLK_CLONES void row_bounds(const S* srow, int64_t cols, int64_t i, const BoundTerms& rt, const BoundTerms& ct, double rel,
-                double* lo, double* hi) {
-  const double a0 = rt.plane(0)[i], a1 = rt.plane(1)[i], a2 = rt.plane(2)[i], ra = rt.plane(3)[i];
-  const double *c0 = ct.plane(0), *c1 = ct.plane(1), *c2 = ct.plane(2), *ca = ct.plane(3);
-  for (int64_t j = 0; j < cols; ++j) {
-    const double v = static_cast<double>(srow[j]);
-    const double b = a0 * c0[j] + a1 * c1[j] + a2 * c2[j] + (ra + ca[j]) + rel * std::fabs(v);
-    lo[j] = v - b;
-    hi[j] = v + b;
+inline S round_up(double v) {
+  if constexpr (std::is_same_v<S, double>) {
+    return v;
+  } else {
+    if (v > static_cast<double>(std::numeric_limits<float>::max())) return std::numeric_limits<float>::infinity();
+    if (v < -static_cast<double>(std::numeric_limits<float>::max())) return -std::numeric_limits<float>::max();
+    float f = static_cast<float>(v);
+    return static_cast<double>(f) < v ? std::nextafter(f, std::numeric_limits<float>::infinity()) : f;
   }
-  constexpr double ninf = -std::numeric_limits<double>::infinity();
-  for (int64_t j = 0; j < cols; ++j)
-    if (std::isnan(lo[j])) lo[j] = hi[j] = ninf;
+}
+template <typename S>
+inline S round_down(double v) {
+  return -round_up<S>(-v);
+}
+// Screened scores above hi(t, b) are certainly above t + b; below lo(t, b) certainly below t - b. Infinite t
+// (padding, an empty floor) stays infinite.
+template <typename S>
+inline S upper(double t, double b) {
+  return std::isinf(t) ? static_cast<S>(t) : round_up<S>(t + b + (std::fabs(t) + b) * kSlack);
+}
+template <typename S>
+inline S lower(double t, double b) {
+  return std::isinf(t) ? static_cast<S>(t) : round_down<S>(t - b - (std::fabs(t) + b) * kSlack);
 }
 
-// Certified count of one threshold over a row: lo > t counts; undecided candidates (lo <= t <= hi) are flagged.
-VLK_CLONES int64_t certain_above(const double* lo, const double* hi, int64_t n, double t, int64_t* undecided) {
-  int64_t above = 0, und = 0;
-  for (int64_t j = 0; j < n; ++j) {
-    const bool a = lo[j] > t;
-    above += a;
-    und += (hi[j] >= t) & !a;
+// Largest value of each bound plane over n rows or columns (every term is >= 0).
+struct Maxima {
+  double m[4] = {0, 0, 0, 0};
+  Maxima(const BoundTerms& bt, int64_t lo, int64_t hi) {
+    for (int k = 0; k < 4; ++k)
+      for (int64_t j = lo; j < hi; ++j) m[k] = std::max(m[k], bt.plane(k)[j]);
   }
-  *undecided = und;
-  return above;
+};
+
+template <typename S>
+VLK_INLINE double abs_max(const S* s, int64_t n) {
+  S m = 0;
+  for (int64_t j = 0; j < n; ++j) m = std::max(m, std::fabs(s[j]));  // NaN (exclusions) compare false: skipped
+  return static_cast<double>(m);
 }
 
-// cnt[j] += lo[j] > thr[j]; true when some candidate is undecided (lo <= thr <= hi).
-VLK_CLONES bool count_slot(const double* lo, const double* hi, int64_t n, const double* thr, int64_t* cnt) {
-  int64_t und = 0;
+// The bound of pair (i, j) (exact.h), the same arithmetic in every pass; the coarse bound of a row (column) is this
+// with the other side's maxima, hence at least every pair's bound (rounding is monotone).
+inline double pair_bound(const BoundTerms& rt, int64_t i, const BoundTerms& ct, int64_t j, double rel, double v) {
+  return rt.plane(0)[i] * ct.plane(0)[j] + rt.plane(1)[i] * ct.plane(1)[j] + rt.plane(2)[i] * ct.plane(2)[j] +
+         (rt.plane(3)[i] + ct.plane(3)[j]) + rel * std::fabs(v);
+}
+inline double row_coarse(const BoundTerms& rt, int64_t i, const Maxima& c, double rel, double vmax) {
+  return rt.plane(0)[i] * c.m[0] + rt.plane(1)[i] * c.m[1] + rt.plane(2)[i] * c.m[2] + (rt.plane(3)[i] + c.m[3]) +
+         rel * vmax;
+}
+inline double col_coarse(const Maxima& r, const BoundTerms& ct, int64_t j, double rel, double vmax) {
+  return r.m[0] * ct.plane(0)[j] + r.m[1] * ct.plane(1)[j] + r.m[2] * ct.plane(2)[j] + (r.m[3] + ct.plane(3)[j]) +
+         rel * vmax;
+}
+
+// #{j : s[j] > hi} and #{j : s[j] >= lo} (lo <= hi: the second includes the first).
+template <typename S>
+VLK_INLINE void count_band(const S* s, int64_t n, S hi, S lo, int64_t* above, int64_t* at_least_lo) {
+  int64_t a = 0, b = 0;
+  for (int64_t j0 = 0; j0 < n; j0 += 1 << 16) {
+    const int64_t j1 = std::min<int64_t>(n, j0 + (1 << 16));
+    int32_t a32 = 0, b32 = 0;
+    for (int64_t j = j0; j < j1; ++j) {
+      a32 += s[j] > hi;
+      b32 += s[j] >= lo;
+    }
+    a += a32;
+    b += b32;
+  }
+  *above = a;
+  *at_least_lo = b;
+}
+
+// cnt[j] += s[j] > hi[j]; true when some s[j] lies in [lo[j], hi[j]] (undecided by the coarse bound).
+template <typename S>
+VLK_INLINE bool count_slot(const S* s, int64_t n, const S* hi, const S* lo, int32_t* cnt) {
+  int32_t band = 0;
   for (int64_t j = 0; j < n; ++j) {
-    const bool a = lo[j] > thr[j];
+    const int32_t a = s[j] > hi[j];
     cnt[j] += a;
-    und |= (hi[j] >= thr[j]) & !a;
+    band |= static_cast<int32_t>(s[j] >= lo[j]) & (a ^ 1);
   }
-  return und != 0;
+  return band != 0;
 }
 
 // Ranks above a positive (index p, exact score t): a higher exact score, or an equal one at a lower index.
 inline bool ranks_above(double x, int64_t index, double t, int64_t p) { return x > t || (x == t && index < p); }
+
+template <typename S, typename T>
+struct TileArgs {
+  const S* s;
+  int64_t rows, cols, stride_s;
+  const T *row_data, *col_data;
+  int64_t stride_r, stride_c, dim;
+  BoundTerms rt, ct;
+  double rel;
+};
+
+// One candidate of a screened tile against an exact threshold t, decided with its own bound: +1 certainly above, 0
+// certainly not, -1 undecided (re-check).
+inline int decide(double v, double b, double t) {
+  if (v - b > t) return 1;
+  return v + b >= t ? -1 : 0;
+}
+
+// certified_tile: each threshold first meets a coarse bound (one per row or column, from the other side's maxima)
+// in the tile's own dtype, so nearly every candidate is decided by one vectorised comparison; the few within the
+// coarse band get their own bound, and the few within that their exact score.
+template <typename S, typename T, bool kFma>
+VLK_INLINE int64_t certified_tile_impl(const TileArgs<S, T>& a, const int64_t* row_ptr, const int64_t* row_pos,
+                                       const double* row_thr, int64_t* row_cnt, int64_t col0, int64_t slots,
+                                       const int64_t* col_pos, const double* col_thr, int64_t* col_cnt,
+                                       int64_t row0) {
+  int64_t rechecked = 0;
+  if (a.rows == 0 || a.cols == 0) return 0;
+  if (row_ptr != nullptr) {
+    const Maxima cm(a.ct, 0, a.cols);
+    for (int64_t i = 0; i < a.rows; ++i) {
+      if ((i & 15) == 0) check_interrupt();
+      if (row_ptr[i] == row_ptr[i + 1]) continue;
+      const S* srow = a.s + i * a.stride_s;
+      const T* x = a.row_data + i * a.stride_r;
+      const double bmax = row_coarse(a.rt, i, cm, a.rel, a.rel > 0 ? abs_max(srow, a.cols) : 0.0);
+      for (int64_t e = row_ptr[i]; e < row_ptr[i + 1]; ++e) {
+        const double t = row_thr[e];
+        const int64_t p = row_pos[e];
+        const S hi = upper<S>(t, bmax), lo = lower<S>(t, bmax);
+        int64_t above = 0, band = 0;
+        count_band(srow, a.cols, hi, lo, &above, &band);
+        band -= above;
+        for (int64_t j = 0; band > 0 && j < a.cols; ++j) {
+          const S v = srow[j];
+          if (!(v >= lo && !(v > hi))) continue;
+          --band;
+          const int d = decide(static_cast<double>(v), pair_bound(a.rt, i, a.ct, j, a.rel, v), t);
+          if (d >= 0) {
+            above += d;
+          } else if (col0 + j != p) {  // the positive itself never ranks above itself
+            ++rechecked;
+            above += ranks_above(exact_dot(x, a.col_data + j * a.stride_c, a.dim), col0 + j, t, p);
+          }
+        }
+        row_cnt[e] += above;
+      }
+    }
+  }
+  if (slots <= 0) return rechecked;
+  // Column queries: one block of columns at a time, every row streamed past the slots' coarse thresholds.
+  const Maxima rm(a.rt, 0, a.rows);
+  std::vector<S> hi(static_cast<size_t>(slots * kColBlock)), lo(hi.size());
+  std::vector<int32_t> cnt(hi.size());
+  std::vector<double> vmax(kColBlock);
+  for (int64_t j0 = 0; j0 < a.cols; j0 += kColBlock) {
+    const int64_t w = std::min(kColBlock, a.cols - j0);
+    std::fill(vmax.begin(), vmax.end(), 0.0);
+    if (a.rel > 0)
+      for (int64_t i = 0; i < a.rows; ++i)
+        for (int64_t j = 0; j < w; ++j)
+          vmax[j] = std::max(vmax[j], static_cast<double>(std::fabs(a.s[i * a.stride_s + j0 + j])));
+    for (int64_t j = 0; j < w; ++j) {
+      const double b = col_coarse(rm, a.ct, j0 + j, a.rel, vmax[j]);
+      for (int64_t k = 0; k < slots; ++k) {
+        const double t = col_thr[k * a.cols + j0 + j];
+        hi[k * kColBlock + j] = upper<S>(t, b);
+        lo[k * kColBlock + j] = lower<S>(t, b);
+      }
+    }
+    std::fill(cnt.begin(), cnt.end(), 0);
+    for (int64_t i = 0; i < a.rows; ++i) {
+      if ((i & 255) == 0) check_interrupt();
+      const S* srow = a.s + i * a.stride_s + j0;
+      for (int64_t k = 0; k < slots; ++k) {
+        const S* hk = hi.data() + k * kColBlock;
+        const S* lk = lo.data() + k * kColBlock;
+        if (!count_slot(srow, w, hk, lk, cnt.data() + k * kColBlock)) continue;
+        const int64_t gi = row0 + i;
+        for (int64_t j = 0; j < w; ++j) {
+          const S v = srow[j];
+          if (!(v >= lk[j] && !(v > hk[j]))) continue;
+          const int64_t p = col_pos[k * a.cols + j0 + j];
+          if (p == gi || p < 0) continue;  // the positive itself; padding
+          const double t = col_thr[k * a.cols + j0 + j];
+          int64_t* ck = col_cnt + k * a.cols + j0 + j;
+          const int d = decide(static_cast<double>(v), pair_bound(a.rt, i, a.ct, j0 + j, a.rel, v), t);
+          if (d >= 0) {
+            *ck += d;
+          } else {
+            ++rechecked;
+            *ck += ranks_above(exact_dot(a.row_data + i * a.stride_r, a.col_data + (j0 + j) * a.stride_c, a.dim),
+                               gi, t, p);
+          }
+        }
+      }
+    }
+    for (int64_t k = 0; k < slots; ++k)
+      for (int64_t j = 0; j < w; ++j) col_cnt[k * a.cols + j0 + j] += cnt[k * kColBlock + j];
+  }
+  return rechecked;
+}
+
+// #{j < n : s[j] >= t} (vectorised; NaN never counts).
+template <typename S>
+VLK_INLINE int32_t count_at_least(const S* s, int64_t n, S t) {
+  int32_t c = 0;
+  for (int64_t j = 0; j < n; ++j) c += s[j] >= t;
+  return c;
+}
+
+// Rows of a top-k tile handled together: their candidates' exact scores are computed one block of columns at a
+// time, so the block's data stays in cache while every row of the group reads it (k in the thousands re-checks
+// nearly every pair).
+constexpr int64_t kTopkRows = 64;
+constexpr int64_t kTopkCols = 64;
+
+// certified_topk_update. Per row: the screened scores pass a threshold that rises with the floor and with the k-th
+// best screened score seen (a heap; minus twice the row's coarse bound), 64-column blocks skipped after one
+// vectorised count, so only a buffer of plausible candidates is kept; those get their own bounds, the floor rises to the k-th
+// best lower bound, and the ones whose upper bound reaches it get their exact score.
+template <typename S, typename T, bool kFma>
+VLK_INLINE int64_t certified_topk_impl(const TileArgs<S, T>& a, int64_t c0, int64_t k, double* vals, int64_t* idx,
+                                       double* floor) {
+  if (k <= 0 || a.rows == 0) return 0;
+  struct Cand {
+    double v;
+    int64_t i;
+  };
+  struct Screened {
+    S v;
+    int64_t j;
+  };
+  // Better = higher exact score, then lower gallery index.
+  auto better = [](const Cand& x, const Cand& y) { return x.v != y.v ? x.v > y.v : x.i < y.i; };
+  const Maxima cm(a.ct, 0, a.cols);
+  const size_t k_sz = static_cast<size_t>(k);
+  std::vector<Screened> buf;
+  std::vector<S> top;
+  std::vector<double> low;
+  std::vector<Cand> cand;
+  std::vector<uint8_t> flag(static_cast<size_t>(a.cols));
+  std::vector<std::vector<int64_t>> js(kTopkRows);
+  std::vector<std::vector<double>> ex(kTopkRows);
+  std::vector<double> fls(kTopkRows), xd(static_cast<size_t>(kTopkRows * a.dim)), yd;
+  std::vector<size_t> at(kTopkRows);
+  int64_t rechecked = 0;
+  for (int64_t r0 = 0; r0 < a.rows; r0 += kTopkRows) {
+    check_interrupt();
+    const int64_t nr = std::min(kTopkRows, a.rows - r0);
+    int64_t group_cands = 0;
+    for (int64_t g = 0; g < nr; ++g) {
+      const int64_t i = r0 + g;
+      const S* srow = a.s + i * a.stride_s;
+      const double* rv = vals + i * k;
+      const int64_t* ri = idx + i * k;
+      double fl = floor[i];
+      const double bmax = row_coarse(a.rt, i, cm, a.rel, a.rel > 0 ? abs_max(srow, a.cols) : 0.0);
+      // A screened score below thr has an upper bound below the floor (or below k candidates' lower bounds).
+      S thr = lower<S>(lower<double>(fl, bmax), 0.0);
+      // top: min-heap of the k best screened scores seen; once full, k candidates score at least top - bmax, so
+      // one whose screened score is below top - 2 bmax cannot enter.
+      top.clear();
+      buf.clear();
+      for (int64_t j0 = 0; j0 < a.cols; j0 += kColBlock) {
+        const int64_t w = std::min(kColBlock, a.cols - j0);
+        if (count_at_least(srow + j0, w, thr) == 0) continue;
+        for (int64_t j = j0; j < j0 + w; ++j) {
+          const S v = srow[j];
+          if (!(v >= thr)) continue;  // below the threshold, or excluded (NaN)
+          buf.push_back({v, j});
+          if (top.size() < k_sz) {
+            top.push_back(v);
+            std::push_heap(top.begin(), top.end(), std::greater<S>());
+            if (top.size() < k_sz) continue;
+          } else if (v > top.front()) {
+            std::pop_heap(top.begin(), top.end(), std::greater<S>());
+            top.back() = v;
+            std::push_heap(top.begin(), top.end(), std::greater<S>());
+          } else {
+            continue;
+          }
+          thr = std::max(thr, lower<S>(lower<double>(static_cast<double>(top.front()), bmax), bmax));
+        }
+      }
+      // The floor rises to the k-th largest of the kept exact scores and the candidates' own lower bounds: k
+      // distinct candidates score at least that much, so anything whose upper bound is below it cannot enter.
+      low.clear();
+      for (int64_t t = 0; t < k; ++t)
+        if (ri[t] >= 0) low.push_back(rv[t]);
+      buf.erase(std::remove_if(buf.begin(), buf.end(), [&](const Screened& c) { return !(c.v >= thr); }), buf.end());
+      for (const Screened& c : buf) {
+        const double v = static_cast<double>(c.v), lb = v - pair_bound(a.rt, i, a.ct, c.j, a.rel, v);
+        if (lb > fl) low.push_back(lb);
+      }
+      if (low.size() >= k_sz) {
+        std::nth_element(low.begin(), low.begin() + (k - 1), low.end(), std::greater<double>());
+        fl = std::max(fl, low[k_sz - 1]);
+      }
+      fls[g] = fl;
+      // The re-checked candidates in column order (the exact pass walks the columns block by block).
+      std::vector<int64_t>& rj = js[g];
+      rj.clear();
+      for (const Screened& c : buf) {
+        const double v = static_cast<double>(c.v);
+        if (v + pair_bound(a.rt, i, a.ct, c.j, a.rel, v) >= fl) rj.push_back(c.j);
+      }
+      if (rj.size() > 256) {
+        for (int64_t j : rj) flag[j] = 1;
+        rj.clear();
+        for (int64_t j = 0; j < a.cols; ++j)
+          if (flag[j]) {
+            rj.push_back(j);
+            flag[j] = 0;
+          }
+      } else {
+        std::sort(rj.begin(), rj.end());
+      }
+      ex[g].resize(rj.size());
+      group_cands += static_cast<int64_t>(rj.size());
+      if (!rj.empty()) {
+        const T* x = a.row_data + i * a.stride_r;
+        for (int64_t d = 0; d < a.dim; ++d) xd[g * a.dim + d] = static_cast<double>(x[d]);
+      }
+    }
+    rechecked += group_cands;
+    // Exact scores, one block of columns at a time for the whole group.
+    std::fill(at.begin(), at.end(), 0);
+    for (int64_t b0 = 0; group_cands > 0 && b0 < a.cols; b0 += kTopkCols) {
+      const int64_t b1 = std::min(a.cols, b0 + kTopkCols);
+      size_t in_block = 0;
+      for (int64_t g = 0; g < nr; ++g) {
+        size_t e = at[g];
+        while (e < js[g].size() && js[g][e] < b1) ++e;
+        in_block += e - at[g];
+      }
+      if (in_block == 0) continue;
+      // fp32 columns that many rows of the group read: widened to float64 once for the block.
+      const bool widen = std::is_same_v<T, float> && in_block >= static_cast<size_t>(2 * (b1 - b0));
+      if (widen) {
+        yd.resize(static_cast<size_t>((b1 - b0) * a.dim));
+        for (int64_t j = b0; j < b1; ++j)
+          for (int64_t d = 0; d < a.dim; ++d)
+            yd[(j - b0) * a.dim + d] = static_cast<double>(a.col_data[j * a.stride_c + d]);
+      }
+      for (int64_t g = 0; g < nr; ++g) {
+        const std::vector<int64_t>& rj = js[g];
+        const size_t e0 = at[g];
+        size_t e1 = e0;
+        while (e1 < rj.size() && rj[e1] < b1) ++e1;
+        at[g] = e1;
+        if (e1 == e0) continue;
+        const int64_t n = static_cast<int64_t>(e1 - e0);
+        double* out = ex[g].data() + e0;
+        if constexpr (std::is_same_v<T, float>) {
+          if (widen) {
+            int64_t in_blk[kTopkCols];  // block-relative columns of the widened copy
+            for (int64_t e = 0; e < n; ++e) in_blk[e] = rj[e0 + e] - b0;
+            exact_dots_f32<kFma>(xd.data() + g * a.dim, yd.data(), a.dim, a.dim, in_blk, n, out);
+          } else {
+            exact_dots_f32<kFma>(xd.data() + g * a.dim, a.col_data, a.stride_c, a.dim, rj.data() + e0, n, out);
+          }
+        } else {
+          const T* x = a.row_data + (r0 + g) * a.stride_r;
+          for (int64_t e = 0; e < n; ++e) out[e] = exact_dot(x, a.col_data + rj[e0 + e] * a.stride_c, a.dim);
+        }
+      }
+    }
+    // Merge: the best k of the kept and the re-checked candidates by exact score.
+    for (int64_t g = 0; g < nr; ++g) {
+      const int64_t i = r0 + g;
+      double* rv = vals + i * k;
+      int64_t* ri = idx + i * k;
+      const std::vector<int64_t>& rj = js[g];
+      if (rj.empty()) {
+        floor[i] = fls[g];
+        continue;
+      }
+      cand.clear();
+      for (int64_t t = 0; t < k; ++t)
+        if (ri[t] >= 0) cand.push_back({rv[t], ri[t]});
+      for (size_t e = 0; e < rj.size(); ++e) cand.push_back({ex[g][e], c0 + rj[e]});
+      const int64_t m = std::min<int64_t>(k, static_cast<int64_t>(cand.size()));
+      std::nth_element(cand.begin(), cand.begin() + (m - 1), cand.end(), better);
+      double worst = kInf;
+      for (int64_t t = 0; t < k; ++t) {
+        rv[t] = t < m ? cand[t].v : -kInf;
+        ri[t] = t < m ? cand[t].i : -1;
+        if (t < m) worst = std::min(worst, cand[t].v);
+      }
+      floor[i] = m == k ? std::max(fls[g], worst) : fls[g];
+    }
+  }
+  return rechecked;
+}
+
+template <typename S, typename T>
+int64_t certified_tile_base(const TileArgs<S, T>& a, const int64_t* rp, const int64_t* rpos, const double* rthr,
+                            int64_t* rcnt, int64_t col0, int64_t slots, const int64_t* cpos, const double* cthr,
+                            int64_t* ccnt, int64_t row0) {
+  return certified_tile_impl<S, T, false>(a, rp, rpos, rthr, rcnt, col0, slots, cpos, cthr, ccnt, row0);
+}
+template <typename S, typename T>
+int64_t certified_topk_base(const TileArgs<S, T>& a, int64_t c0, int64_t k, double* vals, int64_t* idx,
+                            double* floor) {
+  return certified_topk_impl<S, T, false>(a, c0, k, vals, idx, floor);
+}
+#if VLK_X86_MULTIVERSION
+template <typename S, typename T>
+VLK_TARGET("avx2,fma")
+int64_t certified_tile_avx2(const TileArgs<S, T>& a, const int64_t* rp, const int64_t* rpos, const double* rthr,
+                            int64_t* rcnt, int64_t col0, int64_t slots, const int64_t* cpos, const double* cthr,
+                            int64_t* ccnt, int64_t row0) {
+  return certified_tile_impl<S, T, true>(a, rp, rpos, rthr, rcnt, col0, slots, cpos, cthr, ccnt, row0);
+}
+template <typename S, typename T>
+VLK_TARGET("avx2,fma")
+int64_t certified_topk_avx2(const TileArgs<S, T>& a, int64_t c0, int64_t k, double* vals, int64_t* idx,
+                            double* floor) {
+  return certified_topk_impl<S, T, true>(a, c0, k, vals, idx, floor);
+}
+inline bool use_avx2_fma() { return cpu_has_avx2() && __builtin_cpu_supports("fma"); }
+#endif
 
 }  // namespace
 
@@ -104,54 +551,12 @@ int64_t certified_tile(const S* s, int64_t rows, int64_t cols, int64_t stride_s,
                        BoundTerms ct, double rel, const int64_t* row_ptr, const int64_t* row_pos,
                        const double* row_thr, int64_t* row_cnt, int64_t col0, int64_t slots, const int64_t* col_pos,
                        const double* col_thr, int64_t* col_cnt, int64_t row0) {
-  std::vector<double> lo(static_cast<size_t>(cols)), hi(static_cast<size_t>(cols));
-  int64_t rechecked = 0;
-  for (int64_t i = 0; i < rows && row_ptr != nullptr; ++i) {
-    if ((i & 15) == 0) check_interrupt();
-    if (row_ptr[i] == row_ptr[i + 1]) continue;
-    row_bounds(s + i * stride_s, cols, i, rt, ct, rel, lo.data(), hi.data());
-    const T* x = row_data + i * stride_r;
-    {
-      for (int64_t e = row_ptr[i]; e < row_ptr[i + 1]; ++e) {
-        const double t = row_thr[e];
-        const int64_t p = row_pos[e];
-        int64_t und = 0;
-        int64_t above = certain_above(lo.data(), hi.data(), cols, t, &und);
-        for (int64_t j = 0; und > 0 && j < cols; ++j) {
-          if (!(hi[j] >= t && !(lo[j] > t))) continue;
-          --und;
-          if (col0 + j == p) continue;  // the positive itself never ranks above itself
-          ++rechecked;
-          above += ranks_above(exact_dot(x, col_data + j * stride_c, dim), col0 + j, t, p);
-        }
-        row_cnt[e] += above;
-      }
-    }
-  }
-  // Column queries: one block of columns at a time, every row streamed past its slot thresholds.
-  for (int64_t j0 = 0; j0 < cols && slots > 0; j0 += kColBlock) {
-    const int64_t w = std::min(kColBlock, cols - j0);
-    for (int64_t i = 0; i < rows; ++i) {
-      if ((i & 255) == 0) check_interrupt();
-      const int64_t gi = row0 + i;
-      const T* x = row_data + i * stride_r;
-      const BoundTerms rti{rt.t + i, rt.n}, ctj{ct.t + j0, ct.n};
-      row_bounds(s + i * stride_s + j0, w, 0, rti, ctj, rel, lo.data(), hi.data());
-      for (int64_t k = 0; k < slots; ++k) {
-        const double* tk = col_thr + k * cols + j0;
-        int64_t* ck = col_cnt + k * cols + j0;
-        if (!count_slot(lo.data(), hi.data(), w, tk, ck)) continue;
-        for (int64_t j = 0; j < w; ++j) {
-          if (!(hi[j] >= tk[j] && !(lo[j] > tk[j]))) continue;
-          const int64_t p = col_pos[k * cols + j0 + j];
-          if (p == gi || p < 0) continue;  // the positive itself; padding
-          ++rechecked;
-          ck[j] += ranks_above(exact_dot(x, col_data + (j0 + j) * stride_c, dim), gi, tk[j], p);
-        }
-      }
-    }
-  }
-  return rechecked;
+  const TileArgs<S, T> a{s, rows, cols, stride_s, row_data, col_data, stride_r, stride_c, dim, rt, ct, rel};
+#if VLK_X86_MULTIVERSION
+  if (use_avx2_fma())
+    return certified_tile_avx2(a, row_ptr, row_pos, row_thr, row_cnt, col0, slots, col_pos, col_thr, col_cnt, row0);
+#endif
+  return certified_tile_base(a, row_ptr, row_pos, row_thr, row_cnt, col0, slots, col_pos, col_thr, col_cnt, row0);
 }
 
 template <typename S, typename T>
@@ -159,58 +564,11 @@ int64_t certified_topk_update(const S* s, int64_t rows, int64_t cols, int64_t st
                               int64_t stride_r, const T* col_data, int64_t stride_c, int64_t dim, BoundTerms rt,
                               BoundTerms ct, double rel, int64_t c0, int64_t k, double* vals, int64_t* idx,
                               double* floor) {
-  if (k <= 0) return 0;
-  struct Cand {
-    double v;
-    int64_t i;
-  };
-  // Better = higher exact score, then lower gallery index.
-  auto better = [](const Cand& a, const Cand& b) { return a.v != b.v ? a.v > b.v : a.i < b.i; };
-  std::vector<double> lo(static_cast<size_t>(cols)), hi(static_cast<size_t>(cols)), low;
-  std::vector<Cand> cand;
-  int64_t rechecked = 0;
-  for (int64_t i = 0; i < rows; ++i) {
-    if ((i & 15) == 0) check_interrupt();
-    row_bounds(s + i * stride_s, cols, i, rt, ct, rel, lo.data(), hi.data());
-    double* rv = vals + i * k;
-    int64_t* ri = idx + i * k;
-    double fl = floor[i];
-    // The floor rises to the k-th largest of the kept exact scores and this tile's lower bounds: k distinct
-    // candidates score at least that much, so anything whose upper bound is below it cannot enter the top k.
-    low.clear();
-    for (int64_t t = 0; t < k; ++t)
-      if (ri[t] >= 0) low.push_back(rv[t]);
-    for (int64_t j = 0; j < cols; ++j)
-      if (lo[j] > fl) low.push_back(lo[j]);
-    if (static_cast<int64_t>(low.size()) >= k) {
-      std::nth_element(low.begin(), low.begin() + (k - 1), low.end(), std::greater<double>());
-      fl = std::max(fl, low[k - 1]);
-    }
-    cand.clear();
-    for (int64_t t = 0; t < k; ++t)
-      if (ri[t] >= 0) cand.push_back({rv[t], ri[t]});
-    const size_t kept = cand.size();
-    const T* x = row_data + i * stride_r;
-    for (int64_t j = 0; j < cols; ++j) {
-      if (!(hi[j] >= fl) || std::isinf(hi[j])) continue;  // below the floor, or excluded (NaN: -inf bounds)
-      ++rechecked;
-      cand.push_back({exact_dot(x, col_data + j * stride_c, dim), c0 + j});
-    }
-    if (cand.size() == kept) {
-      floor[i] = fl;
-      continue;
-    }
-    const int64_t m = std::min<int64_t>(k, static_cast<int64_t>(cand.size()));
-    std::nth_element(cand.begin(), cand.begin() + (m - 1), cand.end(), better);
-    double worst = std::numeric_limits<double>::infinity();
-    for (int64_t t = 0; t < k; ++t) {
-      rv[t] = t < m ? cand[t].v : -std::numeric_limits<double>::infinity();
-      ri[t] = t < m ? cand[t].i : -1;
-      if (t < m) worst = std::min(worst, cand[t].v);
-    }
-    floor[i] = m == k ? std::max(fl, worst) : fl;
-  }
-  return rechecked;
+  const TileArgs<S, T> a{s, rows, cols, stride_s, row_data, col_data, stride_r, stride_c, dim, rt, ct, rel};
+#if VLK_X86_MULTIVERSION
+  if (use_avx2_fma()) return certified_topk_avx2(a, c0, k, vals, idx, floor);
+#endif
+  return certified_topk_base(a, c0, k, vals, idx, floor);
 }
 
 #define VLK_PAIRS(TQ, TG)                                                                                         \

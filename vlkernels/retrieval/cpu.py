@@ -13,6 +13,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
+import itertools
 import os
 import threading
 
@@ -178,9 +179,11 @@ def count_both(
     rechecked = [0] * n_workers
     names = [set() for _ in range(n_workers)]
 
+    claim = _claims(n_rc)
+
     def work(w: int, stop: threading.Event) -> None:
         buffers: dict[tuple, torch.Tensor] = {}
-        for rc in range(w, n_rc, n_workers):
+        while (rc := claim()) is not None:
             r0 = rc * chunk_rows
             x = rows.chunk(r0, min(n_local, r0 + chunk_rows), cols.dtype)
             rside = scr.side(x, is_row=True)
@@ -358,6 +361,18 @@ def _run(fn, n_workers: int) -> None:
         pool.shutdown(wait=True)
 
 
+def _claims(n: int):
+    """``claim()`` hands out 0..n-1, then None, to whichever worker asks first (next() of itertools.count is atomic
+    under the GIL): a worker the machine deschedules holds up only the tile it has, not a fixed share of them."""
+    counter = itertools.count()
+
+    def claim() -> int | None:
+        i = next(counter)
+        return i if i < n else None
+
+    return claim
+
+
 def _active(pos: Positives) -> np.ndarray:
     flag = np.zeros(pos.num_queries, dtype=bool)
     flag[pos.queries] = True
@@ -416,8 +431,10 @@ def topk_stream(
         gside = scr.side(g, is_row=False)
         ex = e_by_chunk.get(gc) if exclude is not None else None
 
-        def work(w: int, stop: threading.Event, g=g, g0=g0, gside=gside, ex=ex) -> None:
-            for qc in range(w, len(q_starts), n_workers):
+        claim = _claims(len(q_starts))
+
+        def work(w: int, stop: threading.Event, g=g, g0=g0, gside=gside, ex=ex, claim=claim) -> None:
+            while (qc := claim()) is not None:
                 if stop.is_set():
                     return
                 q0 = q_starts[qc]

@@ -223,10 +223,14 @@ def _compute_dtype(a: Embeddings, b: Embeddings) -> torch.dtype:
     return torch.float64 if torch.float64 in (a.dtype, b.dtype) else torch.float32
 
 
-def _check_chunks(**sizes: int) -> None:
-    for name, v in sizes.items():
+def _check_options(screen, top_k=None, empty: str = "error", **chunks: int) -> None:
+    """The options the public functions share, checked before any data is read: the screen, the ``top_k`` /
+    ``empty`` policy and the chunk sizes (positive integers)."""
+    _check_policy(top_k, empty)
+    for name, v in chunks.items():
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    _requested_screen(screen)
 
 
 def ground_truth(text_to_image, t2i, i2t, n_txt: int, n_img: int) -> tuple[Positives, Positives, dict[str, str]]:
@@ -333,9 +337,7 @@ def evaluate(
         100.0
     """
     ks = _check_ks(ks)
-    _check_policy(top_k, empty)
-    _check_chunks(chunk_rows=chunk_rows, chunk_cols=chunk_cols, device_chunk=device_chunk)
-    _requested_screen(screen)
+    _check_options(screen, top_k, empty, chunk_rows=chunk_rows, chunk_cols=chunk_cols, device_chunk=device_chunk)
     images, texts, backend, device, forced = _try_open(image_emb, text_emb, "image_emb", "text_emb", backend, group)
     row_offset, n_txt = shard_layout(
         len(texts), group, D=images.shape[1], num_images=len(images), dtypes=(str(images.dtype), str(texts.dtype))
@@ -410,9 +412,7 @@ def rank_metrics(
         0.5833
     """
     ks = _check_ks(ks)
-    _check_policy(top_k, empty)
-    _check_chunks(chunk_rows=chunk_rows, chunk_cols=chunk_cols, device_chunk=device_chunk)
-    _requested_screen(screen)
+    _check_options(screen, top_k, empty, chunk_rows=chunk_rows, chunk_cols=chunk_cols, device_chunk=device_chunk)
     q, g, backend, device, forced = _try_open(queries, gallery, "queries", "gallery", backend, group)
     offset, n_q = shard_layout(len(q), group, D=q.shape[1], num_gallery=len(g), dtypes=(str(q.dtype), str(g.dtype)))
     if n_q == 0 or len(g) == 0:
@@ -490,8 +490,7 @@ def topk(
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
         raise ValueError(f"k must be a non-negative integer, got {k!r}")
     k = int(k)
-    _check_chunks(chunk_queries=chunk_queries, chunk_gallery=chunk_gallery, device_chunk=device_chunk)
-    _requested_screen(screen)
+    _check_options(screen, chunk_queries=chunk_queries, chunk_gallery=chunk_gallery, device_chunk=device_chunk)
     q, g, backend, device, forced = _try_open(queries, gallery, "queries", "gallery", backend, group)
     offset, n_gal = shard_layout(len(g), group, D=q.shape[1], num_queries=len(q), dtypes=(str(q.dtype), str(g.dtype)))
     k = min(k, n_gal)

@@ -44,18 +44,9 @@ class Positives:
         return np.repeat(np.arange(self.num_queries, dtype=np.int64), self.counts)
 
     @classmethod
-    def from_csr(
-        cls,
-        indptr,
-        indices,
-        num_gallery: int,
-        queries=None,
-        num_relevant=None,
-        *,
-        relevance=None,
-        allow_empty: bool = False,
-    ) -> Positives:
-        """CSR over all queries (``len(indptr) - 1`` of them); rows are sorted and de-duplicated here."""
+    def from_csr(cls, indptr, indices, num_gallery: int, queries=None, num_relevant=None, **options) -> Positives:
+        """CSR over all queries (``len(indptr) - 1`` of them); rows are sorted and de-duplicated here. ``options``
+        (``relevance``, ``allow_empty``) as in :meth:`from_pairs`."""
         indptr = _int_array(indptr, "indptr")
         indices = _int_array(indices, "indices")
         if indptr.ndim != 1 or len(indptr) == 0 or indptr[0] != 0 or np.any(np.diff(indptr) < 0):
@@ -63,16 +54,7 @@ class Positives:
         if indptr[-1] != len(indices):
             raise ValueError(f"indptr ends at {indptr[-1]} but indices has {len(indices)} entries")
         qs = np.repeat(np.arange(len(indptr) - 1, dtype=np.int64), np.diff(indptr))
-        return cls.from_pairs(
-            qs,
-            indices,
-            len(indptr) - 1,
-            num_gallery,
-            queries=queries,
-            num_relevant=num_relevant,
-            relevance=relevance,
-            allow_empty=allow_empty,
-        )
+        return cls.from_pairs(qs, indices, len(indptr) - 1, num_gallery, queries, num_relevant, **options)
 
     @classmethod
     def from_pairs(

@@ -5,9 +5,8 @@ C++ tile kernels evaluate
 
     B = r0(x) c0(y) + r1(x) c1(y) + r2(x) c2(y) + ra(x) + ca(y) + rel * |s_hat|
 
-with the terms below (derivation: README "Exact scores"). Norms are computed in float64 with power-of-two scaling
-(no underflow), and every bound is inflated by INFLATE to cover the rounding of the norms, of B itself and of the
-comparisons s_hat -/+ B.
+with the terms below (derivation: README "Exact scores"). Norms are upper bounds (``norms``), and every bound is
+inflated by INFLATE to cover the rounding of B itself and of the comparisons s_hat -/+ B.
 
 Screens:
   * "fp32": the GEMM in the compute dtype (fp32; fp64 for fp64 inputs: screen "fp64"). |s_hat - s| <=
@@ -47,12 +46,18 @@ def gamma(n: int, u: float) -> float:
 
 
 def norms(x: torch.Tensor) -> torch.Tensor:
-    """Euclidean norms of the rows in float64 (inflated by INFLATE). Squares of fp32/bf16 values cannot underflow
-    in float64; fp64 rows are scaled by a power of two first so that none does."""
+    """Upper bounds of the rows' Euclidean norms in float64 (inflated by INFLATE).
+
+    fp32 (and bf16) rows: the fp32 norm n' of any summation order has ``S <= S'/(1 - gamma_{2D+4}(u32)) +
+    D tiny`` for the sum of squares S (rounding of the squares and the sums, squares below the normal range
+    flushed) and ``sqrt(S') <= n'/(1 - u32)``, so the bound below holds; a square that overflows gives inf (the
+    tile then takes the fp64 screen). fp64 rows are scaled by a power of two first so that no square underflows."""
     if x.shape[0] == 0 or x.shape[1] == 0:
         return torch.zeros(x.shape[0], dtype=torch.float64)
     if x.dtype != torch.float64:
-        return torch.linalg.vector_norm(x, dim=1, dtype=torch.float64) * INFLATE
+        n = torch.linalg.vector_norm(x.float(), dim=1).double() / (1 - U32)
+        d = x.shape[1]
+        return torch.sqrt(n * n / (1 - gamma(2 * d + 4, U32)) + d * TINY[torch.float32]) * INFLATE
     _, e = torch.frexp(x.abs().amax(dim=1))
     n = torch.linalg.vector_norm(torch.ldexp(x, -e[:, None].double()), dim=1)
     return torch.ldexp(n, e.double()) * INFLATE
