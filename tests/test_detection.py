@@ -478,6 +478,12 @@ def test_detection_bindings_reject_bad_tensors():
         C.det_mask_decode([4], rows, h, w, None, *outs.values(), "r")
     with pytest.raises(ValueError, match="dropped .* offsets give it 2 runs"):
         C.det_mask_decode(counts, rows, h, w, np.zeros(1, u8), *outs.values(), "r")
+    # Strings other than the ones phase 1 read are checked again, kept or dropped: a bad character, a count cut off.
+    for need in (None, np.zeros(1, u8)):
+        o = dict(outs, offsets=np.zeros(2, i64), csum=np.zeros(0, i64)) if need is not None else outs
+        for bad, match in [("0\x7f", "invalid character at position 1"), ("0P", "truncated count at end of string")]:
+            with pytest.raises(ValueError, match=r"r\[0\]\['segmentation'\]: malformed RLE string: " + match):
+                C.det_mask_decode([bad], rows, h, w, need, *o.values(), "r")
     C.det_mask_decode(counts, rows, h, w, None, *outs.values(), "r")
     assert outs["csum"].tolist() == [0, 4] and outs["bbox"].tolist() == [[0.0, 0.0, 2.0, 2.0]]
 

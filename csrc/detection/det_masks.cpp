@@ -35,14 +35,15 @@ std::string count_error(const char* s, int64_t n) {
 }
 
 // pycocotools rleFrString into out[0..cap): 5 bits per character, sign from bit 0x10 of the last one, deltas
-// against the run two back from the fourth run on. A string of other than cap runs is an error (cap comes from the
-// caller's offsets: nothing is written past them).
-bool decode_runs(const char* s, int64_t n, int64_t* out, int64_t cap, std::string& error) {
+// against the run two back from the fourth run on. Returns the number of runs, or -1 with `error` set: a character
+// outside '0'..'o', a truncated or over-long count, a run outside [0, 2^32), or more than cap runs (nothing is
+// written past out[cap - 1]; the caller's offsets give cap).
+int64_t decode_runs(const char* s, int64_t n, int64_t* out, int64_t cap, std::string& error) {
   int64_t m = 0;
   for (int64_t p = 0; p < n;) {
     if (m == cap) {
       error = "holds more runs than its offsets give (" + std::to_string(cap) + ")";
-      return false;
+      return -1;
     }
     int64_t x = 0;
     int k = 0;
@@ -50,9 +51,17 @@ bool decode_runs(const char* s, int64_t n, int64_t* out, int64_t cap, std::strin
     do {
       if (k == 7) {
         error = "count longer than 7 characters at position " + std::to_string(p);
-        return false;
+        return -1;
+      }
+      if (p == n) {
+        error = "truncated count at end of string";
+        return -1;
       }
       c = static_cast<unsigned char>(s[p++]) - 48;
+      if (c < 0 || c > 63) {
+        error = "invalid character at position " + std::to_string(p - 1);
+        return -1;
+      }
       x |= static_cast<int64_t>(c & 0x1f) << (5 * k);
       ++k;
     } while (c & 0x20);
@@ -60,15 +69,11 @@ bool decode_runs(const char* s, int64_t n, int64_t* out, int64_t cap, std::strin
     if (m > 2) x += out[m - 2];
     if (x < 0 || x > kMaxRun) {
       error = "run " + std::to_string(m) + " decodes to " + std::to_string(x);
-      return false;
+      return -1;
     }
     out[m++] = x;
   }
-  if (m != cap) {
-    error = "holds " + std::to_string(m) + " runs but its offsets give " + std::to_string(cap);
-    return false;
-  }
-  return true;
+  return m;
 }
 
 // h * w fits the 32-bit sizes and runs of pycocotools (so no sum below wraps).
@@ -175,22 +180,25 @@ std::string det_masks_decode(const char* const* str, const int64_t* len, int64_t
       if ((k & 15) == 0) check_interrupt();
       const bool keep = !need || need[k];
       int64_t* c = csum + offsets[k];
-      int64_t m = offsets[k + 1] - offsets[k];
+      const int64_t m_given = offsets[k + 1] - offsets[k];
+      int64_t cap = m_given;
       if (!keep) {
-        // Validated like the others, decoded into scratch and dropped: an empty mask in the set.
-        if (m != 0) {
-          errors[k] = "is dropped (need 0) but its offsets give it " + std::to_string(m) + " runs";
+        // Validated like the others, decoded into scratch and dropped: an empty mask in the set. A string of
+        // len[k] characters holds at most len[k] runs.
+        if (m_given != 0) {
+          errors[k] = "is dropped (need 0) but its offsets give it " + std::to_string(m_given) + " runs";
           continue;
         }
-        m = count_runs(str[k], len[k]);
-        if (m < 0) {
-          errors[k] = count_error(str[k], len[k]);
-          continue;
-        }
-        scratch.resize(static_cast<size_t>(m));
+        cap = len[k];
+        scratch.resize(static_cast<size_t>(cap));
         c = scratch.data();
       }
-      if (!decode_runs(str[k], len[k], c, m, errors[k])) continue;
+      const int64_t m = decode_runs(str[k], len[k], c, cap, errors[k]);
+      if (m < 0) continue;
+      if (keep && m != m_given) {
+        errors[k] = "holds " + std::to_string(m) + " runs but its offsets give " + std::to_string(m_given);
+        continue;
+      }
       int64_t total = 0;
       for (int64_t j = 0; j < m; ++j) total += c[j];
       const int64_t hw = h[k] * w[k];
