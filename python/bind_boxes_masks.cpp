@@ -124,8 +124,9 @@ py::object merge_strings(py::handle buf_obj, py::handle off_obj, int64_t h, int6
 }  // namespace
 
 VLK_BIND(boxes_masks) {
-  m.def("rle_from_polygons", &from_polygons);
-  m.def("rle_from_bboxes", &from_bboxes);
-  m.def("rle_merge", &merge);
-  m.def("rle_merge_strings", &merge_strings);
+  m.def("rle_from_polygons", &from_polygons, py::arg("xy"), py::arg("polygon_offsets"), py::arg("h"), py::arg("w"));
+  m.def("rle_from_bboxes", &from_bboxes, py::arg("boxes"), py::arg("h"), py::arg("w"));
+  m.def("rle_merge", &merge, py::arg("counts"), py::arg("offsets"), py::arg("intersect"));
+  m.def("rle_merge_strings", &merge_strings, py::arg("buf"), py::arg("offsets"), py::arg("h"), py::arg("w"),
+        py::arg("intersect"));
 }

@@ -19,6 +19,15 @@ namespace {
 
 [[maybe_unused]] void* as_stream(std::uintptr_t s) { return reinterpret_cast<void*>(s); }
 
+// vlk::launch_<op>(args...) on the CPU, vlk::launch_<op>_cuda(args..., stream) on CUDA: one argument list for both
+// where the twins take the same arguments.
+#ifdef VLK_WITH_CUDA
+#define VLK_CPU_OR_CUDA(cuda, stream, op, ...) \
+  ((cuda) ? vlk::op##_cuda(__VA_ARGS__, as_stream(stream)) : vlk::op(__VA_ARGS__))
+#else
+#define VLK_CPU_OR_CUDA(cuda, stream, op, ...) ((void)(cuda), vlk::op(__VA_ARGS__))
+#endif
+
 // The two-pass encoder (CUDA, and its CPU twin under test). chunk_cnt / chunk_base: int64 [N, ceil(H*W / chunk)].
 TensorArg chunk_table(py::handle obj, const char* name, const TensorArg& masks) {
   const int64_t hw = masks.size(1) * masks.size(2);
@@ -36,11 +45,8 @@ void rle_count_chunks(py::handle masks_obj, py::handle chunk_cnt_obj, [[maybe_un
   const bool cuda = on_cuda(masks);
   if (cnt.numel() == 0) return;
   py::gil_scoped_release release;
-  if (!cuda) vlk::launch_rle_count_chunks(masks.data<const uint8_t>(), masks.size(0), ms, cnt.data<int64_t>());
-#ifdef VLK_WITH_CUDA
-  else vlk::launch_rle_count_chunks_cuda(masks.data<const uint8_t>(), masks.size(0), ms, cnt.data<int64_t>(),
-                                         as_stream(stream));
-#endif
+  VLK_CPU_OR_CUDA(cuda, stream, launch_rle_count_chunks, masks.data<const uint8_t>(), masks.size(0), ms,
+                  cnt.data<int64_t>());
 }
 
 void rle_write_ends(py::handle masks_obj, py::handle chunk_base_obj, py::handle offsets_obj, py::handle ends_obj,
@@ -79,12 +85,8 @@ void rle_runs_from_ends(py::handle ends_obj, py::handle offsets_obj, int64_t hw,
   const int64_t n = offsets.size(0) - 1;
   if (n == 0) return;
   py::gil_scoped_release release;
-  if (!cuda) vlk::launch_rle_runs_from_ends(ends.data<const int64_t>(), offsets.data<const int64_t>(), n, hw,
-                                            counts.data<int64_t>());
-#ifdef VLK_WITH_CUDA
-  else vlk::launch_rle_runs_from_ends_cuda(ends.data<const int64_t>(), offsets.data<const int64_t>(), n, hw,
-                                           counts.data<int64_t>(), as_stream(stream));
-#endif
+  VLK_CPU_OR_CUDA(cuda, stream, launch_rle_runs_from_ends, ends.data<const int64_t>(), offsets.data<const int64_t>(),
+                  n, hw, counts.data<int64_t>());
 }
 
 // csum: inclusive prefix sum of the runs; out: uint8 [N, W, H] (column-major masks), written whole.
@@ -99,12 +101,8 @@ void rle_decode_csum(py::handle csum_obj, py::handle offsets_obj, py::handle out
   const int64_t hw = out.size(1) * out.size(2);
   if (out.numel() == 0) return;
   py::gil_scoped_release release;
-  if (!cuda) vlk::launch_rle_decode_csum(csum.data<const int64_t>(), offsets.data<const int64_t>(), n, hw,
-                                         out.data<uint8_t>());
-#ifdef VLK_WITH_CUDA
-  else vlk::launch_rle_decode_csum_cuda(csum.data<const int64_t>(), offsets.data<const int64_t>(), n, hw,
-                                        out.data<uint8_t>(), as_stream(stream));
-#endif
+  VLK_CPU_OR_CUDA(cuda, stream, launch_rle_decode_csum, csum.data<const int64_t>(), offsets.data<const int64_t>(), n,
+                  hw, out.data<uint8_t>());
 }
 
 void check_parts(int64_t parts) {
@@ -145,13 +143,8 @@ void rle_to_bbox(py::handle counts_obj, py::handle offsets_obj, py::handle h_obj
   const bool cuda = on_cuda(counts);
   if (n == 0) return;
   py::gil_scoped_release release;
-  if (!cuda) vlk::launch_rle_to_bbox(counts.data<const int64_t>(), offsets.data<const int64_t>(), n,
-                                     h.data<const int64_t>(), w.data<const int64_t>(), out.data<double>());
-#ifdef VLK_WITH_CUDA
-  else vlk::launch_rle_to_bbox_cuda(counts.data<const int64_t>(), offsets.data<const int64_t>(), n,
-                                    h.data<const int64_t>(), w.data<const int64_t>(), out.data<double>(),
-                                    as_stream(stream));
-#endif
+  VLK_CPU_OR_CUDA(cuda, stream, launch_rle_to_bbox, counts.data<const int64_t>(), offsets.data<const int64_t>(), n,
+                  h.data<const int64_t>(), w.data<const int64_t>(), out.data<double>());
 }
 
 // One side of an IoU on run sums: csum [T], offsets [N + 1], area int64 [N], bbox float64 [N, 4].

@@ -3,7 +3,6 @@
 // later is held by a strong reference (a caller's thread may replace a caption meanwhile); then the GIL is released
 // for tokenizing and scoring. A malformed input is a ValueError with its final message, naming the image (or group)
 // and the caption: the readers below throw a CaptionError (item, position, reason) and each operation names it.
-#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -288,12 +287,31 @@ void stem_tokens(const py::object& stem, const vlk::cap::Vocab& vocab, Tokens& t
   vlk::cap::replace_words(stems, stem_off, tok);
 }
 
-// Scores of the pycocoevalcap layout {id: [references]}, {id: [candidate]} in one call. metrics: a Metric mask.
-// Returns {"cider": (m,), "any_ref_words": bool, "bleu_stats": (m, 2 + 2n) int64, "bleu": (m, n), "rouge": (m,)}
-// for the metrics asked.
+// A float64 / int64 output Python allocated: (rows[, cols]) contiguous on the CPU, writable.
+vlk::TensorArg out_arg(py::handle obj, const char* name, vlk::DType dt, int64_t rows, int64_t cols = -1) {
+  auto a = vlk::TensorArg::from(obj, name);
+  a.ndim(cols < 0 ? 1 : 2).size(0, rows).dtype_is(dt).device(vlk::kCPU).contiguous().writable();
+  if (cols >= 0) a.size(1, cols);
+  return a;
+}
+
+// Per-image outputs, allocated by Python for the m images: cider (m,), bleu_stats (m, 2 + 2n) int64, bleu (m, n),
+// rouge (m,); each filled when its metric is asked.
+struct ImageScores {
+  vlk::TensorArg cider, stats, bleu, rouge;
+  ImageScores(py::handle c, py::handle st, py::handle b, py::handle r, int64_t m, int n)
+      : cider(out_arg(c, "cider", vlk::kF64, m)),
+        stats(out_arg(st, "bleu_stats", vlk::kI64, m, 2 + 2 * int64_t{n})),
+        bleu(out_arg(b, "bleu", vlk::kF64, m, n)),
+        rouge(out_arg(r, "rouge", vlk::kF64, m)) {}
+};
+
+// Scores of the pycocoevalcap layout {id: [references]}, {id: [candidate]} in one call, into `out` (ImageScores for
+// m = len(gts)). metrics: a Metric mask. Returns any_ref_words (whether any reference has a word: CIDEr's df exists).
 // `stem`: None, or a callable list[str] -> list[str] applied to the whitespace tokens of CIDEr and BLEU.
-py::dict score_images(py::handle gts, py::handle res, bool tokenize, int metrics, int n, double sigma, bool cider_d,
-                      double ref_len, py::handle logdf_obj, const py::object& stem) {
+bool score_images(py::handle gts, py::handle res, bool tokenize, int metrics, int n, double sigma, bool cider_d,
+                  double ref_len, py::handle logdf_obj, const py::object& stem, py::handle cider_obj,
+                  py::handle stats_obj, py::handle bleu_obj, py::handle rouge_obj) {
   if (n < 1 || n > vlk::cap::kMaxN) throw py::value_error("n must be in [1, 4]");
   auto logdf = vlk::TensorArg::from(logdf_obj, "logdf");
   logdf.ndim(1).dtype_is(vlk::kF64).device(vlk::kCPU).contiguous();
@@ -309,8 +327,7 @@ py::dict score_images(py::handle gts, py::handle res, bool tokenize, int metrics
       read_tokenized(ims, held, b);
   });
   const int64_t m = static_cast<int64_t>(ims.size());
-  py::array_t<double> cider(m), rouge(m), bleu({m, static_cast<int64_t>(n)});
-  py::array_t<int64_t> stats({m, static_cast<int64_t>(2 + 2 * n)});
+  ImageScores out(cider_obj, stats_obj, bleu_obj, rouge_obj, m, n);
   vlk::cap::CiderOpts o;
   o.n = n;
   o.sigma = sigma;
@@ -318,8 +335,8 @@ py::dict score_images(py::handle gts, py::handle res, bool tokenize, int metrics
   o.ref_len = ref_len;
   o.logdf = logdf.data<double>();
   o.logdf_size = logdf.numel();
-  double *pc = cider.mutable_data(), *pr = rouge.mutable_data(), *pb = bleu.mutable_data();
-  int64_t* ps = stats.mutable_data();
+  double *pc = out.cider.data<double>(), *pr = out.rouge.data<double>(), *pb = out.bleu.data<double>();
+  int64_t* ps = out.stats.data<int64_t>();
   bool any_ref_words = false;
   {
     py::gil_scoped_release release;
@@ -342,17 +359,7 @@ py::dict score_images(py::handle gts, py::handle res, bool tokenize, int metrics
       vlk::cap::rouge_l_images(tok, b.cand.data(), b.ref_off.data(), b.ref_caps.data(), m, 1.2, pr);
     }
   }
-  py::dict out;
-  if (metrics & kCider) {
-    out["cider"] = cider;
-    out["any_ref_words"] = any_ref_words;
-  }
-  if (metrics & kBleu) {
-    out["bleu_stats"] = stats;
-    out["bleu"] = bleu;
-  }
-  if (metrics & kRouge) out["rouge"] = rouge;
-  return out;
+  return any_ref_words;
 }
 
 // An int64 array from Python (numpy, torch, any DLPack producer): 1-D, contiguous, on the CPU, checked by
@@ -443,18 +450,12 @@ void check_offsets(const I64& off, int64_t count) {
     if (o[g] <= o[g - 1]) bad_caption(g - 1, -2, "no reference captions");
 }
 
-// The SCST table with the numpy logarithms its scores need. Lock order: nobody waits for the table's lock while
-// holding the GIL (bindings release the GIL first), so a call that holds the lock may take the GIL (interrupt
-// polling, the log-table callback) without deadlock.
+// The SCST table. Bindings release the GIL before they take its lock and never call Python while holding it. The
+// numpy logarithms a score needs come in from Python (vlkernels.captioning.CiderD keeps them beside the table and
+// makes them again when it adds documents).
 struct DfScorer {
   explicit DfScorer(int n) : df(n) {}
   vlk::cap::CiderDf df;
-  // np.log(max(1, d)) for d in [0, logdf.size()) and np.log(num_docs) for ref_len_docs, from numpy (bit-identical
-  // to the Python scorers); replaced, never modified, under cache_mu (held only briefly, never across a GIL change).
-  std::mutex cache_mu;
-  std::shared_ptr<const std::vector<double>> logdf = std::make_shared<std::vector<double>>();
-  int64_t ref_len_docs = -1;
-  double ref_len = 0.0;
 };
 
 void df_add_documents(DfScorer& self, const py::object& refs, py::handle ref_off_obj, const py::object& names) {
@@ -534,21 +535,24 @@ py::dict df_export(DfScorer& self) {
     self.df.export_items(ngrams, counts);
     num_docs = self.df.num_docs();
   }
-  py::array_t<int64_t> c(static_cast<int64_t>(counts.size()));
-  for (size_t i = 0; i < counts.size(); ++i) c.mutable_data()[i] = counts[i];
   py::dict out;
   out["n"] = self.df.n();
   out["num_docs"] = num_docs;
   out["ngrams"] = py::cast(ngrams);
-  out["df"] = c;
+  out["df"] = py::cast(counts);
   return out;
 }
 
-// Rewards of candidates against reference groups with the table's document frequencies, in one call: the log table
-// and ref_len come from numpy through vlkernels.captioning._common (fetched again only when the table has grown).
-py::array_t<double> df_score(DfScorer& self, const py::object& cands, const py::object& refs, py::handle ref_off_obj,
-                             py::handle group_obj, double sigma) {
+// Rewards of candidates against reference groups with the table's document frequencies, in one call, into out
+// (float64 [n_cand], allocated by Python). logdf (np.log(max(1, d)) for d < logdf.size()) and ref_len
+// (np.log(num_docs)) were made by Python for a table of num_docs documents: refused when the table holds another
+// number or a document frequency beyond the log table (its documents were added behind CiderD's back).
+void df_score(DfScorer& self, const py::object& cands, const py::object& refs, py::handle ref_off_obj,
+              py::handle group_obj, double sigma, py::handle logdf_obj, double ref_len, int64_t num_docs,
+              py::handle out_obj) {
   const I64 ref_off(ref_off_obj, "ref_off"), group(group_obj, "ref_index");
+  auto logdf = vlk::TensorArg::from(logdf_obj, "logdf");
+  logdf.ndim(1).dtype_is(vlk::kF64).device(vlk::kCPU).contiguous();
   Held held;
   Source cs, rs;
   named(GroupNames{py::none(), ref_off}, [&] {
@@ -562,48 +566,39 @@ py::array_t<double> df_score(DfScorer& self, const py::object& cands, const py::
     throw py::value_error("ref_index must have one entry per candidate");
   for (int64_t i = 0; i < n_cand; ++i)
     if (group.data()[i] < 0 || group.data()[i] >= n_groups) throw py::value_error("ref_index out of range");
+  auto out = vlk::TensorArg::from(out_obj, "out");
+  out.ndim(1).size(0, n_cand).dtype_is(vlk::kF64).device(vlk::kCPU).contiguous().writable();
   vlk::cap::CiderOpts o;
   o.n = self.df.n();
   o.sigma = sigma;
   o.cider_d = true;
-  py::array_t<double> out(n_cand);
-  double* po = out.mutable_data();
+  o.ref_len = ref_len;
+  o.logdf = logdf.data<double>();
+  o.logdf_size = logdf.numel();
   std::vector<int64_t> cand(n_cand), ref_caps(n_refs);
   for (int64_t i = 0; i < n_cand; ++i) cand[i] = i;
   for (int64_t i = 0; i < n_refs; ++i) ref_caps[i] = n_cand + i;
-  py::gil_scoped_release release;
-  std::shared_lock<std::shared_mutex> lock(self.df.mutex());
-  const int64_t num_docs = self.df.num_docs(), max_df = self.df.max_df();
-  std::shared_ptr<const std::vector<double>> logdf;
-  int64_t docs = -1;  // the table size the cached logarithms were taken for (read under cache_mu: calls share it)
+  int64_t table_docs = 0, max_df = 0;
   {
-    std::lock_guard<std::mutex> c(self.cache_mu);
-    logdf = self.logdf;
-    docs = self.ref_len_docs;
-    o.ref_len = self.ref_len;
+    py::gil_scoped_release release;
+    std::shared_lock<std::shared_mutex> lock(self.df.mutex());
+    table_docs = self.df.num_docs();
+    max_df = self.df.max_df();
+    if (table_docs >= 1 && table_docs == num_docs && max_df < logdf.numel()) {
+      Tokens tok;
+      vlk::cap::Vocab extra, unused;
+      tokenize_source(cs, &self.df.vocab(), unused, extra, tok);
+      tokenize_source(rs, &self.df.vocab(), unused, extra, tok);
+      self.df.score(tok, cand.data(), n_cand, group.data(), ref_off.data(), ref_caps.data(), n_groups, o,
+                    out.data<double>());
+    }
   }
-  if (num_docs != docs || max_df >= static_cast<int64_t>(logdf->size())) {
-    // The table changed since the logarithms were taken (or never had them): fetch them for its current size while
-    // holding the table's lock, so that a thread adding documents all the time cannot make this call start over
-    // forever (the lock order above allows taking the GIL here).
-    py::gil_scoped_acquire gil;
-    if (num_docs < 1) throw py::value_error("no document frequencies: build CiderD from refs, a dict, or load()");
-    py::module_ common = py::module_::import("vlkernels.captioning._common");
-    logdf = std::make_shared<const std::vector<double>>(common.attr("log_table")(max_df).cast<std::vector<double>>());
-    o.ref_len = common.attr("ref_len_of")(num_docs).cast<double>();
-    std::lock_guard<std::mutex> c(self.cache_mu);
-    self.logdf = logdf;
-    self.ref_len_docs = num_docs;
-    self.ref_len = o.ref_len;
-  }
-  o.logdf = logdf->data();
-  o.logdf_size = static_cast<int64_t>(logdf->size());
-  Tokens tok;
-  vlk::cap::Vocab extra, unused;
-  tokenize_source(cs, &self.df.vocab(), unused, extra, tok);
-  tokenize_source(rs, &self.df.vocab(), unused, extra, tok);
-  self.df.score(tok, cand.data(), n_cand, group.data(), ref_off.data(), ref_caps.data(), n_groups, o, po);
-  return out;
+  if (table_docs < 1) throw py::value_error("no document frequencies: build CiderD from refs, a dict, or load()");
+  if (table_docs != num_docs || max_df >= logdf.numel())
+    throw py::value_error("the table holds " + std::to_string(table_docs) + " documents (largest df " +
+                          std::to_string(max_df) + ") but the log table was made for " + std::to_string(num_docs) +
+                          " documents and df < " + std::to_string(logdf.numel()) +
+                          ": add documents through CiderD, which keeps both");
 }
 
 template <typename R>
@@ -614,32 +609,45 @@ R locked(DfScorer& d, R (vlk::cap::CiderDf::*get)() const) {
 }
 
 // COCO-format evaluation of two files (BLEU-1..4 counts, ROUGE-L, CIDEr-D per image, results order) with bounded
-// memory: nothing per caption becomes a Python object. Returns {"keys": [image ids], "cider", "bleu_stats",
-// "bleu", "rouge", "any_ref_words"}; every input problem is a ValueError naming the file.
-py::dict evaluate_files(const std::string& refs, const std::string& preds, bool tokenize, int64_t block_captions) {
-  auto ev = std::make_unique<vlk::cap::CocoEval>();
+// memory: nothing per caption becomes a Python object. Two phases, because the number of images is known only once
+// the files are read: cap_files_prepare reads them (every input problem a ValueError naming the file) into a
+// CapFiles, whose num_images sizes the outputs Python allocates; CapFiles.score fills them once.
+struct CapFiles {
+  vlk::cap::CocoEval ev;
+  bool scored = false;  // set with the GIL held: score consumes the text, so one call only
+};
+
+std::unique_ptr<CapFiles> files_prepare(const std::string& refs, const std::string& preds, bool tokenize,
+                                        int64_t block_captions) {
+  auto f = std::make_unique<CapFiles>();
   try {
     py::gil_scoped_release release;
-    vlk::cap::coco_prepare(refs, preds, tokenize, block_captions, *ev);
+    vlk::cap::coco_prepare(refs, preds, tokenize, block_captions, f->ev);
   } catch (const std::runtime_error& e) {
     throw py::value_error(e.what());  // a JsonError or an unreadable file
   }
-  const int64_t m = ev->num_images();
-  py::module_ common = py::module_::import("vlkernels.captioning._common");
-  // The logarithms come from numpy, as the Python scorers compute them (bit-identical scores).
-  py::object logdf_obj = common.attr("log_table")(m);
-  auto logdf = vlk::TensorArg::from(logdf_obj, "log_table");
-  logdf.ndim(1).dtype_is(vlk::kF64).device(vlk::kCPU).contiguous();
-  const double ref_len = common.attr("ref_len_of")(m).cast<double>();
-  py::array_t<double> cider(m), rouge(m), bleu({m, int64_t{4}});
-  py::array_t<int64_t> stats({m, int64_t{10}});
-  double *pc = cider.mutable_data(), *pr = rouge.mutable_data(), *pb = bleu.mutable_data();
-  int64_t* ps = stats.mutable_data();
+  return f;
+}
+
+// logdf: np.log(max(1, d)) for d in [0, num_images], ref_len: np.log(num_images) (from numpy, as the Python
+// scorers compute them: bit-identical scores). Outputs: ImageScores for num_images and n = 4. Returns
+// (any_ref_words, keys): CIDEr is left unwritten when any_ref_words is False; keys are the images' "i<digits>"
+// (int id) / "s<text>" (str id) tags, decoded by Python. Consumes the prepared text: a second call is refused.
+py::tuple files_score(CapFiles& f, py::handle logdf_obj, double ref_len, py::handle cider_obj, py::handle stats_obj,
+                 py::handle bleu_obj, py::handle rouge_obj) {
+  vlk::cap::CocoEval& e = f.ev;
+  const int64_t m = e.num_images();
+  auto logdf = vlk::TensorArg::from(logdf_obj, "logdf");
+  logdf.ndim(1).size(0, m + 1).dtype_is(vlk::kF64).device(vlk::kCPU).contiguous();
+  ImageScores out(cider_obj, stats_obj, bleu_obj, rouge_obj, m, 4);
+  if (f.scored) throw py::value_error("these files were scored already (a CapFiles scores once)");
+  f.scored = true;
+  double *pc = out.cider.data<double>(), *pr = out.rouge.data<double>(), *pb = out.bleu.data<double>();
+  int64_t* ps = out.stats.data<int64_t>();
   bool any_ref_words = false;
   {
     // One split of the text alive at a time, and the text freed before the CIDEr-D tables are built.
     py::gil_scoped_release release;
-    vlk::cap::CocoEval& e = *ev;
     {
       Tokens spaces;
       vlk::cap::tokenize_texts_compact(e.views, vlk::cap::Split::kSpace, spaces);
@@ -652,25 +660,7 @@ py::dict evaluate_files(const std::string& refs, const std::string& preds, bool 
     vlk::cap::bleu_images(words, e.cand.data(), e.ref_off.data(), e.ref_caps.data(), m, 4, ps, pb);
     if (any_ref_words) vlk::cap::coco_cider_d(e, std::move(words), logdf.data<double>(), logdf.numel(), ref_len, pc);
   }
-  py::list keys;
-  for (const std::string& k : ev->keys) {
-    if (k[0] == 'i') {
-      PyObject* v = PyLong_FromString(k.c_str() + 1, nullptr, 10);
-      if (v == nullptr) throw py::error_already_set();
-      keys.append(py::reinterpret_steal<py::object>(v));
-    } else {
-      keys.append(py::str(k.data() + 1, k.size() - 1));
-    }
-    poll(static_cast<int64_t>(py::len(keys)));
-  }
-  py::dict out;
-  out["keys"] = keys;
-  out["cider"] = cider;
-  out["rouge"] = rouge;
-  out["bleu"] = bleu;
-  out["bleu_stats"] = stats;
-  out["any_ref_words"] = any_ref_words;
-  return out;
+  return py::make_tuple(any_ref_words, py::cast(e.keys));
 }
 
 // Python's str.split() on one string, for tests of the whitespace rule.
@@ -691,7 +681,10 @@ VLK_BIND(captioning) {
   m.attr("CAP_ROUGE") = static_cast<int>(kRouge);
   m.def("cap_score_images", &score_images);
   m.def("cap_split_words", &split_words);
-  m.def("cap_evaluate_files", &evaluate_files);
+  m.def("cap_files_prepare", &files_prepare);
+  py::class_<CapFiles>(m, "CapFiles")
+      .def_property_readonly("num_images", [](const CapFiles& f) { return f.ev.num_images(); })
+      .def("score", &files_score);
   // CapCiderDf(n), CapCiderDf(n, refs, ref_off) (a corpus, one call) or CapCiderDf.from_items(n, ngrams, df, num_docs).
   py::class_<DfScorer>(m, "CapCiderDf")
       .def(py::init<int>())

@@ -1,11 +1,9 @@
 // Detection bindings: tensors arrive as vlk::TensorArg and every extent, offset and index the kernels follow is
 // checked here (a bad argument is a ValueError naming it); the readers of result / RLE dicts hold the GIL.
-#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include <cmath>
-#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -65,37 +63,75 @@ std::string short_repr(PyObject* v) {
   return out.size() > 60 ? out.substr(0, 57) + "..." : out;
 }
 
-template <typename T>
-py::array_t<T> to_array(std::vector<T>&& v) {
-  auto* heap = new std::vector<T>(std::move(v));
-  py::capsule owner(heap, [](void* p) { delete static_cast<std::vector<T>*>(p); });
-  return py::array_t<T>({static_cast<py::ssize_t>(heap->size())}, {sizeof(T)}, heap->data(), owner);
-}
+// One mask's compressed RLE string: its object (held: a dict entry could be replaced by another thread while the
+// GIL is released) and its bytes (a bytes' buffer, or a str's UTF-8, which CPython caches for the str's lifetime).
+struct MaskStrings {
+  std::vector<py::object> held;
+  std::vector<const char*> str;
+  std::vector<int64_t> len;
+  explicit MaskStrings(int64_t n) : held(static_cast<size_t>(n)), str(static_cast<size_t>(n)), len(static_cast<size_t>(n)) {}
+  // False when c is neither bytes nor a str with a UTF-8 form.
+  bool set(int64_t k, PyObject* c) {
+    held[k] = py::reinterpret_borrow<py::object>(c);
+    if (PyBytes_Check(c)) {
+      str[k] = PyBytes_AS_STRING(c);
+      len[k] = static_cast<int64_t>(PyBytes_GET_SIZE(c));
+      return true;
+    }
+    Py_ssize_t n_bytes = 0;
+    const char* s = PyUnicode_Check(c) ? PyUnicode_AsUTF8AndSize(c, &n_bytes) : nullptr;
+    if (!s) {
+      PyErr_Clear();
+      return false;
+    }
+    str[k] = s;
+    len[k] = static_cast<int64_t>(n_bytes);
+    return true;
+  }
+  py::list objects() const {
+    py::list out(held.size());
+    for (size_t k = 0; k < held.size(); ++k) out[k] = held[k];
+    return out;
+  }
+};
 
-// The RLE masks of items[rows[k]]["segmentation"] (h[k] x w[k] each) -> (csum, offsets, area, bbox [n, 4]); where
-// need[k] == 0 (need may be None) the mask is validated but returned empty (det_masks_from_strings).
-// A compressed RLE dict is read in place; anything else (polygons, uncompressed RLE, a missing segmentation) goes
-// through convert(row, h, w), which returns a compressed RLE dict or raises. Every string read is referenced while the GIL is released. Errors name where[row].
-py::tuple det_masks(const py::list& items, py::handle rows_obj, py::handle h_obj, py::handle w_obj,
-                    const py::object& need_obj, const py::function& convert, const std::string& where) {
-  auto rows = arg(rows_obj, "rows", vlk::kI64, {-1});
-  const int64_t n = rows.size(0);
-  auto ha = arg(h_obj, "h", vlk::kI64, {n});
-  auto wa = arg(w_obj, "w", vlk::kI64, {n});
+// rows, h, w, need of the two mask phases: rows [n] int64, h and w [n] int64, need None or [n] uint8.
+struct MaskRows {
+  TensorArg rows, h, w;
   std::vector<TensorArg> keep;
   const uint8_t* need = nullptr;
-  if (!need_obj.is_none()) need = keep.emplace_back(arg(need_obj, "need", vlk::kU8, {n})).data<const uint8_t>();
-  const int64_t *row = rows.data<const int64_t>(), *hh = ha.data<const int64_t>(), *ww = wa.data<const int64_t>();
-  std::vector<py::object> held(static_cast<size_t>(n));
-  std::vector<const char*> str(static_cast<size_t>(n));
-  std::vector<int64_t> len(static_cast<size_t>(n));
+  MaskRows(py::handle rows_obj, py::handle h_obj, py::handle w_obj, const py::object& need_obj)
+      : rows(arg(rows_obj, "rows", vlk::kI64, {-1})),
+        h(arg(h_obj, "h", vlk::kI64, {rows.size(0)})),
+        w(arg(w_obj, "w", vlk::kI64, {rows.size(0)})) {
+    if (!need_obj.is_none()) need = keep.emplace_back(arg(need_obj, "need", vlk::kU8, {n()})).data<const uint8_t>();
+  }
+  int64_t n() const { return rows.size(0); }
+  [[noreturn]] void fail(const std::string& where, int64_t k, const std::string& what) const {
+    throw py::value_error(where + "[" + std::to_string(rows.data<const int64_t>()[k]) + "]['segmentation']: " + what);
+  }
+};
+
+// Phase 1 of the RLE masks of items[rows[k]]["segmentation"] (h[k] x w[k] each; need as det_mask_run_offsets):
+// reads each segmentation and writes the run offsets into `offsets` ([n + 1] int64, allocated by Python, which
+// then allocates the runs for phase 2). Returns the compressed strings read (str or bytes), for det_mask_decode.
+// A compressed RLE dict is read in place; anything else (polygons, uncompressed RLE, a missing segmentation) goes
+// through convert(row, h, w), which returns a compressed RLE dict or raises. Errors name where[row].
+py::list det_mask_runs(const py::list& items, py::handle rows_obj, py::handle h_obj, py::handle w_obj,
+                       const py::object& need_obj, const py::function& convert, const std::string& where,
+                       py::handle offsets_obj) {
+  const MaskRows r(rows_obj, h_obj, w_obj, need_obj);
+  const int64_t n = r.n();
+  auto offsets = out_arg(offsets_obj, "offsets", vlk::kI64, {n + 1});
+  const int64_t *row = r.rows.data<const int64_t>(), *hh = r.h.data<const int64_t>(), *ww = r.w.data<const int64_t>();
+  MaskStrings strings(n);
   const py::str seg_key("segmentation"), counts_key("counts"), size_key("size");
   for (int64_t k = 0; k < n; ++k) {
     if ((k & 4095) == 4095 && PyErr_CheckSignals() != 0) throw py::error_already_set();
     // The list's current size: convert() runs Python code, which could shrink it.
     if (row[k] < 0 || row[k] >= static_cast<int64_t>(PyList_GET_SIZE(items.ptr())))
-      rows.refuse("holds " + std::to_string(row[k]) + ", not an item index");
-    if (hh[k] < 0 || ww[k] < 0) ha.refuse("holds a negative image size");
+      r.rows.refuse("holds " + std::to_string(row[k]) + ", not an item index");
+    if (hh[k] < 0 || ww[k] < 0) r.h.refuse("holds a negative image size");
     const std::string item = where + "[" + std::to_string(row[k]) + "]";
     auto fail = [&](const std::string& what) { return py::value_error(item + what); };
     // Before any path reads the mask (compressed, uncompressed or polygons): h*w must not wrap.
@@ -117,22 +153,7 @@ py::tuple det_masks(const py::list& items, py::handle rows_obj, py::handle h_obj
       if (PyErr_Occurred()) throw py::error_already_set();
       if (!c || !(PyUnicode_Check(c) || PyBytes_Check(c))) throw fail("['segmentation'] must be an RLE dict or polygons");
     }
-    // The counts object itself: a dict entry could be replaced by another thread while the GIL is released.
-    held[k] = py::reinterpret_borrow<py::object>(c);
-    if (PyBytes_Check(c)) {
-      str[k] = PyBytes_AS_STRING(c);
-      len[k] = static_cast<int64_t>(PyBytes_GET_SIZE(c));
-    } else {
-      Py_ssize_t n_bytes = 0;
-      // UTF-8 of an ASCII str is its own storage (cached by CPython for the object's lifetime).
-      const char* s = PyUnicode_AsUTF8AndSize(c, &n_bytes);
-      if (!s) {
-        PyErr_Clear();
-        throw fail("['segmentation'] has undecodable 'counts'");
-      }
-      str[k] = s;
-      len[k] = static_cast<int64_t>(n_bytes);
-    }
+    if (!strings.set(k, c)) throw fail("['segmentation'] has undecodable 'counts'");
     PyObject* sz = PyDict_GetItemWithError(rle.ptr(), size_key.ptr());
     if (PyErr_Occurred()) throw py::error_already_set();
     bool size_ok = false;
@@ -150,24 +171,43 @@ py::tuple det_masks(const py::list& items, py::handle rows_obj, py::handle h_obj
                  std::to_string(hh[k]) + ", " + std::to_string(ww[k]) + "]");
     }
   }
-  std::unique_ptr<int64_t[]> csum;
-  std::vector<int64_t> offsets, area;
-  std::vector<double> bbox;
   std::string error;
   int64_t bad = -1;
   {
     py::gil_scoped_release release;
-    error = vlk::det_masks_from_strings(str.data(), len.data(), n, hh, ww, need, csum, offsets, area, bbox, bad);
+    error = vlk::det_mask_run_offsets(strings.str.data(), strings.len.data(), n, hh, ww, r.need,
+                                      offsets.data<int64_t>(), bad);
   }
-  if (!error.empty())
-    throw py::value_error(where + "[" + std::to_string(row[bad]) + "]['segmentation']: malformed RLE string: " + error);
-  py::array_t<double> box = to_array(std::move(bbox));
-  const int64_t total = offsets.back();
-  int64_t* runs = csum.release();
-  py::capsule runs_owner(runs, [](void* p) { delete[] static_cast<int64_t*>(p); });
-  py::array_t<int64_t> runs_arr({static_cast<py::ssize_t>(total)}, {sizeof(int64_t)}, runs, runs_owner);
-  return py::make_tuple(runs_arr, to_array(std::move(offsets)), to_array(std::move(area)),
-                        box.attr("reshape")(n, 4));
+  if (!error.empty()) r.fail(where, bad, "malformed RLE string: " + error);
+  return strings.objects();
+}
+
+// Phase 2: the strings det_mask_runs returned, decoded into what Python allocated from its offsets: csum
+// [offsets[n]] int64 (inclusive run sums over the set), area [n] int64, bbox [n, 4] float64 (rleToBbox, xywh).
+void det_mask_decode(const py::list& counts, py::handle rows_obj, py::handle h_obj, py::handle w_obj,
+                     const py::object& need_obj, py::handle offsets_obj, py::handle csum_obj, py::handle area_obj,
+                     py::handle bbox_obj, const std::string& where) {
+  const MaskRows r(rows_obj, h_obj, w_obj, need_obj);
+  const int64_t n = r.n();
+  auto offsets = arg(offsets_obj, "offsets", vlk::kI64, {n + 1});
+  auto csum = out_arg(csum_obj, "csum", vlk::kI64, {-1});
+  check_offsets(offsets, csum.size(0));
+  auto area = out_arg(area_obj, "area", vlk::kI64, {n});
+  auto bbox = out_arg(bbox_obj, "bbox", vlk::kF64, {n, 4});
+  if (static_cast<int64_t>(PyList_GET_SIZE(counts.ptr())) != n)
+    throw py::value_error("counts must hold one string per row (" + std::to_string(n) + ")");
+  MaskStrings strings(n);
+  for (int64_t k = 0; k < n; ++k)
+    if (!strings.set(k, PyList_GET_ITEM(counts.ptr(), k))) r.fail(where, k, "'counts' must be bytes or a str");
+  std::string error;
+  int64_t bad = -1;
+  {
+    py::gil_scoped_release release;
+    error = vlk::det_masks_decode(strings.str.data(), strings.len.data(), n, r.h.data<const int64_t>(),
+                                  r.w.data<const int64_t>(), r.need, offsets.data<const int64_t>(),
+                                  csum.data<int64_t>(), area.data<int64_t>(), bbox.data<double>(), bad);
+  }
+  if (!error.empty()) r.fail(where, bad, "malformed RLE string: " + error);
 }
 
 // Numeric fields of a list of dicts into two tables Python allocated: real [n, real columns] float64 and ints
@@ -296,7 +336,7 @@ py::tuple det_columns(const py::list& items, const std::vector<std::tuple<std::s
 namespace {
 
 // kind 0 (bbox): gt_box / dt_box are the annotation boxes. kind 1 (segm): they are the masks' rleToBbox boxes and
-// gt_masks / dt_masks are (csum, offsets, area) from det_masks, indexed like the ground truths / detections.
+// gt_masks / dt_masks are (csum, offsets, area) from det_mask_decode, indexed like the ground truths / detections.
 void det_evaluate(int kind, py::handle gt_off_o, py::handle dt_off_o, py::handle gt_box_o, py::handle dt_box_o,
                   py::object gt_masks, py::object dt_masks, py::handle gt_crowd_o, py::handle gt_ignore_o,
                   py::handle gt_area_o, py::handle dt_area_o, py::handle gt_id_nz_o, py::handle dt_id_pos_o,
@@ -413,6 +453,9 @@ void det_accumulate(py::handle dt_off_o, py::handle group_o, int64_t n_groups, p
 VLK_BIND(detection) {
   m.def("det_evaluate", &det_evaluate);
   m.def("det_accumulate", &det_accumulate);
-  m.def("det_masks", &det_masks);
-  m.def("det_columns", &det_columns);
+  m.def("det_mask_runs", &det_mask_runs, py::arg("items"), py::arg("rows"), py::arg("h"), py::arg("w"),
+        py::arg("need"), py::arg("convert"), py::arg("where"), py::arg("offsets"));
+  m.def("det_mask_decode", &det_mask_decode, py::arg("counts"), py::arg("rows"), py::arg("h"), py::arg("w"),
+        py::arg("need"), py::arg("offsets"), py::arg("csum"), py::arg("area"), py::arg("bbox"), py::arg("where"));
+  m.def("det_columns", &det_columns, py::arg("items"), py::arg("fields"), py::arg("real"), py::arg("ints"));
 }

@@ -67,6 +67,31 @@ def test_scores_in_gts_key_order_never_misaligned():
     assert scores[1] == 1.0 and scores[2] == 0.0 and 0 < scores[0] < 1
 
 
+def test_ciderd_add_documents_equals_one_corpus():
+    # Documents added later (to a built or an empty table, or to one loaded from document frequencies) give the
+    # scores of the corpus built at once: the table's counts, num_docs and the logarithms passed in stay in step.
+    rng = np.random.default_rng(5)
+    words = "a dog cat runs sits on the mat red ball".split()
+    docs = [[" ".join(rng.choice(words, 5)) for _ in range(2)] for _ in range(30)]
+    cands = [" ".join(rng.choice(words, 4)) for _ in range(10)]
+    refs = docs[:10]
+    want = CiderD(docs).score(cands, refs)
+    grown = CiderD(docs[:7])
+    grown.score(cands, refs)  # logarithms made for 7 documents, then the table grows
+    grown.add_documents(docs[7:20])
+    grown.add_documents({k: d for k, d in enumerate(docs[20:])})
+    empty = CiderD()
+    empty.add_documents(docs)
+    loaded = CiderD.from_document_frequency(CiderD(docs[:12]).document_frequency(), 12)
+    loaded.add_documents(docs[12:])
+    for scorer in (grown, empty, loaded):
+        assert scorer.num_docs == 30
+        np.testing.assert_array_equal(scorer.score(cands, refs), want)
+    with pytest.raises(ValueError, match=r"refs\[1\]: no reference captions"):
+        empty.add_documents([["a"], []])
+    assert empty.num_docs == 30
+
+
 def test_ciderd_bad_input():
     scorer = CiderD([["a dog runs", "a dog"], ["a cat"]])
     refs = [["a dog"], ["a cat"]]
@@ -315,12 +340,18 @@ def _public_calls(tmp_path):
 
 
 def test_one_cpp_call_per_public_operation(crossings, tmp_path):
-    # Each public operation reads and checks its captions in one C++ call (no second entry to
-    # ask for sizes, logarithms or a fallback path), stem=True and tokenize=True included.
+    # Each public operation reads and checks its captions in one C++ call (no second entry to ask for
+    # logarithms or a fallback path), stem=True and tokenize=True included. The files path has two phases, as
+    # Python allocates the outputs and only the files tell their number of images: read, that number, score.
+    files = ["_C.cap_files_prepare", "cap_files_prepare.num_images", "cap_files_prepare.score"]
+    phases = {"evaluate_captions_files": files}
     for name, call in _public_calls(tmp_path).items():
         crossings.clear()
         call()
-        assert len(crossings) == 1, f"{name} entered C++ {len(crossings)} times: {crossings}"
+        if name in phases:
+            assert crossings == phases[name], f"{name} entered C++ as {crossings}"
+        else:
+            assert len(crossings) == 1, f"{name} entered C++ {len(crossings)} times: {crossings}"
 
 
 def test_one_cpp_call_also_when_the_input_is_bad(crossings):

@@ -224,19 +224,41 @@ def test_file_reader_errors(tmp_path, text, match):
 
 def test_bindings_check_what_they_receive():
     # The C++ layer checks its inputs itself (a wrong object from a private caller is an exception, never a read
-    # out of bounds).
+    # out of bounds or a write past an output Python allocated).
     import numpy as np
 
     from vlkernels import _ext
+    from vlkernels.captioning._common import image_scores
 
     C = _ext.load()
     z = np.zeros(2)
+
+    def score(gts, res, n=4, logdf=z, stem=None, outs=None):
+        outs = list(image_scores(len(gts) if isinstance(gts, dict) else 0, n).values()) if outs is None else outs
+        return C.cap_score_images(gts, res, False, C.CAP_CIDER, n, 6.0, True, 0.0, logdf, stem, *outs)
+
     with pytest.raises(ValueError, match="gts and res must be dicts"):
-        C.cap_score_images([], {}, False, C.CAP_CIDER, 4, 6.0, True, 0.0, z, None)
+        score([], {})
     with pytest.raises(ValueError, match="n must be in"):
-        C.cap_score_images({}, {}, False, C.CAP_CIDER, 9, 6.0, True, 0.0, z, None)
+        score({}, {}, n=9)
     with pytest.raises(ValueError, match="same image ids"):
-        C.cap_score_images({1: ["a"]}, {2: ["a"]}, False, C.CAP_CIDER, 4, 6.0, True, 0.0, z, None)
+        score({1: ["a"]}, {2: ["a"]})
+    # Outputs: one row per image, the metric's width, float64 / int64, writable.
+    good = list(image_scores(1).values())
+    for k, bad, match in [
+        (0, np.zeros(2), "cider must have size 1"),
+        (1, np.zeros((1, 9), np.int64), "bleu_stats must have size 10"),
+        (1, np.zeros((1, 10)), "bleu_stats has dtype float64"),
+        (2, np.zeros((1, 3)), "bleu must have size 4"),
+        (2, np.zeros((1, 8))[:, ::2], "bleu must be contiguous"),
+        (3, np.zeros(1, np.float32), "rouge has dtype float32"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            score({1: ["a"]}, {1: ["a"]}, outs=[*good[:k], bad, *good[k + 1 :]])
+    frozen = np.zeros(1)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="rouge .*writable|rouge .*read-only"):
+        score({1: ["a"]}, {1: ["a"]}, outs=[*good[:3], frozen])
     # The stemmer callback: its result is checked, its exception goes through unchanged.
     for stem, err, match in [
         (lambda ws: ws[:-1], TypeError, "one str per word"),
@@ -244,29 +266,67 @@ def test_bindings_check_what_they_receive():
         (lambda ws: 1 / 0, ZeroDivisionError, "division"),
     ]:
         with pytest.raises(err, match=match):
-            C.cap_score_images({1: ["a b"]}, {1: ["a"]}, False, C.CAP_CIDER, 4, 6.0, True, 0.0, z, stem)
+            score({1: ["a b"]}, {1: ["a"]}, stem=stem)
     df = C.CapCiderDf(4)
     i64 = np.int64
     with pytest.raises(ValueError, match="outside the data array"):
         df.add_documents((np.zeros(3, i64), np.array([2], i64), np.array([5], i64)), np.array([0, 1], i64))
     with pytest.raises(ValueError, match="group offsets"):
         df.add_documents(["a b"], np.array([0, 5], i64))
+    logs = np.zeros(2)
+
+    def df_score(cands, group, logdf=logs, num_docs=1, out=None):
+        out = np.zeros(len(cands)) if out is None else out
+        return df.score(cands, ["a b"], np.array([0, 1], i64), group, 6.0, logdf, 0.0, num_docs, out)
+
     with pytest.raises(ValueError, match="no document frequencies"):
-        df.score(["a"], ["a b"], np.array([0, 1], i64), np.array([0], i64), 6.0)
+        df_score(["a"], np.array([0], i64))
     df.add_documents(["a b"], np.array([0, 1], i64))
     with pytest.raises(ValueError, match="ref_index out of range"):
-        df.score(["a"], ["a b"], np.array([0, 1], i64), np.array([3], i64), 6.0)
+        df_score(["a"], np.array([3], i64))
     with pytest.raises(ValueError, match="one entry per candidate"):
-        df.score(["a", "b"], ["a b"], np.array([0, 1], i64), np.array([0], i64), 6.0)
+        df_score(["a", "b"], np.array([0], i64))
+    with pytest.raises(ValueError, match="out must have size 1"):
+        df_score(["a"], np.array([0], i64), out=np.zeros(2))
+    # The log table must be the one of the table's size (documents added behind CiderD's back are refused).
+    with pytest.raises(ValueError, match="holds 1 documents .* made for 2 documents"):
+        df_score(["a"], np.array([0], i64), num_docs=2)
+    with pytest.raises(ValueError, match="largest df 1.* df < 1"):
+        df_score(["a"], np.array([0], i64), logdf=np.zeros(1))
     # Arrays go through vlk::TensorArg: dtype, rank and layout checked, the argument named.
     with pytest.raises(ValueError, match="ref_off"):
         df.add_documents(["a b"], np.array([0.0, 1.0]))
     with pytest.raises(ValueError, match="ref_index"):
-        df.score(["a"], ["a b"], np.array([0, 1], i64), np.array([[0]], i64), 6.0)
+        df_score(["a"], np.array([[0]], i64))
     with pytest.raises(ValueError, match="logdf .*contiguous"):
-        C.cap_score_images({1: ["a"]}, {1: ["a"]}, False, C.CAP_CIDER, 4, 6.0, True, 0.0, np.zeros(4)[::2], None)
+        score({1: ["a"]}, {1: ["a"]}, logdf=np.zeros(4)[::2])
     with pytest.raises(ValueError, match=r"outside \[0, num_docs = 2\]"):
         C.CapCiderDf.from_items(4, ["a"], np.array([3], i64), 2)
+
+
+def test_files_binding_sizes_its_outputs_and_scores_once(tmp_path):
+    # The two phases of the files path: the prepared files size the outputs (checked), and score consumes the text.
+    import json
+
+    import numpy as np
+
+    from vlkernels import _ext
+    from vlkernels.captioning._common import image_scores, log_table
+
+    refs, preds = tmp_path / "refs.json", tmp_path / "preds.json"
+    refs.write_text(json.dumps([{"image_id": 7, "caption": "a dog"}, {"image_id": "x", "caption": "a cat"}]))
+    preds.write_text(json.dumps([{"image_id": "x", "caption": "a cat"}, {"image_id": 7, "caption": "a dog"}]))
+    files = _ext.load().cap_files_prepare(str(refs), str(preds), False, 1000)
+    assert files.num_images == 2
+    outs = list(image_scores(2).values())
+    with pytest.raises(ValueError, match="logdf must have size 3"):
+        files.score(log_table(1), 0.0, *outs)
+    with pytest.raises(ValueError, match="cider must have size 2"):
+        files.score(log_table(2), 0.0, np.zeros(3), *outs[1:])
+    assert files.score(log_table(2), float(np.log(2.0)), *outs) == (True, ["sx", "i7"])
+    assert outs[3].tolist() == [1.0, 1.0]  # ROUGE-L of identical captions
+    with pytest.raises(ValueError, match="scored already"):
+        files.score(log_table(2), 0.0, *outs)
 
 
 @pytest.mark.slow

@@ -77,7 +77,7 @@ def test_captions_replaced_by_another_thread_mid_call(call):
 
 
 def test_ciderd_table_filled_while_scoring():
-    # add_documents (no GIL) against score (no GIL) on one table: the table's lock keeps both consistent.
+    # add_documents against score on one table: CiderD's lock keeps the table and its log table in step.
     rng = np.random.default_rng(2)
     scorer = CiderD([[_caption(rng, 12)] for _ in range(200)])
     stop = threading.Event()
@@ -86,7 +86,7 @@ def test_ciderd_table_filled_while_scoring():
     def fill():
         r = np.random.default_rng(3)
         while not stop.is_set():
-            scorer._df.add_documents([_caption(r, 12) for _ in range(50)], np.arange(51, dtype=np.int64))
+            scorer.add_documents([[_caption(r, 12)] for _ in range(50)])
 
     t = threading.Thread(target=fill)
     t.start()
@@ -105,26 +105,27 @@ def test_ciderd_table_filled_while_scoring():
 def test_ciderd_score_finishes_while_documents_keep_arriving(monkeypatch):
     # Regression (a CI run hung here for 20 minutes): score fetched the numpy logarithms without the table's lock,
     # and started over whenever documents had been added meanwhile, so a thread adding documents all the time
-    # could keep it looping forever. Here every fetch lets another thread add documents before it returns: the
-    # old code fetched again and again, the fixed one holds the table while it fetches and scores once.
-    from vlkernels.captioning import _common
+    # could keep it looping forever. Here every fetch lets another thread add documents before it returns: a
+    # scorer that starts over fetches again and again; CiderD holds its lock while it makes the logarithms and
+    # scores once.
+    from vlkernels.captioning import cider as cider_module
 
     rng = np.random.default_rng(4)
     scorer = CiderD([[_caption(rng, 12)] for _ in range(20)])
-    original, fetches, adders = _common.log_table, [], []
+    original, fetches, adders = cider_module.log_table, [], []
 
     def log_table_then_documents_arrive(max_df):
         fetches.append(max_df)
         if len(fetches) > 3:
             raise RuntimeError("the log table was fetched again and again")
-        docs = [_caption(rng, 12) for _ in range(5)]
-        t = threading.Thread(target=scorer._df.add_documents, args=(docs, np.arange(6, dtype=np.int64)))
+        docs = [[_caption(rng, 12)] for _ in range(5)]
+        t = threading.Thread(target=scorer.add_documents, args=(docs,))
         t.start()
         adders.append(t)
         t.join(timeout=0.3)  # the add either lands now (old code) or waits for the lock this call holds
         return original(max_df)
 
-    monkeypatch.setattr(_common, "log_table", log_table_then_documents_arrive)
+    monkeypatch.setattr(cider_module, "log_table", log_table_then_documents_arrive)
     try:
         out = scorer.score([_caption(rng, 12) for _ in range(3)], [[_caption(rng, 12)] for _ in range(3)])
     finally:

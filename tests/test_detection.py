@@ -12,25 +12,9 @@ from vlkernels.detection import COCOeval
 from vlkernels.detection.synthetic import detection_data
 
 pycoco = pytest.importorskip("pycocotools.cocoeval")
+from coco_runs import anchor as _anchor  # noqa: E402
 from coco_runs import coco as _coco  # noqa: E402
 from coco_runs import ours as _ours  # noqa: E402
-
-
-def _anchor(gt: dict, res: list, iou: str, setup=None):
-    cg = _coco(gt)
-    with contextlib.redirect_stdout(io.StringIO()):
-        if res:
-            cd = cg.loadRes(copy.deepcopy(res))
-        else:
-            # loadRes cannot take an empty list: an empty result set built by hand.
-            cd = _coco({"images": gt["images"], "categories": gt["categories"], "annotations": []})
-        E = pycoco.COCOeval(cg, cd, iou)
-        if setup:
-            setup(E.params)
-        E.evaluate()
-        E.accumulate()
-        E.summarize()
-    return E
 
 
 def _same_eval_imgs(a: list, b) -> None:
@@ -460,24 +444,67 @@ def test_detection_bindings_reject_bad_tensors():
     items = [{"segmentation": {"size": [2, 2], "counts": "04"}}]
     h, w = np.array([2], i64), np.array([2], i64)
     convert = lambda k, h, w: None  # never called: the mask is a compressed RLE
-    out = C.det_masks(items, np.array([0], i64), h, w, None, convert, "r")
+    out = _det_masks(items, np.array([0], i64), h, w, None, convert, "r")
     assert out[0].tolist() == [0, 4] and out[2].tolist() == [4]
-    out = C.det_masks(items, np.array([0], i64), h, w, np.zeros(1, u8), convert, "r")
+    out = _det_masks(items, np.array([0], i64), h, w, np.zeros(1, u8), convert, "r")
     assert out[0].tolist() == [] and out[2].tolist() == [0]
     with pytest.raises(ValueError, match="rows holds 1, not an item index"):
-        C.det_masks(items, np.array([1], i64), h, w, None, convert, "r")
+        _det_masks(items, np.array([1], i64), h, w, None, convert, "r")
     with pytest.raises(ValueError, match="h must have size 1"):
-        C.det_masks(items, np.array([0], i64), np.array([2, 2], i64), w, None, convert, "r")
+        _det_masks(items, np.array([0], i64), np.array([2, 2], i64), w, None, convert, "r")
     with pytest.raises(ValueError, match="need must have size 1"):
-        C.det_masks(items, np.array([0], i64), h, w, np.ones(2, u8), convert, "r")
+        _det_masks(items, np.array([0], i64), h, w, np.ones(2, u8), convert, "r")
+    with pytest.raises(ValueError, match="offsets must have size 2"):
+        C.det_mask_runs(items, np.array([0], i64), h, w, None, convert, "r", np.zeros(3, i64))
+    # Phase 2 writes only where the offsets say, and checks them against the strings and the outputs.
+    rows = np.array([0], i64)
+    counts = C.det_mask_runs(items, rows, h, w, None, convert, "r", np.zeros(2, i64))
+    outs = dict(offsets=np.array([0, 2], i64), csum=np.zeros(2, i64), area=np.zeros(1, i64), bbox=np.zeros((1, 4)))
+    for kw, match in [
+        (
+            {"offsets": np.array([0, 1], i64), "csum": np.zeros(1, i64)},
+            r"r\[0\]\['segmentation'\]: malformed RLE string: holds more runs than its offsets give \(1\)",
+        ),
+        ({"offsets": np.array([0, 3], i64), "csum": np.zeros(3, i64)}, "holds 2 runs but its offsets give 3"),
+        ({"offsets": np.array([0, 2], i64), "csum": np.zeros(5, i64)}, "offsets must start at 0 and end at 5"),
+        ({"area": np.zeros(2, i64)}, "area must have size 1"),
+        ({"bbox": np.zeros((1, 4), np.float32)}, "bbox has dtype float32"),
+    ]:
+        a = dict(outs, **kw)
+        with pytest.raises(ValueError, match=match):
+            C.det_mask_decode(counts, rows, h, w, None, a["offsets"], a["csum"], a["area"], a["bbox"], "r")
+    with pytest.raises(ValueError, match="counts must hold one string per row"):
+        C.det_mask_decode(counts * 2, rows, h, w, None, *outs.values(), "r")
+    with pytest.raises(ValueError, match="'counts' must be bytes or a str"):
+        C.det_mask_decode([4], rows, h, w, None, *outs.values(), "r")
+    with pytest.raises(ValueError, match="dropped .* offsets give it 2 runs"):
+        C.det_mask_decode(counts, rows, h, w, np.zeros(1, u8), *outs.values(), "r")
+    # Strings other than the ones phase 1 read are checked again, kept or dropped: a bad character, a count cut off.
+    for need in (None, np.zeros(1, u8)):
+        o = dict(outs, offsets=np.zeros(2, i64), csum=np.zeros(0, i64)) if need is not None else outs
+        for bad, match in [("0\x7f", "invalid character at position 1"), ("0P", "truncated count at end of string")]:
+            with pytest.raises(ValueError, match=r"r\[0\]\['segmentation'\]: malformed RLE string: " + match):
+                C.det_mask_decode([bad], rows, h, w, need, *o.values(), "r")
+    C.det_mask_decode(counts, rows, h, w, None, *outs.values(), "r")
+    assert outs["csum"].tolist() == [0, 4] and outs["bbox"].tolist() == [[0.0, 0.0, 2.0, 2.0]]
+
+
+def _det_masks(items, rows, h, w, need, convert, where):
+    """Both phases of the segmentation reader: (csum, offsets, area, bbox)."""
+    from vlkernels import _ext
+
+    C = _ext.load()
+    offsets = np.empty(rows.shape[0] + 1, np.int64)
+    counts = C.det_mask_runs(items, rows, h, w, need, convert, where, offsets)
+    csum, area, bbox = np.empty(offsets[-1], np.int64), np.empty(rows.shape[0], np.int64), np.empty((len(rows), 4))
+    C.det_mask_decode(counts, rows, h, w, need, offsets, csum, area, bbox, where)
+    return csum, offsets, area, bbox
 
 
 def test_det_masks_area_and_box_equal_pycocotools():
     # det_masks finds rleToBbox boxes by walking (column, row) run by run: random masks (runs that wrap columns,
     # empty and full masks, a 1-pixel-high image) against pycocotools' area / toBbox.
     from pycocotools import mask as coco_mask
-
-    from vlkernels import _ext
 
     rng = np.random.default_rng(0)
     items, hs, ws = [], [], []
@@ -492,7 +519,7 @@ def test_det_masks_area_and_box_equal_pycocotools():
         ws.append(w)
     rows = np.arange(len(items), dtype=np.int64)
     h, w = np.array(hs, np.int64), np.array(ws, np.int64)
-    _, _, area, bbox = _ext.load().det_masks(items, rows, h, w, None, lambda *a: None, "r")
+    _, _, area, bbox = _det_masks(items, rows, h, w, None, lambda *a: None, "r")
     rles = [dict(it["segmentation"], counts=it["segmentation"]["counts"].encode()) for it in items]
     np.testing.assert_array_equal(area, [coco_mask.area(r) for r in rles])
     np.testing.assert_array_equal(bbox, np.stack([coco_mask.toBbox(r) for r in rles]))

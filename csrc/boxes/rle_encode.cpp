@@ -66,9 +66,10 @@ PackFn pick_pack() {
 inline int ctz64(uint64_t x) { return __builtin_ctzll(x); }
 
 // Column-contiguous: the mask is one run of h*w bytes in COCO order; a boundary is a bit differing from the bit
-// before it (the carry links words, pixel -1 is 0). Packed in blocks that stay in L1.
-void column_major(const uint8_t* m, int64_t hw, PackFn pack, std::vector<int64_t>& ends,
-                  std::vector<uint64_t>& words) {
+// before it (the carry links words, pixel -1 is 0). Packed in blocks that stay in L1. on(t, first) gets each word
+// of boundary bits, bit j standing for pixel first + j.
+template <typename OnWord>
+void column_major_boundaries(const uint8_t* m, int64_t hw, PackFn pack, std::vector<uint64_t>& words, OnWord on) {
   constexpr int64_t kBlock = 64 * 256;
   words.resize(kBlock / 64);
   uint64_t carry = 0;
@@ -80,31 +81,22 @@ void column_major(const uint8_t* m, int64_t hw, PackFn pack, std::vector<int64_t
       uint64_t t = w ^ ((w << 1) | carry);
       carry = w >> 63;
       if (i == nw - 1 && (nb & 63)) t &= (uint64_t{1} << (nb & 63)) - 1;  // padding bits are not pixels
-      while (t) {
-        ends.push_back(b0 + i * 64 + ctz64(t));
-        t &= t - 1;
-      }
+      on(t, b0 + i * 64);
     }
   }
 }
 
+void column_major(const uint8_t* m, int64_t hw, PackFn pack, std::vector<int64_t>& ends,
+                  std::vector<uint64_t>& words) {
+  column_major_boundaries(m, hw, pack, words, [&](uint64_t t, int64_t first) {
+    for (; t; t &= t - 1) ends.push_back(first + ctz64(t));
+  });
+}
+
 // How many boundaries column_major would append (the same bits, popcounted).
 int64_t column_major_count(const uint8_t* m, int64_t hw, PackFn pack, std::vector<uint64_t>& words) {
-  constexpr int64_t kBlock = 64 * 256;
-  words.resize(kBlock / 64);
-  uint64_t carry = 0;
   int64_t count = 0;
-  for (int64_t b0 = 0; b0 < hw; b0 += kBlock) {
-    const int64_t nb = std::min(kBlock, hw - b0), nw = (nb + 63) / 64;
-    pack(m + b0, nb, words.data());
-    for (int64_t i = 0; i < nw; ++i) {
-      const uint64_t w = words[i];
-      uint64_t t = w ^ ((w << 1) | carry);
-      carry = w >> 63;
-      if (i == nw - 1 && (nb & 63)) t &= (uint64_t{1} << (nb & 63)) - 1;
-      count += __builtin_popcountll(t);
-    }
-  }
+  column_major_boundaries(m, hw, pack, words, [&](uint64_t t, int64_t) { count += __builtin_popcountll(t); });
   return count;
 }
 

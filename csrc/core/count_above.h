@@ -1,6 +1,5 @@
 // Row-wise count of scores above a threshold: the one rank-counting primitive (rank of a ground truth = 1 + number
-// of candidates that beat it). The public op (vlkernels.ops.count_above) and retrieval's streaming engine
-// (csrc/retrieval/rank_count.cpp) both count through the loops declared here. Counts add across column chunks.
+// of candidates that beat it), behind the public op vlkernels.ops.count_above. Counts add across column chunks.
 #pragma once
 
 #include <cstdint>
@@ -9,13 +8,10 @@ namespace vlk {
 
 // #{ j < lim : row[j] >= t } + #{ lim <= j < m : row[j] > t }: candidates before column `lim` (a positive's own
 // column) win ties, later ones need a strictly higher score. lim = 0: strictly above; lim = m: at or above.
-// NaN scores never count. Vectorized (one compare and one add per score), one clone per x86 ISA level.
+// NaN scores never count. Vectorized, one copy per x86 ISA level chosen at run time (core/cpu_features.h); the
+// copies give identical counts (integer compares, no rounding).
 template <typename T>
 int64_t count_row_above(const T* row, int64_t m, int64_t lim, T t);
-
-// out[j] += row[j] > thr[j] for j < n: the column form (one threshold per column, rows streamed past).
-template <typename T>
-void count_cols_above(const T* row, int64_t n, const T* thr, int32_t* out);
 
 // out[i] += #{ j < m : scores[i * stride_row + j] > thr[i] }   (>= when inclusive).
 template <typename T>

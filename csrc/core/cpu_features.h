@@ -14,7 +14,15 @@
 //     return count_row(r, m, t); }
 //   #endif
 //   auto* fn = vlk::cpu_has_avx2() ? count_row_avx2<float> : count_row_base<float>;   // (under the #if)
+//
+// VLKERNELS_CPU_ISA caps what is used: "baseline" (portable x86-64), "popcnt", "avx2", "avx512" (the default: all the
+// CPU has). Tests run every copy the machine can (tests/test_cpu_isa.py); a user can rule a suspect copy out.
 #pragma once
+
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define VLK_X86_MULTIVERSION 1
@@ -44,11 +52,24 @@ struct CpuFeatures {
 inline const CpuFeatures& cpu_features() {
   static const CpuFeatures features = [] {
     CpuFeatures f;
+    // 0 baseline, 1 popcnt, 2 avx2, 3 avx512: the highest level allowed.
+    int cap = 3;
+    if (const char* env = std::getenv("VLKERNELS_CPU_ISA"); env && *env) {
+      const char* names[] = {"baseline", "popcnt", "avx2", "avx512"};
+      cap = -1;
+      for (int i = 0; i < 4; ++i)
+        if (std::strcmp(env, names[i]) == 0) cap = i;
+      if (cap < 0)
+        throw std::invalid_argument(std::string("VLKERNELS_CPU_ISA must be one of baseline, popcnt, avx2, avx512, got '") +
+                                    env + "'");
+    }
 #if VLK_X86_MULTIVERSION
-    f.popcnt = __builtin_cpu_supports("popcnt");
-    f.avx2 = __builtin_cpu_supports("avx2");
-    f.avx512f = __builtin_cpu_supports("avx512f");
-    f.avx512bw = __builtin_cpu_supports("avx512bw");
+    f.popcnt = cap >= 1 && __builtin_cpu_supports("popcnt");
+    f.avx2 = cap >= 2 && __builtin_cpu_supports("avx2");
+    f.avx512f = cap >= 3 && __builtin_cpu_supports("avx512f");
+    f.avx512bw = cap >= 3 && __builtin_cpu_supports("avx512bw");
+#else
+    (void)cap;
 #endif
     return f;
   }();

@@ -1,5 +1,8 @@
 #include "detection/det_masks.h"
 
+#include <string>
+#include <vector>
+
 #include "boxes/rle_counts.h"
 #include "core/parallel.h"
 
@@ -31,20 +34,34 @@ std::string count_error(const char* s, int64_t n) {
   return "truncated count at end of string";
 }
 
-// pycocotools rleFrString into out[0..m): 5 bits per character, sign from bit 0x10 of the last one, deltas against
-// the run two back from the fourth run on.
-bool decode_runs(const char* s, int64_t n, int64_t* out, std::string& error) {
+// pycocotools rleFrString into out[0..cap): 5 bits per character, sign from bit 0x10 of the last one, deltas
+// against the run two back from the fourth run on. Returns the number of runs, or -1 with `error` set: a character
+// outside '0'..'o', a truncated or over-long count, a run outside [0, 2^32), or more than cap runs (nothing is
+// written past out[cap - 1]; the caller's offsets give cap).
+int64_t decode_runs(const char* s, int64_t n, int64_t* out, int64_t cap, std::string& error) {
   int64_t m = 0;
   for (int64_t p = 0; p < n;) {
+    if (m == cap) {
+      error = "holds more runs than its offsets give (" + std::to_string(cap) + ")";
+      return -1;
+    }
     int64_t x = 0;
     int k = 0;
     int c;
     do {
       if (k == 7) {
         error = "count longer than 7 characters at position " + std::to_string(p);
-        return false;
+        return -1;
+      }
+      if (p == n) {
+        error = "truncated count at end of string";
+        return -1;
       }
       c = static_cast<unsigned char>(s[p++]) - 48;
+      if (c < 0 || c > 63) {
+        error = "invalid character at position " + std::to_string(p - 1);
+        return -1;
+      }
       x |= static_cast<int64_t>(c & 0x1f) << (5 * k);
       ++k;
     } while (c & 0x20);
@@ -52,11 +69,18 @@ bool decode_runs(const char* s, int64_t n, int64_t* out, std::string& error) {
     if (m > 2) x += out[m - 2];
     if (x < 0 || x > kMaxRun) {
       error = "run " + std::to_string(m) + " decodes to " + std::to_string(x);
-      return false;
+      return -1;
     }
     out[m++] = x;
   }
-  return true;
+  return m;
+}
+
+// h * w fits the 32-bit sizes and runs of pycocotools (so no sum below wraps).
+bool size_ok(int64_t h, int64_t w) { return h >= 0 && w >= 0 && (h == 0 || w <= kMaxRun / h); }
+
+std::string size_error(int64_t h, int64_t w) {
+  return "size " + std::to_string(h) + " x " + std::to_string(w) + " is not in [0, 2^32 - 1] pixels";
 }
 
 // rle::bbox_one without a division per run: the (column, row) of the running position is advanced run by run
@@ -110,9 +134,8 @@ void bbox_walk(const int64_t* c, int64_t m_in, int64_t h, int64_t w, double* bb)
 
 }  // namespace
 
-std::string det_masks_from_strings(const char* const* str, const int64_t* len, int64_t n, const int64_t* h,
-                                   const int64_t* w, const uint8_t* need, std::unique_ptr<int64_t[]>& csum, std::vector<int64_t>& offsets,
-                                   std::vector<int64_t>& area, std::vector<double>& bbox, int64_t& bad) {
+std::string det_mask_run_offsets(const char* const* str, const int64_t* len, int64_t n, const int64_t* h,
+                                const int64_t* w, const uint8_t* need, int64_t* offsets, int64_t& bad) {
   bad = -1;
   std::vector<int64_t> runs(static_cast<size_t>(n), 0);
   parallel_for(n, 256, [&](int64_t begin, int64_t end) {
@@ -121,41 +144,61 @@ std::string det_masks_from_strings(const char* const* str, const int64_t* len, i
       runs[k] = count_runs(str[k], len[k]);
     }
   });
-  offsets.assign(static_cast<size_t>(n) + 1, 0);
-  std::vector<int64_t> base(static_cast<size_t>(n) + 1, 0);
+  offsets[0] = 0;
   for (int64_t k = 0; k < n; ++k) {
-    // h*w is formed below (the runs' total, the set's base offsets): it must not wrap.
-    if (h[k] < 0 || w[k] < 0 || (h[k] > 0 && w[k] > kMaxRun / h[k])) {
+    if (!size_ok(h[k], w[k])) {
       bad = k;
-      return "size " + std::to_string(h[k]) + " x " + std::to_string(w[k]) + " is not in [0, 2^32 - 1] pixels";
+      return size_error(h[k], w[k]);
     }
     if (runs[k] < 0) {
       bad = k;
       return count_error(str[k], len[k]);
     }
     // A dropped mask holds no runs, so the running sums (csum_base reads the previous stored run) skip it.
-    const bool keep = !need || need[k];
-    offsets[k + 1] = offsets[k] + (keep ? runs[k] : 0);
-    base[k + 1] = base[k] + (keep ? h[k] * w[k] : 0);
+    offsets[k + 1] = offsets[k] + (!need || need[k] ? runs[k] : 0);
   }
-  // Left uninitialized (every slot is written below): the runs of all results are the largest array here.
-  csum.reset(new int64_t[static_cast<size_t>(offsets[n])]);
-  area.resize(static_cast<size_t>(n));
-  bbox.resize(static_cast<size_t>(4 * n));
+  return {};
+}
+
+std::string det_masks_decode(const char* const* str, const int64_t* len, int64_t n, const int64_t* h,
+                             const int64_t* w, const uint8_t* need, const int64_t* offsets, int64_t* csum,
+                             int64_t* area, double* bbox, int64_t& bad) {
+  bad = -1;
+  // Each kept mask's inclusive sums start at the pixels of the kept masks before it.
+  std::vector<int64_t> base(static_cast<size_t>(n) + 1, 0);
+  for (int64_t k = 0; k < n; ++k) {
+    if (!size_ok(h[k], w[k])) {
+      bad = k;
+      return size_error(h[k], w[k]);
+    }
+    base[k + 1] = base[k] + (!need || need[k] ? h[k] * w[k] : 0);
+  }
   std::vector<std::string> errors(static_cast<size_t>(n));
   parallel_for(n, 256, [&](int64_t begin, int64_t end) {
     std::vector<int64_t> scratch;
     for (int64_t k = begin; k < end; ++k) {
       if ((k & 15) == 0) check_interrupt();
       const bool keep = !need || need[k];
-      int64_t* c = csum.get() + offsets[k];
-      const int64_t m = runs[k];
+      int64_t* c = csum + offsets[k];
+      const int64_t m_given = offsets[k + 1] - offsets[k];
+      int64_t cap = m_given;
       if (!keep) {
-        // Validated like the others, decoded into scratch and dropped: an empty mask in the set.
-        scratch.resize(static_cast<size_t>(m));
+        // Validated like the others, decoded into scratch and dropped: an empty mask in the set. A string of
+        // len[k] characters holds at most len[k] runs.
+        if (m_given != 0) {
+          errors[k] = "is dropped (need 0) but its offsets give it " + std::to_string(m_given) + " runs";
+          continue;
+        }
+        cap = len[k];
+        scratch.resize(static_cast<size_t>(cap));
         c = scratch.data();
       }
-      if (!decode_runs(str[k], len[k], c, errors[k])) continue;
+      const int64_t m = decode_runs(str[k], len[k], c, cap, errors[k]);
+      if (m < 0) continue;
+      if (keep && m != m_given) {
+        errors[k] = "holds " + std::to_string(m) + " runs but its offsets give " + std::to_string(m_given);
+        continue;
+      }
       int64_t total = 0;
       for (int64_t j = 0; j < m; ++j) total += c[j];
       const int64_t hw = h[k] * w[k];
@@ -170,9 +213,9 @@ std::string det_masks_from_strings(const char* const* str, const int64_t* len, i
       }
       area[k] = rle::area_part(c, m, 0, 1);
       if (hw < (int64_t{1} << 32) && h[k] > 0) {
-        bbox_walk(c, m, h[k], w[k], bbox.data() + 4 * k);
+        bbox_walk(c, m, h[k], w[k], bbox + 4 * k);
       } else {
-        rle::bbox_one(c, m, h[k], w[k], bbox.data() + 4 * k);
+        rle::bbox_one(c, m, h[k], w[k], bbox + 4 * k);
       }
       // Runs -> inclusive sums over the whole set (each mask's runs add up to its h * w).
       int64_t acc = base[k];

@@ -30,14 +30,7 @@ def to_xyxy_ref(boxes: torch.Tensor, fmt: str) -> torch.Tensor:
     return torch.stack([a - 0.5 * c, b - 0.5 * d, a + 0.5 * c, b + 0.5 * d], dim=-1)
 
 
-def box_iou_ref(
-    boxes1: torch.Tensor,
-    boxes2: torch.Tensor,
-    fmt: str = "xyxy",
-    kind: str = "iou",
-    aligned: bool = False,
-    eps: float = 0.0,
-) -> torch.Tensor:
+def box_iou_ref(boxes1: torch.Tensor, boxes2: torch.Tensor, fmt="xyxy", kind="iou", aligned=False, eps=0.0):
     """torchvision's IoU-family formulas on ``[..., N, 4] x [..., M, 4] -> [..., N, M]`` (or aligned ``[..., N]``).
 
     eps: added to the union and the enclosing area for iou/giou (torchvision has none: eps=0 is torchvision), and to

@@ -44,12 +44,25 @@ def score_images(
     """The pycocoevalcap layout (dicts from :func:`check_dicts`) read, checked, tokenized (``tokenize``: raw str or
     ``{"caption": str}`` captions through the PTB tokenizer), stemmed (``stem``: called back once with the distinct
     words, CIDEr and BLEU only) and scored in one C++ call. ``metrics`` is a mask of
-    ``CAP_CIDER | CAP_BLEU | CAP_ROUGE``; returns the C++ layer's dict of per-image arrays (``"cider"``,
-    ``"any_ref_words"``, ``"bleu_stats"``, ``"bleu"``, ``"rouge"``)."""
+    ``CAP_CIDER | CAP_BLEU | CAP_ROUGE``; returns the per-image arrays (``"cider"``, ``"bleu_stats"``,
+    ``"bleu"``, ``"rouge"``: those of the metrics asked) and ``"any_ref_words"``."""
     m = len(gts)
-    return load().cap_score_images(
-        gts, res, tokenize, metrics, n, sigma, cider_d, ref_len_of(max(m, 1)), log_table(m), stem
+    out = image_scores(m, n)
+    any_ref_words = load().cap_score_images(
+        gts, res, tokenize, metrics, n, sigma, cider_d, ref_len_of(max(m, 1)), log_table(m), stem, *out.values()
     )
+    return dict(out, any_ref_words=any_ref_words)
+
+
+def image_scores(m: int, n: int = 4) -> dict[str, np.ndarray]:
+    """The per-image outputs the C++ scorers fill, in the order they take them: CIDEr (m,), BLEU's clipped counts
+    and lengths (m, 2 + 2n) int64, BLEU-1..n (m, n), ROUGE-L (m,)."""
+    return {
+        "cider": np.zeros(m, np.float64),
+        "bleu_stats": np.zeros((m, 2 + 2 * n), np.int64),
+        "bleu": np.zeros((m, n), np.float64),
+        "rouge": np.zeros(m, np.float64),
+    }
 
 
 def log_table(max_df: int) -> np.ndarray:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import codecs
 import json
 import os
+import threading
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from vlkernels.captioning._common import check_dicts, load, score_images
+from vlkernels.captioning._common import check_dicts, load, log_table, ref_len_of, score_images
 from vlkernels.captioning._text import porter_stemmer
 
 _DF_FORMAT = "vlkernels.cider_document_frequency"
@@ -206,6 +207,7 @@ class CiderD:
         self.sigma = float(sigma)
         _check_sigma(self.sigma)
         self.eos = eos
+        self._init_table(0)
         if refs is None:
             self._df = load().CapCiderDf(n)
             return
@@ -215,6 +217,37 @@ class CiderD:
         names = list(refs.keys()) if isinstance(refs, Mapping) else list(range(len(groups)))
         src, off = self._groups(groups, names, "refs")
         self._df = load().CapCiderDf(n, src, off, names)
+        self._docs = self._df_bound = len(groups)
+
+    def _init_table(self, num_docs: int, df_bound: int = 0) -> None:
+        # The numpy logarithms a score needs (np.log(max(1, df)) for every df up to df_bound, a bound of the table's
+        # largest df, and ref_len = np.log(num_docs)) are kept here beside the table and passed into C++, which
+        # never calls back into Python while it holds the table's lock. The lock keeps the table's size and the
+        # logarithms in step: add_documents and score hold it across their C++ call (its wait releases the GIL).
+        self._lock = threading.Lock()
+        self._docs, self._df_bound = num_docs, df_bound
+        self._logs: tuple[int, np.ndarray, float] | None = None
+
+    def add_documents(self, refs: Any) -> None:
+        """Adds documents (images) to the corpus: ``refs`` as in the constructor (a sequence of reference groups
+        or a dict). Safe beside concurrent :meth:`score` calls on other threads (each sees the table before or
+        after the addition, never a mix)."""
+        groups = list(refs.values()) if isinstance(refs, Mapping) else list(refs)
+        names = list(refs.keys()) if isinstance(refs, Mapping) else list(range(len(groups)))
+        src, off = self._groups(groups, names, "refs")
+        with self._lock:
+            self._df.add_documents(src, off, names)
+            # A document adds at most 1 to an n-gram's df.
+            self._docs += len(groups)
+            self._df_bound += len(groups)
+
+    def _log_tables(self) -> tuple[int, np.ndarray, float]:
+        """(num_docs, log table, ref_len) for the table as it is now (call holding self._lock)."""
+        if self._logs is None or self._logs[0] != self._docs:
+            if self._docs < 1:
+                raise ValueError("no document frequencies: build CiderD from refs, a dict, or load()")
+            self._logs = (self._docs, log_table(self._df_bound), ref_len_of(self._docs))
+        return self._logs
 
     @property
     def n(self) -> int:
@@ -267,13 +300,14 @@ class CiderD:
         self.sigma = float(sigma)
         _check_sigma(self.sigma)
         self.eos = eos
+        self._init_table(int(num_docs), max(counts, default=0))
         self._df = load().CapCiderDf.from_items(n, ngrams, np.asarray(counts, dtype=np.int64), int(num_docs))
         return self
 
     def document_frequency(self) -> dict[str, int]:
         """``{"w1 w2 ...": df}`` for every n-gram of the corpus."""
         table = self._df.export()
-        return dict(zip(table["ngrams"], table["df"].tolist()))
+        return dict(zip(table["ngrams"], table["df"]))
 
     def save(self, path: str | os.PathLike) -> None:
         """Writes the document frequencies as JSON (no pickle): format, version, n, num_docs, ngrams, df."""
@@ -284,7 +318,7 @@ class CiderD:
             "n": table["n"],
             "num_docs": table["num_docs"],
             "ngrams": table["ngrams"],
-            "df": table["df"].tolist(),
+            "df": table["df"],
         }
         with open(path, "w", encoding="utf-8") as f:
             json.dump(doc, f, ensure_ascii=False)
@@ -336,7 +370,11 @@ class CiderD:
                 raise ValueError(f"ref_index has {index.shape[0]} entries for {b} candidates")
             if b and (index.min() < 0 or index.max() >= len(groups)):
                 raise ValueError(f"ref_index values must be in [0, {len(groups)}), got [{index.min()}, {index.max()}]")
-        return self._df.score(hyp_src, src, off, index, self.sigma)
+        out = np.empty(b, np.float64)
+        with self._lock:
+            docs, logdf, ref_len = self._log_tables()
+            self._df.score(hyp_src, src, off, index, self.sigma, logdf, ref_len, docs, out)
+        return out
 
     def _groups(self, groups: list, names: list, where: str) -> tuple[Any, np.ndarray]:
         """Flattens reference groups into one caption source and group offsets. The first caption decides the kind

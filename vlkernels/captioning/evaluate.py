@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from vlkernels.captioning._common import load, score_images
+from vlkernels.captioning._common import image_scores, load, log_table, ref_len_of, score_images
 from vlkernels.captioning.cider import _NO_REFERENCE_WORDS, _read_json
 from vlkernels.captioning.metrics import bleu_totals
 
@@ -117,9 +117,13 @@ def evaluate_captions(
         1.0
     """
     if isinstance(annotations, (str, os.PathLike)) and isinstance(results, (str, os.PathLike)):
-        C = load()
-        scores = C.cap_evaluate_files(str(annotations), str(results), tokenize, _BLOCK_CAPTIONS)
-        return _report(scores, scores["keys"], per_image)
+        # Two phases: the number of images (the outputs' size) is known once the files are read.
+        files = load().cap_files_prepare(str(annotations), str(results), tokenize, _BLOCK_CAPTIONS)
+        m = files.num_images
+        scores = image_scores(m)
+        scores["any_ref_words"], keys = files.score(log_table(m), ref_len_of(max(m, 1)), *scores.values())
+        del files  # its token arrays: the report needs only the scores
+        return _report(scores, [_key_image_id(k) for k in keys], per_image)
     gts_all = _references(*_loaded(annotations, "annotations"))
     ress = _results(*_loaded(results, "results"))
     res: dict[Any, list[str]] = {}
@@ -139,6 +143,11 @@ def evaluate_captions(
     # One C++ call: read, PTB-tokenize (each dict as one batch, as COCOEvalCap), BLEU + ROUGE-L + CIDEr-D.
     scores = score_images(gts, res, C.CAP_CIDER | C.CAP_BLEU | C.CAP_ROUGE, tokenize=tokenize)
     return _report(scores, list(gts), per_image)
+
+
+def _key_image_id(key: str) -> int | str:
+    """An image id from the files reader's key: "i<digits>" for an int id, "s<text>" for a str id."""
+    return int(key[1:]) if key[0] == "i" else key[1:]
 
 
 def _report(scores: dict[str, Any], images: list, per_image: bool) -> dict[str, Any]:

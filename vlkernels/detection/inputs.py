@@ -356,7 +356,14 @@ def segmentations(anns: Anns, rows: np.ndarray, gt: GroundTruth, where: str, nee
     rows = np.ascontiguousarray(rows, dtype=np.int64)
     if need is not None:
         need = np.ascontiguousarray(need, dtype=np.uint8)
-    csum, offsets, area, bbox = _ext.load().det_masks(raw, rows, hs, ws, need, convert, where)
+    # Two phases, as the runs' number is known only once the strings are read: the run offsets, then the runs,
+    # areas and boxes into arrays allocated here.
+    C = _ext.load()
+    n = rows.shape[0]
+    offsets = np.empty(n + 1, np.int64)
+    counts = C.det_mask_runs(raw, rows, hs, ws, need, convert, where, offsets)
+    csum, area, bbox = np.empty(int(offsets[-1]), np.int64), np.empty(n, np.int64), np.empty((n, 4), np.float64)
+    C.det_mask_decode(counts, rows, hs, ws, need, offsets, csum, area, bbox, where)
     return Masks(csum, offsets, area, bbox)
 
 

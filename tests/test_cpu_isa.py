@@ -1,0 +1,78 @@
+"""Every ISA copy of the multiversioned C++ loops (csrc/core/cpu_features.h) that this machine can run gives the
+anchors' answers: VLKERNELS_CPU_ISA caps the copy the dispatch picks, so each level runs in its own process (the
+CPU features are read once per process). Costs one interpreter start (torch import) per level, ~3 s each."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# count_above on ties, NaN, +-inf, -0.0 == 0.0, denormals and odd row lengths (vector tails) against the plain
+# reference; rle_encode, mask_iou and rle_iou (the other multiversioned loops) against pycocotools. Run in a child
+# process with the cap set.
+CHILD = """
+import numpy as np, torch
+from pycocotools import mask as coco_mask
+from vlkernels.core.reference import count_above_ref
+from vlkernels.ops import count_above, mask_iou, rle_encode, rle_iou
+
+rng = np.random.default_rng(0)
+special = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-310, -1e-310, 5e-324])
+for dtype in (torch.float32, torch.float64):
+    for m in (1, 7, 8, 15, 16, 17, 37, 64, 257, 1000, 4099):
+        s = np.round(rng.standard_normal((23, m)), 1)
+        pick = rng.random(s.shape) < 0.15
+        s[pick] = rng.choice(special, size=int(pick.sum()))
+        t = np.round(rng.standard_normal(23), 1)
+        t[:8] = special
+        scores, thr = torch.tensor(s, dtype=dtype), torch.tensor(t, dtype=dtype)
+        for inclusive in (False, True):
+            got = count_above(scores, thr, inclusive=inclusive)
+            assert torch.equal(got, count_above_ref(scores, thr, inclusive)), (dtype, m, inclusive)
+for h, w in ((1, 1), (7, 9), (33, 65), (64, 64), (129, 67)):
+    masks = (rng.random((5, h, w)) < [[[0.02]], [[0.5]], [[0.98]], [[0.0]], [[1.0]]]).astype(np.uint8)
+    got = rle_encode(torch.from_numpy(masks))
+    want = coco_mask.encode(np.asfortranarray(masks.transpose(1, 2, 0)))
+    assert [g["counts"] for g in got] == [x["counts"] for x in want], (h, w)
+    crowd = [0, 1, 0, 1, 0]
+    want_iou = np.asarray(coco_mask.iou(want, want, crowd)).reshape(5, 5)
+    assert np.array_equal(rle_iou(got, got, crowd).numpy(), want_iou), (h, w)
+    m = torch.from_numpy(masks)
+    assert np.array_equal(mask_iou(m, m).numpy(), np.asarray(coco_mask.iou(want, want, [0] * 5)).reshape(5, 5))
+print("ok")
+"""
+
+
+def _levels() -> list[str]:
+    flags = set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    except OSError:
+        pass
+    wanted = [("baseline", set()), ("popcnt", {"popcnt"}), ("avx2", {"avx2"}), ("avx512", {"avx512f", "avx512bw"})]
+    return [name for name, need in wanted if need <= flags]
+
+
+def _run(level: str, code: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, VLKERNELS_CPU_ISA=level)
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.parametrize("level", _levels())
+def test_count_above_and_rle_encode_equal_the_anchors_at_every_isa_level(level):
+    r = _run(level, CHILD)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-3000:]
+
+
+def test_cpu_isa_refuses_an_unknown_level():
+    code = "import torch\nfrom vlkernels.ops import count_above\ncount_above(torch.zeros(1, 3), torch.zeros(1))"
+    r = _run("avx3", code)
+    assert r.returncode != 0
+    assert "ValueError: VLKERNELS_CPU_ISA must be one of baseline, popcnt, avx2, avx512, got 'avx3'" in r.stderr
