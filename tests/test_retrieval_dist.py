@@ -9,7 +9,7 @@ import types
 import numpy as np
 import pytest
 import torch
-import torch.multiprocessing as mp
+from gloo_ranks import run_ranks
 
 from vlkernels.cli import main as cli_main
 from vlkernels.retrieval import Positives, evaluate, rank_metrics, topk
@@ -207,14 +207,6 @@ def _worker(rank: int, world: int, port: int, out_dir: str, txt_bounds, img_boun
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize(
     "txt_bounds,img_bounds",
     [
@@ -224,10 +216,7 @@ def _free_port() -> int:
 )
 def test_sharded_triton_equals_unsharded_gloo(tmp_path, txt_bounds, img_bounds):
     world = len(txt_bounds) - 1
-    port = _free_port()
-    mp.start_processes(
-        _worker, args=(world, port, str(tmp_path), txt_bounds, img_bounds), nprocs=world, start_method="forkserver"
-    )
+    run_ranks(_worker, world, str(tmp_path), txt_bounds, img_bounds)
     img, txt, lab = _data()
     t2i, i2t = _general_positives(len(txt), len(img))
     want = evaluate_ref(img, txt, lab)

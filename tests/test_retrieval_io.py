@@ -2,12 +2,11 @@
 
 import json
 import os
-import socket
 
 import numpy as np
 import pytest
 import torch
-import torch.multiprocessing as mp
+from gloo_ranks import run_ranks
 from safetensors.torch import save_file
 
 from vlkernels.cli import main as cli_main
@@ -146,12 +145,6 @@ def test_cli_end_to_end(tmp_path, capsys):
     assert "out of range" in capsys.readouterr().err
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _sharded_worker(rank: int, world: int, port: int, out_dir: str) -> None:
     import torch.distributed as dist
 
@@ -176,8 +169,7 @@ def _sharded_worker(rank: int, world: int, port: int, out_dir: str) -> None:
 
 
 def test_sharded_equals_unsharded_gloo(tmp_path):
-    port = _free_port()
-    mp.start_processes(_sharded_worker, args=(2, port, str(tmp_path)), nprocs=2, start_method="forkserver")
+    run_ranks(_sharded_worker, 2, str(tmp_path))
     img, txt, lab = _data(n_img=31, n_txt=97, d=6, seed=11)
     img, txt = img.round(), txt.round()
     want = evaluate(img, txt, lab)

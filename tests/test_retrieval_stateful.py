@@ -2,12 +2,11 @@
 spill, and under a real 2-process gloo group."""
 
 import os
-import socket
 
 import numpy as np
 import pytest
 import torch
-import torch.multiprocessing as mp
+from gloo_ranks import run_ranks
 
 from vlkernels.retrieval import RetrievalMetric
 from vlkernels.retrieval.reference import evaluate_ref
@@ -74,12 +73,6 @@ def test_metric_paired_default_top_k_and_errors():
             fn()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _worker(rank: int, world: int, port: int, out_dir: str, counts) -> None:
     import torch.distributed as dist
 
@@ -99,7 +92,7 @@ def _worker(rank: int, world: int, port: int, out_dir: str, counts) -> None:
 
 @pytest.mark.parametrize("counts", [(2, 3), (0, 2)])  # batches per rank: uneven; a rank without any batch
 def test_metric_distributed_gloo(tmp_path, counts):
-    mp.start_processes(_worker, args=(2, _free_port(), str(tmp_path), counts), nprocs=2, start_method="forkserver")
+    run_ranks(_worker, 2, str(tmp_path), counts)
     imgs, txts, labs = _union(_batches(10, n=counts[0]) + _batches(11, n=counts[1]))
     want = evaluate_ref(imgs, txts, labs, ks=(1, 5))
     for r in range(2):

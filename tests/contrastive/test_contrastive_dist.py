@@ -8,13 +8,12 @@ global one. open_clip's own distributed losses run in the same workers, for its 
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from gloo_ranks import run_ranks
 
 from vlkernels import testing
 
@@ -82,14 +81,8 @@ def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
     dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _spawn(world: int, out_dir: Path):
-    mp.start_processes(_worker, args=(world, _free_port(), str(out_dir)), nprocs=world, start_method="forkserver")
+    run_ranks(_worker, world, str(out_dir))
     return world, [torch.load(out_dir / f"rank{r}.pt") for r in range(world)]
 
 
