@@ -97,26 +97,37 @@ def dot_tile(
     rk = tl.arange(0, BLOCK_K)
     mask_m = rm < n_rows - row0
     mask_n = rn < n_cols - col0
-    a_ptrs = row_ptrs(a_ptr, row0, stride_a, BLOCK_M, BLOCK_K)
-    b_ptrs = col_ptrs(b_ptr, col0, stride_b, BLOCK_K, BLOCK_N)
     if SPLIT:
-        a_lo_ptrs = row_ptrs(a_lo_ptr, row0, stride_a, BLOCK_M, BLOCK_K)
-        b_lo_ptrs = col_ptrs(b_lo_ptr, col0, stride_b, BLOCK_K, BLOCK_N)
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k in range(0, n_dims, BLOCK_K):
-        mask_k = rk < n_dims - k
-        mask_a = mask_m[:, None] & mask_k[None, :]
-        mask_b = mask_k[:, None] & mask_n[None, :]
-        b_a = load_tile(a_ptrs, mask_a, UPCAST)
-        b_b = load_tile(b_ptrs, mask_b, UPCAST)
-        acc = mma(b_a, b_b, acc, PRECISION)
-        if SPLIT:
-            b_a_lo = load_tile(a_lo_ptrs, mask_a, UPCAST)
-            b_b_lo = load_tile(b_lo_ptrs, mask_b, UPCAST)
+        # Four operand tiles per step: their pointers are rebuilt each step from scalar bases and one int32 offset
+        # tile per side (shared by both halves), not carried through the loop as four 64-bit pointer tiles, which
+        # spill beside the retrieval screen's epilogue on sm_80.
+        a_off = rm[:, None] * stride_a + rk[None, :]
+        b_off = rk[:, None] + rn[None, :] * stride_b
+        a_row = tl.cast(row0, tl.int64) * stride_a
+        b_row = tl.cast(col0, tl.int64) * stride_b
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for k in range(0, n_dims, BLOCK_K):
+            mask_k = rk < n_dims - k
+            mask_a = mask_m[:, None] & mask_k[None, :]
+            mask_b = mask_k[:, None] & mask_n[None, :]
+            b_a = load_tile(a_ptr + a_row + k + a_off, mask_a, UPCAST)
+            b_b = load_tile(b_ptr + b_row + k + b_off, mask_b, UPCAST)
+            acc = mma(b_a, b_b, acc, PRECISION)
+            b_a_lo = load_tile(a_lo_ptr + a_row + k + a_off, mask_a, UPCAST)
+            b_b_lo = load_tile(b_lo_ptr + b_row + k + b_off, mask_b, UPCAST)
             acc = mma(b_a, b_b_lo, acc, PRECISION)
             acc = mma(b_a_lo, b_b, acc, PRECISION)
-            a_lo_ptrs += BLOCK_K
-            b_lo_ptrs += BLOCK_K
-        a_ptrs += BLOCK_K
-        b_ptrs += BLOCK_K
+    else:
+        a_ptrs = row_ptrs(a_ptr, row0, stride_a, BLOCK_M, BLOCK_K)
+        b_ptrs = col_ptrs(b_ptr, col0, stride_b, BLOCK_K, BLOCK_N)
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for k in range(0, n_dims, BLOCK_K):
+            mask_k = rk < n_dims - k
+            mask_a = mask_m[:, None] & mask_k[None, :]
+            mask_b = mask_k[:, None] & mask_n[None, :]
+            b_a = load_tile(a_ptrs, mask_a, UPCAST)
+            b_b = load_tile(b_ptrs, mask_b, UPCAST)
+            acc = mma(b_a, b_b, acc, PRECISION)
+            a_ptrs += BLOCK_K
+            b_ptrs += BLOCK_K
     return acc
