@@ -59,7 +59,9 @@ TOPK_TILES: dict[tuple[int, str], Tile] = {
     (90, "fp32"): Tile(64, MAX_FUSED_K, 64, 4, 3),
     (80, "fp16"): Tile(64, MAX_FUSED_K, 32, 4, 3),
     (80, "bf16"): Tile(64, MAX_FUSED_K, 32, 4, 3),
-    (80, "fp32"): Tile(64, MAX_FUSED_K, 32, 4, 3),
+    # Two stages, not three: at three, k <= 16 (four bf16-half operand tiles per K step beside the sorted key state)
+    # spills 8 bytes at 128 registers; at two neither fused width spills. Pipeline depth changes no arithmetic.
+    (80, "fp32"): Tile(64, MAX_FUSED_K, 32, 4, 2),
 }
 # Fused BLOCK_N values per kind on CUDA (the smallest >= k + exclusions is taken): fp32 (bf16 halves, three operand
 # tiles) spills 24 bytes at 32 keys on sm_80, so it goes from 16 keys straight to 64.
