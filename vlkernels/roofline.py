@@ -218,8 +218,8 @@ def exact_score_traffic(pairs: int, d: int, elem: int) -> Traffic:
 
 
 def _screen_tiles_traffic(n_q: int, n_g: int, d: int, elem: int, block_m: int, block_n: int, split: bool) -> float:
-    # _screen_tile + _screen_interval over every (row block, column tile): each tile loads its valid query and
-    # gallery rows (one or two halves) over all of D and 5 fp32 bound statistics per valid row and column. Splits
+    # _screen_block (dot_tile + _screen_interval) over every (row block, column tile): each tile loads its valid query
+    # and gallery rows (one or two halves) over all of D and 5 fp32 bound statistics per valid row and column. Splits
     # hold whole column tiles (cols_per_split is a multiple of block_n), so the tiles are those of the whole gallery.
     return (n_q * _cdiv(n_g, block_n) + n_g * _cdiv(n_q, block_m)) * ((1 + split) * d * elem + 20.0)
 

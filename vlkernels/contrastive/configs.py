@@ -135,10 +135,8 @@ def kernel_specs() -> list[KernelSpec]:
             sig = {n: "*fp32" for n in ("scale_ptr", "row_lse_ptr", "diag_ptr", "col_max_ptr", "col_sum_ptr")}
             sig.update({"a_ptr": f"*{dtype}", "b_ptr": f"*{dtype}"})
             # Sizes, strides and offsets below 2³¹ arrive as i32 (Triton's specialization); the kernels index in int64.
-            # The launchers pass row-contiguous features, and Triton specializes a stride of 1 as a constant.
             ints = ("n_rows", "n_cols", "n_dims", "num_programs", "stride_am", "stride_bn")
             sig.update({n: "i32" for n in (*ints, "diag_offset")})
-            consts.update(stride_ad=1, stride_bd=1)
             specs.append(KernelSpec("contrastive", fwd_kernel, arch, dtype, sig, consts, t.num_warps, t.num_stages,
                                     gemm, label="lse_pair fwd", extra={"divisible_by_16": _aligned(sig)}))  # fmt: skip
             for label, kind, loss, given in _sweep_variants():
@@ -170,7 +168,6 @@ def kernel_specs() -> list[KernelSpec]:
                     else:
                         consts[f"{ptr}_ptr"] = None
                 sig.update({n: "i32" for n in (*ints[:3], *ints[4:], "offset_a", "offset_b")})
-                consts.update(stride_ad=1, stride_bd=1)
                 sig["inv_norm"] = "fp32"
                 specs.append(KernelSpec("contrastive", sweep_kernel, arch, dtype, sig, consts, t.num_warps,
                                         t.num_stages, gemm, label=label,

@@ -1,71 +1,11 @@
-import torch
 import triton
 import triton.language as tl
 
+from vlkernels.core.tiles import as_operand, dot_tile, load_tile, mma, row_ptrs, tile_flags
 
-def _precision(t: torch.Tensor) -> str:
-    # fp32 operands: IEEE products (TF32 would cost ~1e-3 relative error); fp16/bf16 ignore the setting.
-    return "ieee" if t.dtype == torch.float32 else "tf32"
-
-
-def _upcast(t: torch.Tensor) -> bool:
-    # Triton 3.9's interpreter multiplies bf16 operands of tl.dot as raw uint16; compute their exact fp32 products.
-    return t.dtype == torch.bfloat16 and t.device.type != "cuda"
-
-
-# The dot-product flags of every kernel that calls _dot_tile, from the dtype and device of its first operand.
-_DTYPE_HEURISTICS = {
-    "PRECISION": lambda args: _precision(args["a_ptr"]),
-    "UPCAST": lambda args: _upcast(args["a_ptr"]),
-}
-
-
-# One [BLOCK_M, BLOCK_N] tile of A·Bᵀ, unscaled (the scale gradient needs the raw dot products): a K-loop over D in
-# BLOCK_K chunks, fp32 accumulation whatever the input dtype. PRECISION is "ieee" for fp32 inputs (no silent TF32) and
-# ignored by the hardware for fp16/bf16. UPCAST is set only under TRITON_INTERPRET for bf16: the interpreter multiplies
-# bf16 bit patterns as integers (Triton 3.9); exact fp32 products of the bf16 values are what the tensor cores compute.
-@triton.jit
-def _dot_tile(
-    a_ptr,
-    b_ptr,
-    row0,
-    col0,
-    n_rows,
-    n_cols,
-    n_dims,
-    stride_am,
-    stride_ad,
-    stride_bn,
-    stride_bd,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    PRECISION: tl.constexpr,
-    UPCAST: tl.constexpr,
-):
-    # int64 only in the two scalar block pointers; the offsets inside a block are int32 (rows < BLOCK, features
-    # < D), which keeps the pointer tiles at one register per element instead of two.
-    a_blk = a_ptr + tl.cast(row0, tl.int64) * stride_am
-    b_blk = b_ptr + tl.cast(col0, tl.int64) * stride_bn
-    rm = tl.arange(0, BLOCK_M)
-    rn = tl.arange(0, BLOCK_N)
-    rk = tl.arange(0, BLOCK_K)
-    mask_m = rm < n_rows - row0
-    mask_n = rn < n_cols - col0
-    a_ptrs = a_blk + rm[:, None] * stride_am + rk[None, :] * stride_ad
-    # B is read transposed ([BLOCK_K, BLOCK_N]) straight from memory, so no register transpose is needed.
-    b_ptrs = b_blk + rk[:, None] * stride_bd + rn[None, :] * stride_bn
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k in range(0, n_dims, BLOCK_K):
-        mask_k = rk < n_dims - k
-        b_a = tl.load(a_ptrs, mask=mask_m[:, None] & mask_k[None, :], other=0.0)
-        b_bt = tl.load(b_ptrs, mask=mask_k[:, None] & mask_n[None, :], other=0.0)
-        if UPCAST:
-            b_a, b_bt = b_a.to(tl.float32), b_bt.to(tl.float32)
-        acc = tl.dot(b_a, b_bt, acc, input_precision=PRECISION)
-        a_ptrs += BLOCK_K * stride_ad
-        b_ptrs += BLOCK_K * stride_bd
-    return acc
+# The tile flags of every kernel below, from its first operand: PRECISION "ieee" for fp32 features (no silent TF32),
+# UPCAST for bf16 under the interpreter (vlkernels/core/tiles.py).
+_FLAGS = tile_flags("a_ptr")
 
 
 # Stable softplus(t) = max(t, 0) + log1p(e) and sigmoid(t) from one e = exp(-|t|). log1p uses Goldberg's
@@ -85,31 +25,13 @@ def _softplus_sigmoid(t):
 # (max, sum exp) into its own scratch row p, so both directions' normalizers cost one pass and O(P·M) memory. It also
 # stores each row's entry at column row + diag_offset (the diagonal positives' logits) from the same products, so a
 # cross-entropy lse - logit computed from them is never negative.
-@triton.heuristics(_DTYPE_HEURISTICS)
+@triton.heuristics(_FLAGS)
 @triton.jit
 def _lse_pair_fwd_kernel(
-    a_ptr,
-    b_ptr,
-    scale_ptr,
-    row_lse_ptr,
-    diag_ptr,
-    col_max_ptr,
-    col_sum_ptr,
-    n_rows,
-    n_cols,
-    n_dims,
-    stride_am,
-    stride_ad,
-    stride_bn,
-    stride_bd,
-    diag_offset,
-    num_programs,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    PRECISION: tl.constexpr,
-    UPCAST: tl.constexpr,
-):
+    a_ptr, b_ptr, scale_ptr, row_lse_ptr, diag_ptr, col_max_ptr, col_sum_ptr, n_rows, n_cols, n_dims, stride_am,
+    stride_bn, diag_offset, num_programs,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):  # fmt: skip
     pid = tl.program_id(0)
     scale = tl.load(scale_ptr).to(tl.float32)
     scratch = pid.to(tl.int64) * n_cols
@@ -118,16 +40,16 @@ def _lse_pair_fwd_kernel(
     rn = tl.arange(0, BLOCK_N)
     for rb in range(pid, num_row_blocks, num_programs):
         row0 = rb * BLOCK_M
-        # Block-local int32 indices; int64 only in the scalar bases (see _dot_tile).
+        # Block-local int32 indices; int64 only in the scalar bases (see vlkernels/core/tiles.py).
         mask_m = rm < n_rows - row0
         m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         diag_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         for cb in range(0, n_cols, BLOCK_N):
             mask_n = rn < n_cols - cb
-            s = _dot_tile(
-                a_ptr, b_ptr, row0, cb, n_rows, n_cols, n_dims, stride_am, stride_ad, stride_bn, stride_bd,
-                BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST,
+            s = dot_tile(
+                a_ptr, b_ptr, a_ptr, b_ptr, row0, cb, n_rows, n_cols, n_dims, stride_am, stride_bn,
+                BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST, False,
             ) * scale  # fmt: skip
             valid = mask_m[:, None] & mask_n[None, :]
             # The diagonal (column = row + diag_offset) crosses this tile where column - row == delta, locally.
@@ -206,55 +128,36 @@ def _siglip_grad_tile(
 # read-modify-write of rows only this program owns.
 @triton.jit
 def _accumulate(
-    g,
-    g2,
-    src_ptr,
-    dst_ptr,
-    src0,
-    src02,
-    dst0,
-    n_src,
-    n_dst,
-    n_dims,
-    stride_src,
-    stride_src_d,
-    BLOCK_SRC: tl.constexpr,
-    BLOCK_DST: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    PRECISION: tl.constexpr,
-    UPCAST: tl.constexpr,
-    ATOMIC: tl.constexpr,
-    PAIR: tl.constexpr,
-):
-    # dst is a contiguous fp32 (rows, n_dims) buffer; int64 only in the scalar block pointers (see _dot_tile).
+    g, g2, src_ptr, dst_ptr, src0, src02, dst0, n_src, n_dst, n_dims, stride_src,
+    BLOCK_SRC: tl.constexpr, BLOCK_DST: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr, ATOMIC: tl.constexpr, PAIR: tl.constexpr,
+):  # fmt: skip
+    # dst is a contiguous fp32 (rows, n_dims) buffer.
     rs = tl.arange(0, BLOCK_SRC)
     rd = tl.arange(0, BLOCK_DST)
     rk = tl.arange(0, BLOCK_K)
     mask_s = rs < n_src - src0
     mask_s2 = rs < n_src - src02
     mask_d = rd < n_dst - dst0
-    src_ptrs = src_ptr + tl.cast(src0, tl.int64) * stride_src + rs[:, None] * stride_src + rk[None, :] * stride_src_d
-    src2_ptrs = src_ptr + tl.cast(src02, tl.int64) * stride_src + rs[:, None] * stride_src + rk[None, :] * stride_src_d
-    dst_ptrs = dst_ptr + tl.cast(dst0, tl.int64) * n_dims + rd[:, None] * n_dims + rk[None, :]
+    src_ptrs = row_ptrs(src_ptr, src0, stride_src, BLOCK_SRC, BLOCK_K)
+    src2_ptrs = row_ptrs(src_ptr, src02, stride_src, BLOCK_SRC, BLOCK_K)
+    dst_ptrs = row_ptrs(dst_ptr, dst0, n_dims, BLOCK_DST, BLOCK_K)
     for k in range(0, n_dims, BLOCK_K):
         mask_k = rk < n_dims - k
-        b_src = tl.load(src_ptrs, mask=mask_s[:, None] & mask_k[None, :], other=0.0)
-        if UPCAST:
-            b_src = b_src.to(tl.float32)
+        b_src = load_tile(src_ptrs, mask_s[:, None] & mask_k[None, :], UPCAST)
         mask_dk = mask_d[:, None] & mask_k[None, :]
         if ATOMIC:
-            tl.atomic_add(dst_ptrs, tl.dot(g, b_src, input_precision=PRECISION), mask=mask_dk, sem="relaxed")
+            b_add = mma(g, b_src, tl.zeros([BLOCK_DST, BLOCK_K], dtype=tl.float32), PRECISION)
+            tl.atomic_add(dst_ptrs, b_add, mask=mask_dk, sem="relaxed")
         else:
             b_acc = tl.load(dst_ptrs, mask=mask_dk, other=0.0)
-            b_acc = tl.dot(g, b_src, b_acc, input_precision=PRECISION)
+            b_acc = mma(g, b_src, b_acc, PRECISION)
             if PAIR:
-                b_src2 = tl.load(src2_ptrs, mask=mask_s2[:, None] & mask_k[None, :], other=0.0)
-                if UPCAST:
-                    b_src2 = b_src2.to(tl.float32)
-                b_acc = tl.dot(g2, b_src2, b_acc, input_precision=PRECISION)
+                b_src2 = load_tile(src2_ptrs, mask_s2[:, None] & mask_k[None, :], UPCAST)
+                b_acc = mma(g2, b_src2, b_acc, PRECISION)
             tl.store(dst_ptrs, b_acc, mask=mask_dk)
-        src_ptrs += BLOCK_K * stride_src_d
-        src2_ptrs += BLOCK_K * stride_src_d
+        src_ptrs += BLOCK_K
+        src2_ptrs += BLOCK_K
         dst_ptrs += BLOCK_K
 
 
@@ -262,17 +165,17 @@ def _accumulate(
 # into B's rows by atomics. Returns G rounded for the accumulation GEMM and the updated per-row partials.
 @triton.jit
 def _sweep_tile(
-    a_ptr, b_ptr, accb_ptr, scale, row0, col0, offs_m, mask_m, n_rows, n_cols, n_dims, stride_am, stride_ad, stride_bn,
-    stride_bd, row0_ptr, row1_ptr, col0_ptr, col1_ptr, bias_ptr, offset_a, offset_b, inv_norm, loss_rows, g_rows,
-    ds_rows, GRAD_TILE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    a_ptr, b_ptr, accb_ptr, scale, row0, col0, offs_m, mask_m, n_rows, n_cols, n_dims, stride_am, stride_bn, row0_ptr,
+    row1_ptr, col0_ptr, col1_ptr, bias_ptr, offset_a, offset_b, inv_norm, loss_rows, g_rows, ds_rows,
+    GRAD_TILE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     ACC_A: tl.constexpr, ACC_B: tl.constexpr, WRITE_LOSS: tl.constexpr, WRITE_GSUM: tl.constexpr,
     WRITE_DS: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
 ):  # fmt: skip
     offs_n = col0 + tl.arange(0, BLOCK_N).to(tl.int64)
     mask_n = offs_n < n_cols
-    raw = _dot_tile(
-        a_ptr, b_ptr, row0, col0, n_rows, n_cols, n_dims, stride_am, stride_ad, stride_bn, stride_bd,
-        BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST,
+    raw = dot_tile(
+        a_ptr, b_ptr, a_ptr, b_ptr, row0, col0, n_rows, n_cols, n_dims, stride_am, stride_bn,
+        BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST, False,
     )  # fmt: skip
     g, elem_loss = GRAD_TILE(
         raw * scale, offs_m, offs_n, mask_m, mask_n, row0_ptr, row1_ptr, col0_ptr, col1_ptr, bias_ptr, offset_a,
@@ -285,14 +188,12 @@ def _sweep_tile(
     if WRITE_DS:
         # ∂L/∂s = Σ G_ij ⟨a_i, b_j⟩ from the fp32 G and dot products, before G is rounded for the GEMMs.
         ds_rows += tl.sum(g * raw, axis=1)
-    g = g.to(b_ptr.dtype.element_ty)
-    if UPCAST:
-        g = g.to(tl.float32)
+    g = as_operand(g, b_ptr.dtype.element_ty, UPCAST)
     if ACC_B:
         # [BLOCK_N, BLOCK_K] partials of B's gradient; padded rows of G are 0, so masked A rows add nothing.
         _accumulate(
-            tl.trans(g), tl.trans(g), a_ptr, accb_ptr, row0, row0, col0, n_rows, n_cols, n_dims, stride_am, stride_ad,
-            BLOCK_M, BLOCK_N, BLOCK_K, PRECISION, UPCAST, True, False,
+            tl.trans(g), tl.trans(g), a_ptr, accb_ptr, row0, row0, col0, n_rows, n_cols, n_dims, stride_am, BLOCK_M,
+            BLOCK_N, BLOCK_K, PRECISION, UPCAST, True, False,
         )  # fmt: skip
     return g, loss_rows, g_rows, ds_rows
 
@@ -311,47 +212,17 @@ def _sweep_tile(
         "WRITE_LOSS": lambda args: args["loss_ptr"] is not None,
         "WRITE_GSUM": lambda args: args["gsum_ptr"] is not None,
         "WRITE_DS": lambda args: args["dsum_ptr"] is not None,
-        **_DTYPE_HEURISTICS,
+        **_FLAGS,
     }
 )
 @triton.jit
 def _grad_sweep_kernel(
-    a_ptr,
-    b_ptr,
-    scale_ptr,
-    row0_ptr,
-    row1_ptr,
-    col0_ptr,
-    col1_ptr,
-    bias_ptr,
-    acc_ptr,
-    accb_ptr,
-    dsum_ptr,
-    loss_ptr,
-    gsum_ptr,
-    n_rows,
-    n_cols,
-    n_dims,
-    stride_am,
-    stride_ad,
-    stride_bn,
-    stride_bd,
-    offset_a,
-    offset_b,
-    inv_norm,
-    GRAD_TILE: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    ACC_A: tl.constexpr,
-    ACC_B: tl.constexpr,
-    WRITE_LOSS: tl.constexpr,
-    WRITE_GSUM: tl.constexpr,
-    WRITE_DS: tl.constexpr,
-    GROUP_N: tl.constexpr,
-    PRECISION: tl.constexpr,
-    UPCAST: tl.constexpr,
-):
+    a_ptr, b_ptr, scale_ptr, row0_ptr, row1_ptr, col0_ptr, col1_ptr, bias_ptr, acc_ptr, accb_ptr, dsum_ptr, loss_ptr,
+    gsum_ptr, n_rows, n_cols, n_dims, stride_am, stride_bn, offset_a, offset_b, inv_norm,
+    GRAD_TILE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, ACC_A: tl.constexpr,
+    ACC_B: tl.constexpr, WRITE_LOSS: tl.constexpr, WRITE_GSUM: tl.constexpr, WRITE_DS: tl.constexpr,
+    GROUP_N: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+):  # fmt: skip
     pid_m = tl.program_id(0)
     scale = tl.load(scale_ptr).to(tl.float32)
     offs_m = pid_m.to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -366,10 +237,10 @@ def _grad_sweep_kernel(
     for tile in range(0, num_col_tiles, GROUP_N):
         col0 = ((start + tile) % num_col_tiles) * BLOCK_N
         g, loss_rows, g_rows, ds_rows = _sweep_tile(
-            a_ptr, b_ptr, accb_ptr, scale, row0, col0, offs_m, mask_m, n_rows, n_cols, n_dims, stride_am, stride_ad,
-            stride_bn, stride_bd, row0_ptr, row1_ptr, col0_ptr, col1_ptr, bias_ptr, offset_a, offset_b, inv_norm,
-            loss_rows, g_rows, ds_rows, GRAD_TILE, BLOCK_M, BLOCK_N, BLOCK_K, ACC_A, ACC_B, WRITE_LOSS, WRITE_GSUM,
-            WRITE_DS, PRECISION, UPCAST,
+            a_ptr, b_ptr, accb_ptr, scale, row0, col0, offs_m, mask_m, n_rows, n_cols, n_dims, stride_am, stride_bn,
+            row0_ptr, row1_ptr, col0_ptr, col1_ptr, bias_ptr, offset_a, offset_b, inv_norm, loss_rows, g_rows,
+            ds_rows, GRAD_TILE, BLOCK_M, BLOCK_N, BLOCK_K, ACC_A, ACC_B, WRITE_LOSS, WRITE_GSUM, WRITE_DS, PRECISION,
+            UPCAST,
         )  # fmt: skip
         # GROUP_N == 2: the next column tile's G·B joins this one's before the accumulator rows are read and written
         # back, halving that fp32 round trip (col2 = n_cols: no second tile at the end of an odd count).
@@ -380,14 +251,14 @@ def _grad_sweep_kernel(
                 col2 = ((start + tile + 1) % num_col_tiles) * BLOCK_N
                 g2, loss_rows, g_rows, ds_rows = _sweep_tile(
                     a_ptr, b_ptr, accb_ptr, scale, row0, col2, offs_m, mask_m, n_rows, n_cols, n_dims, stride_am,
-                    stride_ad, stride_bn, stride_bd, row0_ptr, row1_ptr, col0_ptr, col1_ptr, bias_ptr, offset_a,
-                    offset_b, inv_norm, loss_rows, g_rows, ds_rows, GRAD_TILE, BLOCK_M, BLOCK_N, BLOCK_K, ACC_A, ACC_B,
-                    WRITE_LOSS, WRITE_GSUM, WRITE_DS, PRECISION, UPCAST,
+                    stride_bn, row0_ptr, row1_ptr, col0_ptr, col1_ptr, bias_ptr, offset_a, offset_b, inv_norm,
+                    loss_rows, g_rows, ds_rows, GRAD_TILE, BLOCK_M, BLOCK_N, BLOCK_K, ACC_A, ACC_B, WRITE_LOSS,
+                    WRITE_GSUM, WRITE_DS, PRECISION, UPCAST,
                 )  # fmt: skip
         if ACC_A:
             _accumulate(
-                g, g2, b_ptr, acc_ptr, col0, col2, row0, n_cols, n_rows, n_dims, stride_bn, stride_bd, BLOCK_N,
-                BLOCK_M, BLOCK_K, PRECISION, UPCAST, False, GROUP_N == 2,
+                g, g2, b_ptr, acc_ptr, col0, col2, row0, n_cols, n_rows, n_dims, stride_bn, BLOCK_N, BLOCK_M, BLOCK_K,
+                PRECISION, UPCAST, False, GROUP_N == 2,
             )  # fmt: skip
         if ACC_A or ACC_B:
             # The next column tile re-reads these accumulator rows, possibly in other threads of this program.

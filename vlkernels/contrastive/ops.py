@@ -55,8 +55,8 @@ def lse_pair_fwd(
 
     from vlkernels.contrastive.kernels import _lse_pair_fwd_kernel
 
-    # Row-contiguous operands (a copy only for other layouts): the unit feature stride is what configs.kernel_specs
-    # compiles, and it lets Triton vectorize the tile loads.
+    # Row-contiguous operands (a copy only for other layouts): the kernels' tiles assume a unit feature stride
+    # (vlkernels/core/tiles.py), which also lets Triton vectorize the tile loads.
     x, y = x.contiguous(), y.contiguous()
     n, d = x.shape
     m = y.shape[0]
@@ -67,9 +67,8 @@ def lse_pair_fwd(
     col_max = torch.full((programs, m), float("-inf"), dtype=torch.float32, device=x.device)
     col_sum = torch.zeros((programs, m), dtype=torch.float32, device=x.device)
     _lse_pair_fwd_kernel[(programs,)](
-        x, y, scale, row, diag, col_max, col_sum, n, m, d, x.stride(0), x.stride(1), y.stride(0), y.stride(1),
-        diag_offset, programs, BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_K=t.block_k, num_warps=t.num_warps,
-        num_stages=t.num_stages,
+        x, y, scale, row, diag, col_max, col_sum, n, m, d, x.stride(0), y.stride(0), diag_offset, programs,
+        BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_K=t.block_k, num_warps=t.num_warps, num_stages=t.num_stages,
     )  # fmt: skip
     # Merge the P per-program column partials: lse = M + log Σ_p l_p·exp(m_p - M).
     top = col_max.max(dim=0).values
@@ -142,7 +141,7 @@ def _grad_rows(
     t = tiles(f"{tiles_of}{'dual' if acc_b else 'sweep'}", a)
     _grad_sweep_kernel[(triton.cdiv(n, t.block_m),)](
         a, b, scale, *rows, *cols, bias, out.get("ga"), out.get("gb"), out.get("ds"), out.get("loss"), out.get("gsum"),
-        n, m, d, a.stride(0), a.stride(1), b.stride(0), b.stride(1), offset_a, offset_b, inv_norm,
+        n, m, d, a.stride(0), b.stride(0), offset_a, offset_b, inv_norm,
         GRAD_TILE=grad_tile, BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_K=t.block_k, GROUP_N=t.group_n,
         num_warps=t.num_warps, num_stages=t.num_stages,
     )  # fmt: skip

@@ -59,7 +59,9 @@ TOPK_TILES: dict[tuple[int, str], Tile] = {
     (90, "fp32"): Tile(64, MAX_FUSED_K, 64, 4, 3),
     (80, "fp16"): Tile(64, MAX_FUSED_K, 32, 4, 3),
     (80, "bf16"): Tile(64, MAX_FUSED_K, 32, 4, 3),
-    (80, "fp32"): Tile(64, MAX_FUSED_K, 32, 4, 3),
+    # Two stages, not three: at three, k <= 16 (four bf16-half operand tiles per K step beside the sorted key state)
+    # spills 8 bytes at 128 registers; at two neither fused width spills. Pipeline depth changes no arithmetic.
+    (80, "fp32"): Tile(64, MAX_FUSED_K, 32, 4, 2),
 }
 # Fused BLOCK_N values per kind on CUDA (the smallest >= k + exclusions is taken): fp32 (bf16 halves, three operand
 # tiles) spills 24 bytes at 32 keys on sm_80, so it goes from 16 keys straight to 64.
@@ -138,15 +140,17 @@ def kernel_specs() -> list[KernelSpec]:
             sig.update(n_pairs="i32", dim="i32", stride_q="i32", stride_g="i32")
             extra = {"divisible_by_16": ["q_ptr", "g_ptr", "stride_q", "stride_g", "dim"],
                      "options": {"enable_fp_fusion": False}}  # fmt: skip
-            add(K._exact_score_kernel, arch, dt, sig, dict(BLOCK_P=EXACT_TILE.block_m), EXACT_TILE, False, "",
-                extra)  # fmt: skip
+            add(K._exact_score_kernel.fn, arch, dt, sig, dict(BLOCK_P=EXACT_TILE.block_m, UPCAST=False), EXACT_TILE,
+                False, "", extra)  # fmt: skip
         for dt in ("fp16", "bf16", "fp32"):
             split = dt == "fp32"
             op = "*bf16" if split else f"*{dt}"  # fp32 inputs reach tl.dot as bf16 halves: tensor cores
             base = {n: op for n in ops}
             base.update(qst_ptr="*fp32", gst_ptr="*fp32")
             t = SCREEN_TILES[(arch, dt)]
-            blocks = dict(BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_K=t.block_k, SPLIT=split)
+            # The tile flags a CUDA launch derives (vlkernels/core/tiles.py): bf16/fp16 operands, no interpreter.
+            flags = dict(PRECISION="tf32", UPCAST=False)
+            blocks = dict(BLOCK_M=t.block_m, BLOCK_N=t.block_n, BLOCK_K=t.block_k, SPLIT=split, **flags)
             rc = dict(base, tup_ptr="*fp32", tdn_ptr="*fp32", pos_ptr="*i64", cnt_ptr="*i64", und_ptr="*i64")
             rc.update(
                 und_mask_ptr="*i8",
@@ -157,17 +161,17 @@ def kernel_specs() -> list[KernelSpec]:
             )
             rc.update(slot0="i32", abs_err="fp32", capacity="i64")
             for slots in _slot_counts(t.max_slots):
-                add(K._rank_screen_kernel, arch, dt, rc, dict(blocks, SLOTS=slots), t, label=f"SLOTS={slots}")
+                add(K._rank_screen_kernel.fn, arch, dt, rc, dict(blocks, SLOTS=slots), t, label=f"SLOTS={slots}")
             co = dict(base, lim_ptr="*fp32", out_ptr="*i64", out_mask_ptr="*i8", out_n_ptr="*i64")
             co.update(dict.fromkeys(ints, "i32"))
             co.update(cols_per_split="i32", abs_err="fp32", capacity="i64")
-            add(K._topk_collect_kernel, arch, dt, co, blocks, t)
+            add(K._topk_collect_kernel.fn, arch, dt, co, blocks, t)
             bt = dict(base, out_ptr="*fp32", **dict.fromkeys(ints, "i32"), abs_err="fp32")
-            add(K._bound_tile_kernel, arch, dt, bt, blocks, t)
+            add(K._bound_tile_kernel.fn, arch, dt, bt, blocks, t)
             tk = TOPK_TILES[(arch, dt)]
             tb = dict(base, out_ptr="*i64", **dict.fromkeys(ints, "i32"), cols_per_split="i32", index_offset="i64")
             tb.update(abs_err="fp32")
             for block_n in TOPK_BLOCK_NS[dt]:
-                cx = dict(BLOCK_M=tk.block_m, BLOCK_N=block_n, BLOCK_K=tk.block_k, SPLIT=split)
-                add(K._topk_bound_kernel, arch, dt, tb, cx, tk, label=f"k<={block_n}")
+                cx = dict(BLOCK_M=tk.block_m, BLOCK_N=block_n, BLOCK_K=tk.block_k, SPLIT=split, **flags)
+                add(K._topk_bound_kernel.fn, arch, dt, tb, cx, tk, label=f"k<={block_n}")
     return specs

@@ -162,11 +162,8 @@ def _device_chunk(device_chunk: int, device: torch.device) -> int:
 
 def _triton_dtype(a: Embeddings, b: Embeddings, device: torch.device) -> torch.dtype:
     """One operand dtype for tl.dot: fp16/bf16 stay as they are when both sides agree, anything else runs in fp32."""
+    # bf16 under the interpreter too: the kernels widen it themselves (vlkernels/core/tiles.py, UPCAST).
     same_lowp = a.dtype == b.dtype and a.dtype in (torch.float16, torch.bfloat16)
-    # The interpreter (CPU tensors) multiplies bf16 bit patterns in tl.dot (triton-lang/triton#11584): widen there;
-    # exact, since bf16 products are exact in fp32 and tl.dot accumulates in fp32 either way.
-    if same_lowp and a.dtype == torch.bfloat16 and device.type == "cpu":
-        return torch.float32
     return a.dtype if same_lowp else torch.float32
 
 

@@ -15,7 +15,6 @@ import math
 
 import torch
 
-from vlkernels._triton import interpreting
 from vlkernels.retrieval.configs import exact_tile, max_fused_k, screen_tile, topk_block_n, topk_tile
 from vlkernels.retrieval.keys import EMPTY, WORK_ELEMS, decode_keys, encode_keys
 
@@ -34,7 +33,7 @@ U_ACC = 2.0**-22
 class Operand:
     """One chunk of rows on the device: the exact operand and the screen's halves with their statistics.
 
-    ``raw``: the rows as given (fp16, bf16, fp32 or fp64; bf16 widened to fp32 under the interpreter, exactly).
+    ``raw``: the rows as given (fp16, bf16, fp32 or fp64).
     ``h``, ``m``: screen operands (bf16 halves of fp32 inputs; ``m`` None for fp16/bf16 inputs screened directly).
     ``qst``, ``gst``: ``(n, 8)`` fp32 statistics, rounded up, whose products bound the screen's error (query side,
     gallery side; README "GPU screen").
@@ -114,11 +113,6 @@ def make_operand(raw: torch.Tensor) -> Operand:
     zero = torch.zeros_like(nh)
     qst = torch.stack([nh, nm, nr + c64 * n, gamma * nh, gamma * nm, zero, zero, zero], 1)
     gst = torch.stack([nr, nl, n, nh + nm, nh, zero, zero, zero], 1)
-    if interpreting() and h.dtype == torch.bfloat16:
-        # The interpreter's bf16 tl.dot is unreliable: bf16 values widen to fp32 exactly (tl.dot then runs fp32).
-        h, m = h.float(), None if m is None else m.float()
-    if raw.dtype == torch.bfloat16 and interpreting():
-        raw = raw.float()
     return Operand(raw.contiguous(), h.contiguous(), None if m is None else m.contiguous(), up32(qst).contiguous(),
                    up32(gst).contiguous())  # fmt: skip
 
@@ -195,10 +189,7 @@ class ScreenCount:
 
     def load_raw(self, src, a: int, b: int, device=None) -> torch.Tensor:
         """Rows for the ground-truth pass: only the exact operand is needed."""
-        raw = src.chunk(a, b, self.exact_dtype).to(self.device)
-        if raw.dtype == torch.bfloat16 and interpreting():
-            raw = raw.float()
-        return raw.contiguous()
+        return src.chunk(a, b, self.exact_dtype).to(self.device).contiguous()
 
     def gt_scores(self, q, g, pair_q, pair_g) -> torch.Tensor:
         dv = lambda a: torch.from_numpy(a).to(self.device, torch.int64)
