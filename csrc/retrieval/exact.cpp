@@ -51,58 +51,67 @@ VLK_INLINE double madd(double x, double y, double acc) {
   return x * y + acc;
 }
 
-// Exact scores of row x (already widened to float64: xd) against columns js[0..n) of fp32 data (Y = float) or of
-// the same data widened once (Y = double), four columns at a time so that eight independent accumulator chains hide
-// the addition latency; bit for bit exact_dot.
+// Exact scores of row x (already widened to float64: xd) against the four columns j[0..4), with columns
+// next[0..4) requested from memory meanwhile; eight independent accumulator chains hide the addition latency; bit for
+// bit exact_dot.
 template <bool kFma, typename Y>
-VLK_INLINE void exact_dots_f32(const double* xd, const Y* col_data, int64_t stride_c, int64_t dim, const int64_t* js,
-                               int64_t n, double* out) {
-  int64_t e = 0;
-  for (; e + 4 <= n; e += 4) {
-    const Y* y0 = col_data + js[e] * stride_c;
-    const Y* y1 = col_data + js[e + 1] * stride_c;
-    const Y* y2 = col_data + js[e + 2] * stride_c;
-    const Y* y3 = col_data + js[e + 3] * stride_c;
-    // The next four columns are requested while these are summed: scattered columns would otherwise wait on memory.
-    const int64_t nx = std::min(e + 4, n - 1);
-    const Y* p0 = col_data + js[nx] * stride_c;
-    const Y* p1 = col_data + js[std::min(nx + 1, n - 1)] * stride_c;
-    const Y* p2 = col_data + js[std::min(nx + 2, n - 1)] * stride_c;
-    const Y* p3 = col_data + js[std::min(nx + 3, n - 1)] * stride_c;
-    double a0[kLanes] = {}, a1[kLanes] = {}, a2[kLanes] = {}, a3[kLanes] = {};
-    int64_t d = 0;
-    for (; d + kLanes <= dim; d += kLanes) {
-      if ((d * static_cast<int64_t>(sizeof(Y))) % 64 == 0) {
-        __builtin_prefetch(p0 + d);
-        __builtin_prefetch(p1 + d);
-        __builtin_prefetch(p2 + d);
-        __builtin_prefetch(p3 + d);
-      }
-      for (int l = 0; l < kLanes; ++l) {
-        const double x = xd[d + l];
-        a0[l] = madd<kFma>(x, static_cast<double>(y0[d + l]), a0[l]);
-        a1[l] = madd<kFma>(x, static_cast<double>(y1[d + l]), a1[l]);
-        a2[l] = madd<kFma>(x, static_cast<double>(y2[d + l]), a2[l]);
-        a3[l] = madd<kFma>(x, static_cast<double>(y3[d + l]), a3[l]);
-      }
+VLK_INLINE void exact_dots4(const double* xd, const Y* col_data, int64_t stride_c, int64_t dim, const int64_t* j,
+                            const int64_t* next, double* out) {
+  const Y* y0 = col_data + j[0] * stride_c;
+  const Y* y1 = col_data + j[1] * stride_c;
+  const Y* y2 = col_data + j[2] * stride_c;
+  const Y* y3 = col_data + j[3] * stride_c;
+  const Y* p0 = col_data + next[0] * stride_c;
+  const Y* p1 = col_data + next[1] * stride_c;
+  const Y* p2 = col_data + next[2] * stride_c;
+  const Y* p3 = col_data + next[3] * stride_c;
+  double a0[kLanes] = {}, a1[kLanes] = {}, a2[kLanes] = {}, a3[kLanes] = {};
+  int64_t d = 0;
+  for (; d + kLanes <= dim; d += kLanes) {
+    if ((d * static_cast<int64_t>(sizeof(Y))) % 64 == 0) {
+      __builtin_prefetch(p0 + d);
+      __builtin_prefetch(p1 + d);
+      __builtin_prefetch(p2 + d);
+      __builtin_prefetch(p3 + d);
     }
-    for (int l = 0; d + l < dim; ++l) {
+    for (int l = 0; l < kLanes; ++l) {
       const double x = xd[d + l];
       a0[l] = madd<kFma>(x, static_cast<double>(y0[d + l]), a0[l]);
       a1[l] = madd<kFma>(x, static_cast<double>(y1[d + l]), a1[l]);
       a2[l] = madd<kFma>(x, static_cast<double>(y2[d + l]), a2[l]);
       a3[l] = madd<kFma>(x, static_cast<double>(y3[d + l]), a3[l]);
     }
-    double* acc[4] = {a0, a1, a2, a3};
-    for (int p = 0; p < 4; ++p)
-      out[e + p] =
-          ((acc[p][0] + acc[p][1]) + (acc[p][2] + acc[p][3])) + ((acc[p][4] + acc[p][5]) + (acc[p][6] + acc[p][7]));
   }
-  if (e < n) {  // the last 1-3 columns through the same four-column pass (the last one repeated)
+  for (int l = 0; d + l < dim; ++l) {
+    const double x = xd[d + l];
+    a0[l] = madd<kFma>(x, static_cast<double>(y0[d + l]), a0[l]);
+    a1[l] = madd<kFma>(x, static_cast<double>(y1[d + l]), a1[l]);
+    a2[l] = madd<kFma>(x, static_cast<double>(y2[d + l]), a2[l]);
+    a3[l] = madd<kFma>(x, static_cast<double>(y3[d + l]), a3[l]);
+  }
+  double* acc[4] = {a0, a1, a2, a3};
+  for (int p = 0; p < 4; ++p)
+    out[p] = ((acc[p][0] + acc[p][1]) + (acc[p][2] + acc[p][3])) + ((acc[p][4] + acc[p][5]) + (acc[p][6] + acc[p][7]));
+}
+
+// Exact scores of row x against columns js[0..n) of fp32 data (Y = float) or of the same data widened once
+// (Y = double), four columns at a time (the next four requested while these are summed: scattered columns would
+// otherwise wait on memory); the last 1-3 columns through the same four-column pass, the last one repeated.
+template <bool kFma, typename Y>
+VLK_INLINE void exact_dots_f32(const double* xd, const Y* col_data, int64_t stride_c, int64_t dim, const int64_t* js,
+                               int64_t n, double* out) {
+  int64_t e = 0;
+  for (; e + 4 <= n; e += 4) {
+    const int64_t nx = std::min(e + 4, n - 1);
+    const int64_t next[4] = {js[nx], js[std::min(nx + 1, n - 1)], js[std::min(nx + 2, n - 1)],
+                             js[std::min(nx + 3, n - 1)]};
+    exact_dots4<kFma>(xd, col_data, stride_c, dim, js + e, next, out + e);
+  }
+  if (e < n) {
     int64_t pad[4];
     double res[4];
     for (int p = 0; p < 4; ++p) pad[p] = js[std::min<int64_t>(e + p, n - 1)];
-    exact_dots_f32<kFma>(xd, col_data, stride_c, dim, pad, 4, res);
+    exact_dots4<kFma>(xd, col_data, stride_c, dim, pad, pad, res);
     for (int p = 0; e + p < n; ++p) out[e + p] = res[p];
   }
 }
