@@ -121,15 +121,21 @@ def lse_pair_bwd_cpu(x, y, scale, row_lse, col_lse, d_row, d_col):
 def siglip_fwd_cpu(x, y, scale, bias, x_groups, y_groups, row_offset, col_offset, inv_norm, need_grad):
     """Loss (1/n)·Σ softplus(-z·(s·xy + b)) and, when asked, its gradients, from one pass over row chunks: the twin
     of ops.siglip_fwd, with the arguments and returns of the ``vlkernels::siglip_fused`` op."""
-    xf, yf, ys = _acc(x), _acc(y), _scaled(y, scale)
-    n, m = xf.shape[0], yf.shape[0]
+    xf = _acc(x)
+    n, m, d = xf.shape[0], y.shape[0], xf.shape[1]
     s = scale.to(xf.dtype)
     b = bias.to(xf.dtype) if bias is not None else None
+    ys = _scaled(y, scale)
+    # [y | 1], formed once when gradients are wanted: G·[y | 1] gives the gradient's rows and, in its last column,
+    # the row sums of G (the bias gradient) from the same GEMM, without another pass over G per chunk.
+    y1 = torch.empty(m, d + 1, dtype=xf.dtype, device=x.device) if need_grad else None
+    if need_grad:
+        y1[:, :d] = y
+        y1[:, d] = 1
     # Per-row sums, reduced once at the end: every rounding chain stays within M + N (not chunk·M).
     loss_rows = torch.empty(n, dtype=xf.dtype, device=x.device)
-    g_rows = torch.empty(n, dtype=xf.dtype, device=x.device)
-    gx = torch.empty(n, xf.shape[1], dtype=xf.dtype, device=x.device) if need_grad else None
-    gy = torch.zeros(m, yf.shape[1], dtype=xf.dtype, device=x.device) if need_grad else None
+    gx1 = torch.empty(n, d + 1, dtype=xf.dtype, device=x.device) if need_grad else None
+    gy = torch.zeros(m, d, dtype=xf.dtype, device=x.device) if need_grad else None
     step = _chunk(m)
     for i in range(0, n, step):
         xc = xf[i : i + step]
@@ -154,22 +160,23 @@ def siglip_fwd_cpu(x, y, scale, bias, x_groups, y_groups, row_offset, col_offset
             g = torch.where(pos, -g, g)
         else:
             g.diagonal(offset=row_offset + i - col_offset).neg_()
-        g_rows[i : i + step] = g.sum(dim=1)
-        torch.mm(g, yf, out=gx[i : i + step])
+        torch.mm(g, y1, out=gx1[i : i + step])
         gy.addmm_(g.t(), xc)
     loss = loss_rows.sum() * inv_norm
     if not need_grad:
         return (loss,)
+    gx, g_rows = gx1[:, :d], gx1[:, d]
     ds = _row_dots(gx, xf).sum() * inv_norm
-    gx.mul_(s * inv_norm)
     gy.mul_(s * inv_norm)
-    return loss, gx.to(x.dtype), gy.to(y.dtype), ds, g_rows.sum() * inv_norm
+    # The product is a new contiguous tensor: no (N, D + 1) view escapes.
+    return loss, (gx * (s * inv_norm)).to(x.dtype), gy.to(y.dtype), ds, g_rows.sum() * inv_norm
 
 
 def _row_dots(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """⟨a_i, b_i⟩ per row, a chunk of rows at a time (no (N, D) temporary)."""
+    """⟨a_i, b_i⟩ per row, a chunk of rows at a time (no (N, D) temporary); a batched (1×D)·(D×1) product, one
+    parallel region per chunk where vecdot's multiply-then-sum takes two."""
     out = torch.empty(a.shape[0], dtype=a.dtype, device=a.device)
     step = max(1, CHUNK_ELEMS // max(1, a.shape[1]))
     for i in range(0, a.shape[0], step):
-        out[i : i + step] = torch.linalg.vecdot(a[i : i + step], b[i : i + step])
+        torch.bmm(a[i : i + step, None, :], b[i : i + step, :, None], out=out[i : i + step, None, None])
     return out

@@ -11,8 +11,13 @@ import torch
 from vlkernels._triton import run_triton, use_triton
 from vlkernels._validate import FLOAT_DTYPES, check_same_device, check_tensor
 
-# Rows per chunk of the torch path: one fp32 chunk buffer holds about this many elements (16 MiB).
-_CHUNK_ELEMENTS = 1 << 22
+# Rows per chunk of the torch path: the fp32 (rows, 2, D) pair buffer holds at most this many elements (64 MiB; with
+# the fp16/bf16 gather buffer of a caption index, at most 80 MiB in all, whatever N).
+_CHUNK_ELEMENTS = 1 << 24
+# Every torch op is one OpenMP parallel region, and under contention each region waits for its slowest thread; the
+# per-row vector ops of a chunk stay on the calling thread while they have fewer elements than torch's parallel
+# grain (at::internal::GRAIN_SIZE = 32768), so only the copies, the Gram product and one sqrt open regions.
+_SERIAL_ROWS = 32767
 
 
 def pair_cosine_fwd(x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor | None, eps: float) -> torch.Tensor:
@@ -69,41 +74,30 @@ def pair_cosine_chunked(
     out = torch.empty(n, dtype=torch.float32, device=dev)
     if n == 0:
         return out
-    rows = min(n, chunk_rows or max(1, _CHUNK_ELEMENTS // max(d, 1)))
+    rows = min(n, chunk_rows or max(1, min(_CHUNK_ELEMENTS // max(2 * d, 1), _SERIAL_ROWS)))
+    # Row p of the chunk buffer holds (x_p, y_p) in fp32: one batched 2x2 Gram product per chunk gives ⟨x, y⟩, |x|²
+    # and |y|² together, and the rest is serial vector work on the chunk's rows.
+    pair = torch.empty(rows, 2, d, dtype=torch.float32, device=dev)
     gathered = idx is not None or group is not None
-    if gathered:
-        # Each caption's norm once, not once per frame.
-        inv_y = torch.empty(y.shape[0], dtype=torch.float32, device=dev)
-        for a in range(0, y.shape[0], rows):
-            # fp16/bf16 upcast inside the reduction; fp64 is rounded to fp32 first like every other input.
-            src = y[a : a + rows] if y.dtype != torch.float64 else y[a : a + rows].float()
-            torch.linalg.vector_norm(src, dim=1, dtype=torch.float32, out=inv_y[a : a + rows])
-        inv_y.clamp_min_(eps).reciprocal_()
-    # Buffers are allocated once and reused: a fresh chunk-sized allocation per chunk costs page faults that
-    # dominate on CPU. fp32 inputs are read in place.
-    xbuf = None if x.dtype == torch.float32 else torch.empty(rows, d, dtype=torch.float32, device=dev)
-    ybuf = None if y.dtype == torch.float32 and not gathered else torch.empty(rows, d, dtype=torch.float32, device=dev)
     ysrc = torch.empty(rows, d, dtype=y.dtype, device=dev) if gathered and y.dtype != torch.float32 else None
-    tmp = torch.empty(rows, dtype=torch.float32, device=dev)
     for a in range(0, n, rows):
         b = min(n, a + rows)
         c = b - a
-        xv = x[a:b] if xbuf is None else xbuf[:c].copy_(x[a:b])
+        buf = pair[:c]
+        buf[:, 0].copy_(x[a:b])
         if gathered:
             rows_y = idx[a:b] if idx is not None else torch.arange(a, b, device=dev) // group
             if ysrc is None:
-                yv = torch.index_select(y, 0, rows_y, out=ybuf[:c])
+                torch.index_select(y, 0, rows_y, out=buf[:, 1])
             else:
-                yv = ybuf[:c].copy_(torch.index_select(y, 0, rows_y, out=ysrc[:c]))
+                buf[:, 1].copy_(torch.index_select(y, 0, rows_y, out=ysrc[:c]))
         else:
-            yv = y[a:b] if ybuf is None else ybuf[:c].copy_(y[a:b])
-        o = torch.linalg.vecdot(xv, yv, out=out[a:b])
-        t = tmp[:c]
-        o.div_(torch.linalg.vector_norm(xv, dim=1, out=t).clamp_min_(eps))
-        if gathered:
-            o.mul_(torch.index_select(inv_y, 0, rows_y, out=t))
-        else:
-            o.div_(torch.linalg.vector_norm(yv, dim=1, out=t).clamp_min_(eps))
+            buf[:, 1].copy_(y[a:b])
+        gram = torch.bmm(buf, buf.transpose(1, 2))
+        # sqrt opens a region at any size, so both norms take one; the rest runs on the calling thread.
+        norms = gram.diagonal(dim1=1, dim2=2).sqrt()
+        norm_x, norm_y = norms[:, 0].clamp_min_(eps), norms[:, 1].clamp_min_(eps)
+        torch.div(gram[:, 0, 1], norm_x, out=out[a:b]).div_(norm_y)
     return out
 
 
@@ -133,7 +127,9 @@ def _pair_cosine(
     x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor | None, eps: float, group: int | None = None
 ) -> torch.Tensor:
     cos = _pair_cosine_op(x, y, idx, eps, group)
-    if cos.numel() and not bool(torch.isfinite(cos).all()):
+    # |cos| <= 1 wherever it is finite, so the sum is finite exactly when every cosine is: one pass, where
+    # isfinite().all() takes five.
+    if cos.numel() and not math.isfinite(float(cos.sum())):
         bad = int((~torch.isfinite(cos)).sum())
         raise ValueError(f"image_emb/text_emb contain NaN/Inf values ({bad} pair(s) affected); inputs must be finite")
     return cos
@@ -185,7 +181,8 @@ def _frame_index(
     if frames.shape[0] != n_frames:
         raise ValueError(f"frames has {frames.shape[0]} entries but image_emb has {n_frames} rows (one per frame)")
     idx = frames.to(device=device, dtype=torch.int64)
-    if n_frames and (int(idx.min()) < 0 or int(idx.max()) >= n_captions):
+    lo, hi = torch.aminmax(idx) if n_frames else (0, 0)
+    if n_frames and (int(lo) < 0 or int(hi) >= n_captions):
         raise ValueError(f"frames holds caption indices outside [0, {n_captions}) (text_emb has {n_captions} rows)")
     counts = torch.bincount(idx, minlength=n_captions)
     if n_captions and not bool((counts > 0).all()):
@@ -260,13 +257,19 @@ def siglip_score(
                 f"image_emb has {n} rows and text_emb has {m}; without frames they pair row by row, so they must "
                 "match (pass frames= for several frames per caption)"
             )
-        return torch.sigmoid(_pair_cosine(image_emb, text_emb, None, eps) * s + b)
+        return _affine(_pair_cosine(image_emb, text_emb, None, eps), s, b).sigmoid_()
     idx, per_caption, counts = _frame_index(frames, n, m, image_emb.device)
-    prob = torch.sigmoid(_pair_cosine(image_emb, text_emb, idx, eps, group=per_caption) * s + b)
+    logit = _affine(_pair_cosine(image_emb, text_emb, idx, eps, group=per_caption), s, b)
     if per_caption is not None:
-        return prob.view(m, per_caption).mean(dim=1)
-    sums = torch.zeros(m, dtype=torch.float64, device=prob.device).index_add_(0, idx, prob.double())
+        return logit.sigmoid_().view(m, per_caption).mean(dim=1)
+    prob = logit.sigmoid_().double()
+    sums = torch.zeros(m, dtype=torch.float64, device=prob.device).index_add_(0, idx, prob)
     return (sums / counts).float()
+
+
+def _affine(cos: torch.Tensor, s: float, b: float) -> torch.Tensor:
+    """s·cos + b in one pass (one parallel region), fp32."""
+    return torch.add(torch.tensor(b, dtype=cos.dtype, device=cos.device), cos, alpha=s)
 
 
 class ClipScore(NamedTuple):
