@@ -201,6 +201,32 @@ def test_binding_names_a_producer_with_a_malformed_dlpack_device(device):
         _ext.load().count_above(_Producer(scores, device), thr, out, False)
 
 
+class _Interrupted(_Producer):
+    """A producer whose export is where a pending Ctrl-C surfaces (``where``: the method that raises)."""
+
+    def __init__(self, array, where):
+        super().__init__(array, (1, 0))
+        self.where = where
+
+    def __dlpack__(self, **kwargs):
+        if self.where == "__dlpack__":
+            raise KeyboardInterrupt
+        return super().__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        if self.where == "__dlpack_device__":
+            raise KeyboardInterrupt
+        return super().__dlpack_device__()
+
+
+@pytest.mark.parametrize("where", ["__dlpack__", "__dlpack_device__"])
+def test_ctrl_c_during_an_export_stays_a_keyboard_interrupt(where):
+    # Not turned into "cannot be exported" (a ValueError about the argument): Ctrl-C must reach the caller as itself.
+    scores, thr, out = np.zeros((3, 4)), np.zeros(3), np.zeros(3, dtype=np.int64)
+    with pytest.raises(KeyboardInterrupt):
+        _ext.load().count_above(_Interrupted(scores, where), thr, out, False)
+
+
 def test_binding_accepts_a_well_formed_producer():
     scores, thr, out = np.arange(12.0).reshape(3, 4), np.full(3, 5.0), np.zeros(3, dtype=np.int64)
     _ext.load().count_above(_Producer(scores, (1, 0)), thr, out, False)

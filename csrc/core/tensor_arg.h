@@ -332,6 +332,9 @@ class TensorArg {
   static bool type_has(pybind11::handle obj, const char* name) { return type_attr(obj, name) != nullptr; }
 
   [[noreturn]] void refuse_export(const pybind11::error_already_set& e) const {
+    // KeyboardInterrupt (a pending Ctrl-C the producer's code noticed) and other non-Exception errors pass through
+    // unchanged: they say nothing about the argument.
+    if (!e.matches(PyExc_Exception)) throw e;
     const std::string type = pybind11::str(e.type().attr("__name__"));
     refuse("cannot be exported through DLPack (" + type + ": " + std::string(pybind11::str(e.value())) + ")");
   }
