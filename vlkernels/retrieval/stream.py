@@ -25,14 +25,13 @@ from vlkernels.retrieval.functional import (
     DIRECTIONS,
     RetrievalResult,
     _check_ks,
-    _check_policy,
+    _check_options,
     _compute_dtype,
     _metrics,
     _open,
     ground_truth,
 )
 from vlkernels.retrieval.io import Embeddings
-from vlkernels.retrieval.screen import requested as _requested_screen
 
 # Image block size when none is given: this many bytes of images in the compute dtype (512 rows of D = 512 fp32 are
 # 1 MiB, so 131,072 images per block; 1,000,000 images take 8 blocks).
@@ -97,15 +96,10 @@ def evaluate_stream(
         (100.0, [0, 0, 1, 2])
     """
     ks = _check_ks(ks)
-    _check_policy(top_k, empty)
-    sizes = {"chunk_rows": chunk_rows, "chunk_cols": chunk_cols}
-    sizes.update({} if block_images is None else {"block_images": block_images})
-    for name, v in sizes.items():
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    blocks = {} if block_images is None else {"block_images": block_images}
+    _check_options(screen, top_k, empty, chunk_rows=chunk_rows, chunk_cols=chunk_cols, **blocks)
     if isinstance(text_topk, bool) or not isinstance(text_topk, (int, np.integer)) or text_topk < 0:
         raise ValueError(f"text_topk must be a non-negative integer, got {text_topk!r}")
-    _requested_screen(screen)
     images, texts, _, _, _ = _open(image_emb, text_emb, "image_emb", "text_emb", "cpu")
     n_img, n_txt = len(images), len(texts)
     if n_img == 0 or n_txt == 0:
