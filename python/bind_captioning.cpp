@@ -632,7 +632,8 @@ std::unique_ptr<CapFiles> files_prepare(const std::string& refs, const std::stri
 // logdf: np.log(max(1, d)) for d in [0, num_images], ref_len: np.log(num_images) (from numpy, as the Python
 // scorers compute them: bit-identical scores). Outputs: ImageScores for num_images and n = 4. Returns
 // (any_ref_words, keys): CIDEr is left unwritten when any_ref_words is False; keys are the images' "i<digits>"
-// (int id) / "s<text>" (str id) tags, decoded by Python. Consumes the prepared text: a second call is refused.
+// (int id) / "s<text>" (str id) tags as bytes, decoded by Python (a str id may hold a lone surrogate). Consumes the
+// prepared text: a second call is refused.
 py::tuple files_score(CapFiles& f, py::handle logdf_obj, double ref_len, py::handle cider_obj, py::handle stats_obj,
                  py::handle bleu_obj, py::handle rouge_obj) {
   vlk::cap::CocoEval& e = f.ev;
@@ -660,7 +661,9 @@ py::tuple files_score(CapFiles& f, py::handle logdf_obj, double ref_len, py::han
     vlk::cap::bleu_images(words, e.cand.data(), e.ref_off.data(), e.ref_caps.data(), m, 4, ps, pb);
     if (any_ref_words) vlk::cap::coco_cider_d(e, std::move(words), logdf.data<double>(), logdf.numel(), ref_len, pc);
   }
-  return py::make_tuple(any_ref_words, py::cast(e.keys));
+  py::list keys(static_cast<py::ssize_t>(m));
+  for (int64_t i = 0; i < m; ++i) keys[static_cast<size_t>(i)] = py::bytes(e.keys[static_cast<size_t>(i)]);
+  return py::make_tuple(any_ref_words, keys);
 }
 
 // Python's str.split() on one string, for tests of the whitespace rule.

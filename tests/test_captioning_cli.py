@@ -323,7 +323,7 @@ def test_files_binding_sizes_its_outputs_and_scores_once(tmp_path):
         files.score(log_table(1), 0.0, *outs)
     with pytest.raises(ValueError, match="cider must have size 2"):
         files.score(log_table(2), 0.0, np.zeros(3), *outs[1:])
-    assert files.score(log_table(2), float(np.log(2.0)), *outs) == (True, ["sx", "i7"])
+    assert files.score(log_table(2), float(np.log(2.0)), *outs) == (True, [b"sx", b"i7"])
     assert outs[3].tolist() == [1.0, 1.0]  # ROUGE-L of identical captions
     with pytest.raises(ValueError, match="scored already"):
         files.score(log_table(2), 0.0, *outs)

@@ -172,3 +172,28 @@ def test_reader_differential_on_generated_and_mutated_files():
         outcomes[diff.check(refs, preds, tokenize=seed % 5 == 0)] += 1
     # Both kinds of outcome are exercised (the check cannot pass by refusing everything).
     assert outcomes["ok"] >= 60 and outcomes["ValueError"] >= 30, outcomes
+
+
+@pytest.mark.parametrize("tokenize", [False, True])
+def test_lone_surrogate_escapes_are_refused_only_where_scored(tmp_path, tokenize):
+    """json.load keeps a lone surrogate escape ("\\udc00") in the str; the in-memory path refuses such a caption only
+    when it is scored. The files reader does the same: an unscored image's caption (and a str id) may hold one."""
+    unscored = '{"1": ["a dog runs on grass", "a dog"], "2": ["a cat sleeps"], "9": ["on \\udE3d\\ude00 a"]}'
+    preds = [{"image_id": "1", "caption": "a dog runs"}, {"image_id": "2", "caption": "a cat"}]
+    got = _all_paths(tmp_path, unscored.encode(), preds, tokenize)
+    assert got[0] == got[1] == got[2]
+    key = '{"1": ["a dog runs on grass"], "x\\ud800": ["a cat sleeps"]}'
+    preds_key = [{"image_id": "1", "caption": "a dog runs"}, {"image_id": "x\ud800", "caption": "a cat"}]
+    got = _all_paths(tmp_path, key.encode(), preds_key, tokenize)
+    assert got[0] == got[1] == got[2] and list(got[0]["per_image"]) == ["1", "x\ud800"]
+    scored = '{"1": ["a dog runs on grass", "a \\ud83d dog"], "2": ["a cat sleeps"]}'
+    for refs in (scored.encode(), json.loads(scored)):
+        if not isinstance(refs, dict):
+            (tmp_path / "refs.json").write_bytes(refs)
+            refs = tmp_path / "refs.json"
+        with pytest.raises(ValueError, match="image '1' reference 1: not valid UTF-8"):
+            evaluate_captions(refs, preds, tokenize=tokenize)
+    (tmp_path / "refs.json").write_text('{"1": ["a dog"], "2": ["a cat"]}', encoding="utf-8")
+    (tmp_path / "preds.json").write_text('[{"image_id": "1", "caption": "\\udc00"}, {"image_id": "2", "caption": "a"}]')
+    with pytest.raises(ValueError, match="preds.json: image '1' caption: not valid UTF-8"):
+        evaluate_captions(tmp_path / "refs.json", tmp_path / "preds.json", tokenize=tokenize)

@@ -15,8 +15,6 @@ namespace vlk::cap {
 
 namespace {
 
-std::string shown(const std::string& key) { return key[0] == 'i' ? key.substr(1) : "'" + key.substr(1) + "'"; }
-
 std::string other_type(const std::string& key) { return (key[0] == 'i' ? "s" : "i") + key.substr(1); }
 
 struct PredIndex {
@@ -86,7 +84,7 @@ void coco_prepare(const std::string& refs_path, const std::string& preds_path, b
     std::vector<int64_t> seen(preds.keys.size(), 0);
     for (int64_t c = 0; c < m; ++c)
       if (seen[preds.image[c]]++)
-        throw std::invalid_argument("results: image " + shown(preds.keys[preds.image[c]]) +
+        throw std::invalid_argument("results: image " + shown_key(preds.keys[preds.image[c]]) +
                                     " has more than one caption");
   }
   PredIndex idx;
@@ -107,8 +105,8 @@ void coco_prepare(const std::string& refs_path, const std::string& preds_path, b
       // Same number and text as an id of the other type (1 vs "1"): say so.
       const std::string other = other_type(k);
       const bool has_other = idx.other_type_seen.count(k) != 0;
-      throw std::invalid_argument("results: image " + shown(k) + " has no reference caption in the annotations" +
-                                  (has_other ? " (the annotations have " + shown(other) + ": ids must have one type)"
+      throw std::invalid_argument("results: image " + shown_key(k) + " has no reference caption in the annotations" +
+                                  (has_other ? " (the annotations have " + shown_key(other) + ": ids must have one type)"
                                              : ""));
     }
     count[i + 1] += count[i];
@@ -118,6 +116,18 @@ void coco_prepare(const std::string& refs_path, const std::string& preds_path, b
     std::vector<int64_t> fill(count.begin(), count.end() - 1);
     for (int64_t c = 0; c < refs.size(); ++c) order[fill[image_of_ref[c]]++] = c;
   }
+  // The reader keeps a lone surrogate escape in its 3-byte form (not valid UTF-8): a scored caption holding one is
+  // refused here, as the in-memory path refuses a str with a surrogate; other images' captions are never looked at.
+  for (int64_t c = 0; c < refs.size(); ++c) {
+    const int64_t k = order[c], i = image_of_ref[k];
+    if (utf8_invalid_offset(refs.text.data() + refs.off[k], refs.off[k + 1] - refs.off[k]) >= 0)
+      throw std::invalid_argument(refs_path + ": image " + shown_key(preds.keys[i]) + " reference " +
+                                  std::to_string(c - count[i]) + ": not valid UTF-8 (a lone surrogate escape)");
+  }
+  for (int64_t i = 0; i < m; ++i)
+    if (utf8_invalid_offset(preds.text.data() + preds.off[i], preds.off[i + 1] - preds.off[i]) >= 0)
+      throw std::invalid_argument(preds_path + ": image " + shown_key(preds.keys[i]) +
+                                  " caption: not valid UTF-8 (a lone surrogate escape)");
   std::vector<int64_t>().swap(image_of_ref);
   ev.keys = std::move(preds.keys);
   ev.ref_off.assign(count.begin(), count.end());

@@ -247,7 +247,8 @@ class Parser {
               p_ = save;
             }
           }
-          if (cp >= 0xD800 && cp <= 0xDFFF) fail("a string holds a lone surrogate escape (not valid UTF-8)");
+          // A lone surrogate is kept in its 3-byte form (json.load keeps it in the str): refused only where the
+          // string is used as a caption (coco_prepare), so an unscored image's caption is no error, as in Python.
           if (into != nullptr) put_utf8(*into, cp);
           continue;
         }
@@ -393,7 +394,7 @@ class Parser {
       else if (id_kind != Kind::kInt && id_kind != Kind::kString)
         defer(where(i) + ": image_id must be an int or str, got " + kind_name(id_kind));
       else if (caption_kind != Kind::kString)
-        defer(where(i) + " (image " + shown(key) + "): caption must be str, got " + kind_name(caption_kind));
+        defer(where(i) + " (image " + shown_key(key) + "): caption must be str, got " + kind_name(caption_kind));
       else if (pending_.empty())
         add_caption(key, caption);
       if (more(']')) continue;
@@ -525,8 +526,6 @@ class Parser {
     out_ = std::move(last);
   }
 
-  static std::string shown(const std::string& key) { return key[0] == 'i' ? key.substr(1) : "'" + key.substr(1) + "'"; }
-
   const char* file_;   // the first byte of the file
   const char* begin_;  // where line 1 column 1 is (after a byte order mark)
   const char* p_;
@@ -564,6 +563,25 @@ void release_behind(const char* at, void* arg) {
 }
 
 }  // namespace
+
+std::string shown_key(const std::string& key) {
+  if (key[0] == 'i') return key.substr(1);
+  std::string out = "'";
+  for (size_t i = 1; i < key.size(); ++i) {
+    const auto c = static_cast<unsigned char>(key[i]);
+    if (c == 0xED && i + 2 < key.size() && static_cast<unsigned char>(key[i + 1]) >= 0xA0) {
+      const unsigned cp = 0xD000u | ((static_cast<unsigned char>(key[i + 1]) & 0x3Fu) << 6) |
+                          (static_cast<unsigned char>(key[i + 2]) & 0x3Fu);
+      static const char hex[] = "0123456789abcdef";
+      out += "\\u";
+      for (int shift = 12; shift >= 0; shift -= 4) out.push_back(hex[(cp >> shift) & 0xF]);
+      i += 2;
+    } else {
+      out.push_back(key[i]);
+    }
+  }
+  return out + "'";
+}
 
 void read_caption_json(const char* data, int64_t size, bool results, KeepImage keep, void* ctx, CaptionRecords& out) {
   Parser p(data, size, results, keep, ctx, out);

@@ -28,6 +28,10 @@ struct JsonError : std::runtime_error {
 // Which captions to keep: called with an image key, returns false to skip the record (its caption is not stored).
 using KeepImage = bool (*)(const std::string& key, void* ctx);
 
+// An image key as messages show it: the number, or the text in quotes, with each lone surrogate (kept by the reader
+// in its 3-byte form) written as a \uXXXX escape so that the message is valid UTF-8.
+std::string shown_key(const std::string& key);
+
 // Reads the file at `path` (memory-mapped; pages already parsed are released as the parse moves on, so the file
 // never sits in memory whole). `results`: the file must be a list of records (a results file). Throws JsonError
 // with a message naming the position, or std::runtime_error when the file cannot be read.

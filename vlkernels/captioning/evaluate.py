@@ -145,9 +145,10 @@ def evaluate_captions(
     return _report(scores, list(gts), per_image)
 
 
-def _key_image_id(key: str) -> int | str:
-    """An image id from the files reader's key: "i<digits>" for an int id, "s<text>" for a str id."""
-    return int(key[1:]) if key[0] == "i" else key[1:]
+def _key_image_id(key: bytes) -> int | str:
+    """An image id from the files reader's key: b"i<digits>" for an int id, b"s<text>" for a str id (UTF-8, with a
+    lone surrogate kept in its 3-byte form, as json.load keeps it in the str)."""
+    return int(key[1:]) if key[:1] == b"i" else key[1:].decode("utf-8", "surrogatepass")
 
 
 def _report(scores: dict[str, Any], images: list, per_image: bool) -> dict[str, Any]:
