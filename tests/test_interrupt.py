@@ -2,9 +2,7 @@
 
 from pathlib import Path
 
-import pytest
-
-from vlkernels.testing import interrupt_latency
+from vlkernels.testing import check_interrupts
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -28,10 +26,6 @@ s, t = torch.randn(300, 200), torch.randn(300)
 _AFTER = "np.array_equal(count_above(s, t).numpy(), (s.numpy() > t.numpy()[:, None]).sum(1))"
 
 
-@pytest.mark.parametrize("case", list(CALLS))
-def test_sigint_stops_a_long_call(case):
-    latency, lines = interrupt_latency(_SETUP, CALLS[case], _AFTER, wait=0.5)
+def test_sigint_stops_a_long_call():
     # The README promises ~0.1 s; 0.5 s leaves room for a loaded 2-core CI machine.
-    assert latency < 0.5, f"KeyboardInterrupt {latency:.3f} s after SIGINT"
-    print(f"{case}: KeyboardInterrupt {latency * 1000:.0f} ms after SIGINT")
-    assert lines.get("after") == "True"
+    check_interrupts(_SETUP, _AFTER, [(call, 0.5) for call in CALLS.values()], bound=0.5)

@@ -278,57 +278,101 @@ import signal, time
 # Python's own SIGINT handler, whatever this process inherited (pytest-xdist workers pass SIGINT on as ignored).
 signal.signal(signal.SIGINT, signal.default_int_handler)
 {setup}
-print("ready", flush=True)
-t0 = time.monotonic()
-try:
-    {call}
-    print("finished", time.monotonic() - t0, flush=True)
-except KeyboardInterrupt:
-    print("interrupted", time.monotonic(), flush=True)
-    # Nothing is left behind: a call made after the interruption gives the right answer.
-    print("after", bool({after}), flush=True)
+for _call in {calls!r}:
+    print("ready", flush=True)
+    t0 = time.monotonic()
+    try:
+        exec(_call)
+        print("finished", time.monotonic() - t0, flush=True)
+        break
+    except KeyboardInterrupt:
+        print("interrupted", time.monotonic(), flush=True)
+        # Nothing is left behind: a call made after the interruption gives the right answer.
+        print("after", bool({after}), flush=True)
 """
 
 
-def interrupt_latency(
-    setup: str, call: str, after: str, wait: float = 1.0, timeout: float = 120.0
-) -> tuple[float, dict[str, str]]:
-    """Run ``setup`` then the long ``call`` in a new interpreter, send SIGINT ``wait`` seconds into the call, and
-    return the seconds until KeyboardInterrupt reached Python, with every ``key value`` line the child printed
-    (``lines["after"]`` is ``"True"`` when the expression ``after``, evaluated after the interruption, is true).
-    Fails when the call was not interrupted."""
+def check_interrupts(
+    setup: str, after: str, rounds: list[tuple[str, float]], bound: float = 0.5, timeout: float = 120.0
+) -> list[float]:
+    """Run ``setup`` in a new interpreter, then each round's long call, sending SIGINT ``wait`` seconds into it
+    (``rounds``: ``[(call, wait), ...]``). KeyboardInterrupt must reach Python within ``bound`` seconds of each
+    SIGINT, and the expression ``after``, evaluated after each interruption, must be true (nothing left behind).
+    One interpreter serves every round: its start and the setup are paid once, and each call runs after earlier ones
+    were interrupted. Returns the latencies; fails naming every round that missed."""
     import select
     import signal
     import subprocess
     import sys
+    import tempfile
     import textwrap
     import time
 
-    script = _INTERRUPT_PROTOCOL.format(setup=textwrap.dedent(setup).strip(), call=call, after=after)
+    # stderr to a file: a child that warns a lot between rounds cannot fill a pipe nobody reads and stall.
+    err = tempfile.TemporaryFile(mode="w+")
+    calls = [call for call, _ in rounds]
+    script = _INTERRUPT_PROTOCOL.format(setup=textwrap.dedent(setup).strip(), calls=calls, after=after)
     proc = subprocess.Popen(
         [sys.executable, "-c", script],
         cwd=Path(__file__).resolve().parent.parent,
         env=dict(os.environ),
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        stderr=err,
+        bufsize=0,
     )
+    pending = b""
+
+    def line() -> str:
+        # Lines are split here, not by a buffered reader: select() must see every byte still unread. The child may
+        # itself hang (a deadlock is what these tests look for): every line is awaited with a limit.
+        nonlocal pending
+        while b"\n" not in pending:
+            if not select.select([proc.stdout], [], [], timeout)[0]:
+                raise AssertionError(f"the child printed nothing within {timeout:.0f} s")
+            chunk = os.read(proc.stdout.fileno(), 65536)
+            if not chunk:
+                break
+            pending += chunk
+        head, _, pending = pending.partition(b"\n")
+        return head.decode().strip()
+
+    def expect(prefix: str, what: str) -> str:
+        got = line()
+        if not got.startswith(prefix):
+            proc.kill()
+            proc.wait()
+            err.seek(0)
+            raise AssertionError(f"{what}: the child printed {got!r}\n{err.read()[-3000:]}")
+        return got
+
+    out = []
     try:
-        # The child's setup may itself hang (a deadlock is what these tests look for): wait for "ready" with a limit.
-        if not select.select([proc.stdout], [], [], timeout)[0]:
-            raise AssertionError(f"the child printed nothing within {timeout:.0f} s of starting")
-        first = proc.stdout.readline().strip()
-        assert first == "ready", f"{first}\n{proc.stderr.read()[-3000:]}"
-        time.sleep(wait)
-        sent = time.monotonic()
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=timeout)
+        for call, wait in rounds:
+            expect("ready", "the child did not get ready")
+            time.sleep(wait)
+            sent = time.monotonic()
+            proc.send_signal(signal.SIGINT)
+            got = expect("interrupted ", f"{call!r} not interrupted {wait} s in")
+            out.append(
+                (float(got.split()[1]) - sent, expect("after ", "no check after the interruption") == "after True")
+            )
+        proc.communicate(timeout=timeout)
     finally:
         if proc.poll() is None:
             proc.kill()
-    lines = dict(line.split(maxsplit=1) for line in out.splitlines() if len(line.split(maxsplit=1)) == 2)
-    assert "interrupted" in lines, f"not interrupted:\n{out}\n{err[-3000:]}"
-    return float(lines["interrupted"]) - sent, lines
+        err.close()
+    report = [
+        f"{call!r} SIGINT {wait} s in: KeyboardInterrupt {lat * 1000:.0f} ms later"
+        for (call, wait), (lat, _) in zip(rounds, out)
+    ]
+    print("\n".join(report))
+    missed = [
+        line + ("" if ok else ", wrong answer after it")
+        for line, (lat, ok) in zip(report, out)
+        if lat >= bound or not ok
+    ]
+    assert not missed, f"bound {bound} s:\n" + "\n".join(missed)
+    return [lat for lat, _ in out]
 
 
 @contextlib.contextmanager
