@@ -167,3 +167,9 @@ def test_cpp_kernels_under_asan_ubsan(tmp_path):
     ]
     r = subprocess.run(fuzz, cwd=REPO, env=env, capture_output=True, text=True)
     assert r.returncode == 0, f"fuzzing found something:\n{r.stdout[-8000:]}\n{r.stderr[-3000:]}"
+    # Every target ran (the runner's summary: one "<target> ok <n> executions" line each), past its seeds (the
+    # slowest target, detection_json, makes ~150 executions under ASan in its 3 s).
+    summary = [line for line in r.stdout.splitlines() if " executions in " in line]
+    ran = {line.split()[0] for line in summary}
+    assert ran == {p.stem.removeprefix("fuzz_") for p in (REPO / "fuzz").glob("fuzz_*.py")}, r.stdout
+    assert all(int(line.split(" executions")[0].split()[-1]) > 10 for line in summary), r.stdout

@@ -1,9 +1,7 @@
-"""The fuzzing harness itself: fuzz/run.py finds every fuzz/fuzz_*.py target and runs it briefly without a finding.
-(The sanitized short run is part of tests/test_build.py::test_cpp_kernels_under_asan_ubsan.)"""
+"""The fuzzing harness itself: fuzz/run.py finds every fuzz/fuzz_*.py target, each with a seed corpus. (Every target's
+short run, on the sanitized build, is part of tests/test_build.py::test_cpp_kernels_under_asan_ubsan.)"""
 
 import importlib.util
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -33,17 +31,3 @@ def test_every_target_has_a_seed_corpus():
     for p in TARGETS:
         seeds = REPO / "fuzz" / "seeds" / p.stem.removeprefix("fuzz_")
         assert seeds.is_dir() and any(seeds.iterdir()), f"{p.name} has no seed corpus in {seeds}"
-
-
-@pytest.mark.skipif(importlib.util.find_spec("atheris") is None, reason="atheris is not installed")
-def test_short_fuzz_run_of_core(tmp_path):
-    r = subprocess.run(
-        [sys.executable, "fuzz/run.py", "core", "--seconds", "3", "--workdir", str(tmp_path)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-3000:]
-    execs = int(r.stdout.split(" executions")[0].split()[-1])
-    assert execs > 100, r.stdout
