@@ -182,7 +182,9 @@ def _committed() -> list[dict]:
     return gp.read_rows(gp.COMMITTED)
 
 
-def _keys() -> list[dict]:
+@pytest.fixture(scope="session")
+def keyed() -> list[dict]:
+    """Every spec's cache key (one compile-worker start, shared by the tests of this process)."""
     try:
         return gp.profile_triton(keys=True)[0]
     except gp.OfflineCompileUnavailable as e:
@@ -190,14 +192,13 @@ def _keys() -> list[dict]:
 
 
 @pytest.fixture(scope="session")
-def profile():
+def profile(keyed):
     """Every spec's and every .cu kernel's row: the committed row where its cache key is this tree's (the same
     compile), compiled here otherwise (all of them when the profile was made with another Triton)."""
     try:
-        rows, notes = gp.profile(_committed())
+        return gp.profile(_committed(), keyed=keyed)
     except gp.OfflineCompileUnavailable as e:
         pytest.skip(f"this Triton cannot compile for CUDA offline: {e}")
-    return rows, notes
 
 
 def test_static_profile_gates(profile):
@@ -218,7 +219,7 @@ def test_static_profile_covers_every_spec_and_cu_kernel(profile):
         assert all(r.get("threads") for r in rows if r["source"] == "cuda"), "a launch site's block size was not read"
 
 
-def test_committed_profile_is_current():
+def test_committed_profile_is_current(keyed):
     """benchmarks/results/gpu_static.jsonl holds one row per current spec, each made from this tree: its key is
     Triton's compile-cache key of the spec (kernel source and every jit helper it calls, tile table row, hints,
     Triton and ptxas versions), and the CUDA rows' key hashes csrc/ and nvcc's version. After changing a kernel, a
@@ -227,7 +228,6 @@ def test_committed_profile_is_current():
 
     rows = _committed()
     made_with = {r.get("triton") for r in rows if r["source"] == "triton"}
-    keyed = _keys()
     assert len({gp.identity(r) for r in keyed}) == len(keyed), "two specs share a name: rows could not be told apart"
     assert {gp.identity(r) for r in keyed} == {gp.identity(r) for r in rows if r["source"] == "triton"}, REGENERATE
     assert gp.violations(rows) == []
@@ -246,10 +246,9 @@ def test_committed_profile_is_current():
 
 
 @pytest.mark.slow
-def test_committed_profile_reproduces_when_compiled():
+def test_committed_profile_reproduces_when_compiled(keyed):
     """One spec per kernel, compiled here, gives exactly its committed row (and Triton's cache key, the one the profile
     trusts). Which spec (arch, dtype, tile) is picked follows the keys, so it changes as the kernels do."""
-    keyed = _keys()
     groups: dict[tuple, list[int]] = {}
     for i, r in enumerate(keyed):
         groups.setdefault((r["family"], r["kernel"]), []).append(i)

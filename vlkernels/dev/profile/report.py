@@ -30,12 +30,19 @@ def profile_cuda(archs: tuple[int, ...] = (80, 90), files: list[Path] | None = N
 
 
 def profile(
-    committed: Sequence[dict] = (), families: tuple[str, ...] = FAMILIES, cuda: bool = True, jobs: int | None = None
+    committed: Sequence[dict] = (),
+    families: tuple[str, ...] = FAMILIES,
+    cuda: bool = True,
+    jobs: int | None = None,
+    keyed: list[dict] | None = None,
 ) -> tuple[list[dict], list[str]]:
     """Every spec's row (and every .cu kernel's with ``cuda``): a ``committed`` row is reused where its key equals
-    this tree's key for it (the same compile, as Triton's own cache reasons), the rest is compiled."""
+    this tree's key for it (the same compile, as Triton's own cache reasons), the rest is compiled. ``keyed``: the
+    keys of ``families``' specs when the caller has them already (``profile_triton(keys=True)``)."""
     have = {identity(r): r for r in committed if r.get("key") and r.get("status") == "ok"}
-    keyed, notes = profile_triton(families, jobs, keys=True)
+    notes: list[str] = []
+    if keyed is None:
+        keyed, notes = profile_triton(families, jobs, keys=True)
     stale = [i for i, r in enumerate(keyed) if not r["key"] or have.get(identity(r), {}).get("key") != r["key"]]
     fresh = iter(profile_triton(families, jobs, only=stale)[0])
     stale_set = set(stale)
