@@ -13,10 +13,13 @@ if not torch.cuda.is_available():
 # After TRITON_INTERPRET: importing vlkernels may import triton.
 from vlkernels.testing import shared_data_dir
 
-# Multi-process (gloo) tests start their ranks from a fork server that has imported torch once, instead of fresh
-# interpreters that import it again each (seconds a rank on 2 cores). Only torch: vlkernels, and triton through it,
-# read environment variables at import that a rank may set first.
-multiprocessing.get_context("forkserver").set_forkserver_preload(["torch"])
+# Multi-process (gloo) tests start their ranks, and the tests that need a process vlkernels has not touched their
+# children (tests/forked.py), from a fork server that has imported torch once, instead of fresh interpreters that
+# import it again each (seconds a process on 2 cores). torch._dynamo too: the first call of any torch.library custom
+# op imports it (~2 s). Not vlkernels: it reads environment variables at import (and its extension when it loads)
+# that a child may set first. torch._dynamo imports triton, which reads TRITON_INTERPRET only when a kernel is
+# defined (vlkernels' import), so a child still chooses it.
+multiprocessing.get_context("forkserver").set_forkserver_preload(["torch", "torch._dynamo"])
 
 
 def pytest_collection_modifyitems(config, items):
