@@ -11,11 +11,11 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 # After TRITON_INTERPRET: importing vlkernels may import triton.
-import interpreter_sort
+import fast_interpreter
 
 from vlkernels.testing import shared_data_dir
 
-interpreter_sort.install()
+fast_interpreter.install()
 
 # Multi-process (gloo) tests start their ranks, and the tests that need a process vlkernels has not touched their
 # children (tests/forked.py), from a fork server that has imported torch once, instead of fresh interpreters that

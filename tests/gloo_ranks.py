@@ -2,7 +2,7 @@
 
 import socket
 
-import interpreter_sort
+import fast_interpreter
 import torch.multiprocessing as mp
 
 
@@ -13,7 +13,7 @@ def free_port() -> int:
 
 
 def _rank(rank: int, worker, *args) -> None:
-    interpreter_sort.install()
+    fast_interpreter.install()
     worker(rank, *args)
 
 
