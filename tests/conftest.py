@@ -21,8 +21,9 @@ fast_interpreter.install()
 # children (tests/forked.py), from a fork server that has imported torch once, instead of fresh interpreters that
 # import it again each (seconds a process on 2 cores). torch._dynamo too: the first call of any torch.library custom
 # op imports it (~2 s). Not vlkernels: it reads environment variables at import (and its extension when it loads)
-# that a child may set first. torch._dynamo imports triton, which reads TRITON_INTERPRET only when a kernel is
-# defined (vlkernels' import), so a child still chooses it.
+# that a child may set first. torch._dynamo imports triton: triton.language's own jit helpers take this process's
+# TRITON_INTERPRET (set above), but vlkernels' kernels are defined when a child imports vlkernels, so the ranks that
+# set TRITON_INTERPRET=0 first still get the CPU paths they ask for.
 multiprocessing.get_context("forkserver").set_forkserver_preload(["torch", "torch._dynamo"])
 
 
