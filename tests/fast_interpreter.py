@@ -8,8 +8,9 @@ Two loops of Triton 3.9's interpreter:
   about a second. The XOR reduction gets numpy's ``bitwise_xor.reduce``, as sums get ``np.sum``: exact on integers,
   the same result in any order.
 - Every call of a jit function from a kernel re-scans triton.language's modules (``inspect.getmembers``) for the
-  builtins to wrap: ~40% of an interpreted retrieval kernel's time. The builtins of each module are listed once (on
-  the first scan, at a kernel launch, before any is wrapped) and wrapped from that list, as the scan would."""
+  builtins to wrap, and wraps them again: ~60% of an interpreted retrieval kernel's time. The builtins of each module
+  are listed once (on the first scan, at a kernel launch, before any is wrapped) and wrapped from that list, as the
+  scan would, skipping those a wrapper of the same builtin stands in for already."""
 
 
 def install() -> None:
@@ -41,7 +42,11 @@ def install() -> None:
         if members is None:
             members = builtins[pkg] = [(n, m) for n, m in inspect.getmembers(pkg) if tl.core.is_builtin(m)]
         for name, member in members:
+            # Wrapped already (by the kernel launch this call runs in): wrapping it again changes nothing.
+            if getattr(getattr(pkg, name, None), "_wraps", None) is member:
+                continue
             interpreter._patch_attr(pkg, name, member, builder, scope)
+            getattr(pkg, name)._wraps = member
 
     apply_impl.__wrapped__ = loop
     patch_builtin.__wrapped__ = scan
