@@ -22,6 +22,9 @@ def install() -> None:
         from triton.runtime import interpreter
     except ImportError:
         return
+    needed = (interpreter, "ReduceOps"), (interpreter, "_patch_builtin"), (interpreter, "_patch_attr"), (tl, "standard")
+    if not all(hasattr(obj, name) for obj, name in needed) or not hasattr(tl.standard, "_xor_combine"):
+        return  # another Triton's interpreter: left as it is (tests/test_fast_interpreter.py says so)
     ops = interpreter.ReduceOps
     if getattr(ops.apply_impl, "__wrapped__", None) is not None:
         return
