@@ -11,12 +11,20 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 # After TRITON_INTERPRET: importing vlkernels may import triton.
+import fast_interpreter
+
 from vlkernels.testing import shared_data_dir
 
-# Multi-process (gloo) tests start their ranks from a fork server that has imported torch once, instead of fresh
-# interpreters that import it again each (seconds a rank on 2 cores). Only torch: vlkernels, and triton through it,
-# read environment variables at import that a rank may set first.
-multiprocessing.get_context("forkserver").set_forkserver_preload(["torch"])
+fast_interpreter.install()
+
+# Multi-process (gloo) tests start their ranks, and the tests that need a process vlkernels has not touched their
+# children (tests/forked.py), from a fork server that has imported torch once, instead of fresh interpreters that
+# import it again each (seconds a process on 2 cores). torch._dynamo too: the first call of any torch.library custom
+# op imports it (~2 s). Not vlkernels: it reads environment variables at import (and its extension when it loads)
+# that a child may set first. torch._dynamo imports triton: triton.language's own jit helpers take this process's
+# TRITON_INTERPRET (set above), but vlkernels' kernels are defined when a child imports vlkernels, so the ranks that
+# set TRITON_INTERPRET=0 first still get the CPU paths they ask for.
+multiprocessing.get_context("forkserver").set_forkserver_preload(["torch", "torch._dynamo"])
 
 
 def pytest_collection_modifyitems(config, items):

@@ -2,6 +2,7 @@
 
 import socket
 
+import fast_interpreter
 import torch.multiprocessing as mp
 
 
@@ -11,7 +12,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def _rank(rank: int, worker, *args) -> None:
+    fast_interpreter.install()
+    worker(rank, *args)
+
+
 def run_ranks(worker, world: int, *args) -> None:
     """Calls worker(rank, world, port, *args) in `world` processes and waits for them; a rank's exception fails
     the test. forkserver: the ranks inherit no threads or CUDA state from the pytest process."""
-    mp.start_processes(worker, args=(world, free_port(), *args), nprocs=world, start_method="forkserver")
+    mp.start_processes(_rank, args=(worker, world, free_port(), *args), nprocs=world, start_method="forkserver")

@@ -273,14 +273,18 @@ def test_rle_str_counts_must_be_ascii():
     ],
 )
 def test_boxes_modules_import_first_in_a_fresh_subprocess(module):
-    # No import cycle: each module imports as the first thing a fresh interpreter loads.
-    import subprocess
-    import sys
-    from pathlib import Path
+    # No import cycle: each module imports as the first thing of vlkernels a new process loads (a fork server's child:
+    # torch imported, vlkernels not, as the child checks).
+    from forked import run_forked
 
-    root = Path(__file__).resolve().parent.parent
-    r = subprocess.run([sys.executable, "-c", f"import {module}"], cwd=root, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr[-2000:]
+    code = (
+        "import sys\n"
+        "loaded = [m for m in sys.modules if m.split('.')[0] == 'vlkernels']\n"
+        "assert not loaded, f'the child had imported {loaded} already'\n"
+        f"import {module}\n"
+    )
+    err = run_forked(code)
+    assert err is None, f"import {module} first: {err[-2000:]}"
 
 
 def test_boxes_module_level_imports_are_acyclic():

@@ -1,20 +1,19 @@
 """Every ISA copy of the multiversioned C++ loops (csrc/core/cpu_features.h) that this machine can run gives the
 anchors' answers: VLKERNELS_CPU_ISA caps the copy the dispatch picks, so each level runs in its own process (the
-CPU features are read once per process). Costs one interpreter start (torch import) per level, ~3 s each."""
+CPU features are read once per process, when the extension loads): a fork server's child (tests/forked.py), which has
+imported torch but not vlkernels, sets the cap before its first import of vlkernels."""
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from forked import run_forked
 
 # count_above on ties, NaN, +-inf, -0.0 == 0.0, denormals and odd row lengths (vector tails) against the plain
 # reference; rle_encode, mask_iou and rle_iou (the other multiversioned loops) against pycocotools. Run in a child
-# process with the cap set.
+# process with the cap set, which has not loaded the extension yet (else the cap would not apply).
 CHILD = """
+import sys
+assert "vlkernels._C" not in sys.modules, "the extension was loaded before the cap was set"
 import numpy as np, torch
 from pycocotools import mask as coco_mask
 from vlkernels.core.reference import count_above_ref
@@ -43,7 +42,6 @@ for h, w in ((1, 1), (7, 9), (33, 65), (64, 64), (129, 67)):
     assert np.array_equal(rle_iou(got, got, crowd).numpy(), want_iou), (h, w)
     m = torch.from_numpy(masks)
     assert np.array_equal(mask_iou(m, m).numpy(), np.asarray(coco_mask.iou(want, want, [0] * 5)).reshape(5, 5))
-print("ok")
 """
 
 
@@ -60,19 +58,14 @@ def _levels() -> list[str]:
     return [name for name, need in wanted if need <= flags]
 
 
-def _run(level: str, code: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, VLKERNELS_CPU_ISA=level)
-    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-
-
 @pytest.mark.parametrize("level", _levels())
 def test_count_above_and_rle_encode_equal_the_anchors_at_every_isa_level(level):
-    r = _run(level, CHILD)
-    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-3000:]
+    err = run_forked(CHILD, {"VLKERNELS_CPU_ISA": level})
+    assert err is None, err[-3000:]
 
 
 def test_cpu_isa_refuses_an_unknown_level():
     code = "import torch\nfrom vlkernels.ops import count_above\ncount_above(torch.zeros(1, 3), torch.zeros(1))"
-    r = _run("avx3", code)
-    assert r.returncode != 0
-    assert "ValueError: VLKERNELS_CPU_ISA must be one of baseline, popcnt, avx2, avx512, got 'avx3'" in r.stderr
+    err = run_forked(code, {"VLKERNELS_CPU_ISA": "avx3"})
+    assert err is not None
+    assert "ValueError: VLKERNELS_CPU_ISA must be one of baseline, popcnt, avx2, avx512, got 'avx3'" in err
