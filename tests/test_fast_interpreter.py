@@ -34,8 +34,6 @@ def _run(x, desc):
 
 @pytest.mark.parametrize("desc", [False, True])
 def test_interpreted_sort_and_xor_equal_the_loop_and_torch(desc):
-    installed = interpreter.ReduceOps.apply_impl, interpreter._patch_builtin
-    assert all(hasattr(f, "__wrapped__") for f in installed), "tests/fast_interpreter.py is not installed"
     x = torch.randn(8, 64)
     x[0, :32] = x[0, 32:]  # ties
     x[1] = 0.0
@@ -45,6 +43,12 @@ def test_interpreted_sort_and_xor_equal_the_loop_and_torch(desc):
     assert torch.equal(fast, torch.sort(x, dim=1, descending=desc).values)
     np.testing.assert_array_equal(fast_xor[:-1].numpy(), want_xor)
     assert int(fast_xor[-1]) == int(np.bitwise_xor.reduce(want_xor))
+    reduce_ops = getattr(interpreter, "ReduceOps", None)
+    installed = getattr(reduce_ops, "apply_impl", None), getattr(interpreter, "_patch_builtin", None)
+    if not all(hasattr(f, "__wrapped__") for f in installed):
+        # Another Triton's interpreter: tests/fast_interpreter.py leaves it as it is (the kernels run unpatched).
+        pytest.skip(f"Triton {triton.__version__}: the interpreter is not patched here")
+    installed = interpreter.ReduceOps.apply_impl, interpreter._patch_builtin
     mp = pytest.MonkeyPatch()
     mp.setattr(interpreter.ReduceOps, "apply_impl", installed[0].__wrapped__)
     mp.setattr(interpreter, "_patch_builtin", installed[1].__wrapped__)
