@@ -14,9 +14,10 @@ fuzz/crashes/<target>/crash-* and the run fails. Prints one line per target: exe
 from __future__ import annotations
 
 import argparse
+import ctypes
+import multiprocessing
 import os
 import re
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -25,7 +26,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 
-# The per-target driver, run with `python -c`: instrument vlkernels, import the target, hand it to libFuzzer.
+# The per-target driver (sys.argv: libFuzzer's arguments): instrument vlkernels, import the target, hand it to
+# libFuzzer.
 # With gcc's libasan preloaded atheris gets no coverage signal, so the instrumenting (seconds of startup) is skipped.
 _DRIVER = """
 import contextlib, importlib.util, os, sys
@@ -42,7 +44,7 @@ for name in dir(mod) if coverage else ():
     fn = getattr(mod, name)
     if callable(fn) and getattr(fn, "__module__", None) == "fuzz_target" and hasattr(fn, "__code__"):
         setattr(mod, name, atheris.instrument_func(fn))
-atheris.Setup([sys.argv[0], *sys.argv[1:]], mod.TestOneInput)
+atheris.Setup(sys.argv, mod.TestOneInput)
 atheris.Fuzz()
 """
 
@@ -57,6 +59,29 @@ def targets(names: list[str] | None = None) -> list[Path]:
     if missing:
         raise SystemExit(f"no fuzz target named {sorted(missing)}; have {[p.stem for p in found]}")
     return chosen
+
+
+# Each target runs in a child of a fork server that has imported torch once (seconds of every target's startup,
+# more under ASan); the child imports vlkernels itself, so its modules are still instrumented for coverage.
+_FORKSERVER = multiprocessing.get_context("forkserver")
+_FORKSERVER.set_forkserver_preload(["torch"])
+
+
+def _fuzz_child(driver: str, args: list[str], log_path: Path) -> None:
+    """libFuzzer's output to the target's log (it writes to the file descriptors), then the driver, which exits."""
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.chdir(REPO)
+    sys.argv = [str(Path(sys.executable).name), *args]
+    try:
+        exec(compile(driver, "<fuzz driver>", "exec"), {"__name__": "__main__"})
+    except SystemExit as e:
+        # libFuzzer saves the input a target exited on (and its stats) from a C exit handler: leave through C's
+        # exit(), not the os._exit() a multiprocessing child ends with.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        ctypes.CDLL(None).exit(e.code if isinstance(e.code, int) else 1)
 
 
 def run_target(path: Path, seconds: float, extra: list[str], workdir: Path | None = None) -> dict:
@@ -78,19 +103,18 @@ def run_target(path: Path, seconds: float, extra: list[str], workdir: Path | Non
         *([str(seeds)] if seeds.is_dir() else []),
     ]
     start = time.monotonic()
-    r = subprocess.run(
-        [sys.executable, "-c", _DRIVER.format(repo=str(REPO), path=str(path)), *args],
-        cwd=REPO,
-        env=os.environ,
-        capture_output=True,
-        text=True,
-    )
-    log = r.stdout + r.stderr
+    log_path = workdir / "logs" / f"{name}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    driver = _DRIVER.format(repo=str(REPO), path=str(path))
+    proc = _FORKSERVER.Process(target=_fuzz_child, args=(driver, args, log_path))
+    proc.start()
+    proc.join()
+    log = log_path.read_text(errors="replace")
     execs = re.search(r"stat::number_of_executed_units:\s*(\d+)", log)
     cov = re.findall(r"cov: (\d+) ft: (\d+)", log)
     return {
         "target": name,
-        "returncode": r.returncode,
+        "returncode": proc.exitcode,
         "seconds": round(time.monotonic() - start, 1),
         "executions": int(execs.group(1)) if execs else None,
         "coverage": int(cov[-1][0]) if cov else None,
@@ -113,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("names", nargs="*", help="targets (fuzz_<name>.py); all by default")
     ap.add_argument("--seconds", type=float, default=10.0, help="fuzzing time per target")
     ap.add_argument("--workdir", type=Path, default=None, help="where corpus/ and crashes/ go (default fuzz/)")
-    # Targets are separate processes that spend their first seconds importing torch: two at a time on two cores.
+    # Targets are separate processes, each importing vlkernels and fuzzing on one core: two at a time on two cores.
     ap.add_argument("--jobs", type=int, default=1, help="targets fuzzed at the same time")
     a = ap.parse_args(argv)
     if a.jobs < 1:
