@@ -105,9 +105,10 @@ void coco_prepare(const std::string& refs_path, const std::string& preds_path, b
       // Same number and text as an id of the other type (1 vs "1"): say so.
       const std::string other = other_type(k);
       const bool has_other = idx.other_type_seen.count(k) != 0;
+      const std::string hint =
+          has_other ? " (the annotations have " + shown_key(other) + ": ids must have one type)" : "";
       throw std::invalid_argument("results: image " + shown_key(k) + " has no reference caption in the annotations" +
-                                  (has_other ? " (the annotations have " + shown_key(other) + ": ids must have one type)"
-                                             : ""));
+                                  hint);
     }
     count[i + 1] += count[i];
   }

@@ -227,7 +227,7 @@ inline int decide(double v, double b, double t) {
 // certified_tile: each threshold first meets a coarse bound (one per row or column, from the other side's maxima)
 // in the tile's own dtype, so nearly every candidate is decided by one vectorised comparison; the few within the
 // coarse band get their own bound, and the few within that their exact score.
-template <typename S, typename T, bool kFma>
+template <typename S, typename T>
 VLK_INLINE int64_t certified_tile_impl(const TileArgs<S, T>& a, const int64_t* row_ptr, const int64_t* row_pos,
                                        const double* row_thr, int64_t* row_cnt, int64_t col0, int64_t slots,
                                        const int64_t* col_pos, const double* col_thr, int64_t* col_cnt,
@@ -335,8 +335,8 @@ constexpr int64_t kTopkCols = 64;
 
 // certified_topk_update. Per row: the screened scores pass a threshold that rises with the floor and with the k-th
 // best screened score seen (a heap; minus twice the row's coarse bound), 64-column blocks skipped after one
-// vectorised count, so only a buffer of plausible candidates is kept; those get their own bounds, the floor rises to the k-th
-// best lower bound, and the ones whose upper bound reaches it get their exact score.
+// vectorised count, so only a buffer of plausible candidates is kept; those get their own bounds, the floor rises to
+// the k-th best lower bound, and the ones whose upper bound reaches it get their exact score.
 template <typename S, typename T, bool kFma>
 VLK_INLINE int64_t certified_topk_impl(const TileArgs<S, T>& a, int64_t c0, int64_t k, double* vals, int64_t* idx,
                                        double* floor) {
@@ -516,7 +516,7 @@ template <typename S, typename T>
 int64_t certified_tile_base(const TileArgs<S, T>& a, const int64_t* rp, const int64_t* rpos, const double* rthr,
                             int64_t* rcnt, int64_t col0, int64_t slots, const int64_t* cpos, const double* cthr,
                             int64_t* ccnt, int64_t row0) {
-  return certified_tile_impl<S, T, false>(a, rp, rpos, rthr, rcnt, col0, slots, cpos, cthr, ccnt, row0);
+  return certified_tile_impl<S, T>(a, rp, rpos, rthr, rcnt, col0, slots, cpos, cthr, ccnt, row0);
 }
 template <typename S, typename T>
 int64_t certified_topk_base(const TileArgs<S, T>& a, int64_t c0, int64_t k, double* vals, int64_t* idx,
@@ -529,7 +529,7 @@ VLK_TARGET("avx2,fma")
 int64_t certified_tile_avx2(const TileArgs<S, T>& a, const int64_t* rp, const int64_t* rpos, const double* rthr,
                             int64_t* rcnt, int64_t col0, int64_t slots, const int64_t* cpos, const double* cthr,
                             int64_t* ccnt, int64_t row0) {
-  return certified_tile_impl<S, T, true>(a, rp, rpos, rthr, rcnt, col0, slots, cpos, cthr, ccnt, row0);
+  return certified_tile_impl<S, T>(a, rp, rpos, rthr, rcnt, col0, slots, cpos, cthr, ccnt, row0);
 }
 template <typename S, typename T>
 VLK_TARGET("avx2,fma")

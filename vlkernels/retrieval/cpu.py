@@ -404,14 +404,11 @@ def topk_stream(
     """Certified top-k of queries @ gallery^T streamed over gallery chunks: (exact float64 values, global indices)
     unsorted, and the call's metadata. Per query a floor (k-th best lower bound so far) rises tile by tile; only
     candidates whose upper bound reaches it get their exact score (csrc/retrieval/exact.h)."""
-    C = _ext.load()
     nq, ng = queries.shape[0], len(gallery)
-    vals = torch.full((nq, k), float("-inf"), dtype=torch.float64)
-    idx = torch.full((nq, k), -1, dtype=torch.int64)
-    floor = torch.full((nq,), float("-inf"), dtype=torch.float64)
+    top = TopKState(nq, k)
     scr = Screen(choose(screen, queries.dtype), queries.shape[1])
     if nq == 0 or k == 0:
-        return vals, idx, _meta(set(), 0, 0)
+        return top.vals, top.idx, _meta(set(), 0, 0)
     n_gc = -(-ng // chunk_gallery)
     if exclude is not None:
         eq = exclude.pair_queries()
@@ -423,7 +420,6 @@ def topk_stream(
     q_sides = [scr.side(queries[q0 : q0 + chunk_queries], is_row=True) for q0 in q_starts]
     n_workers = max(1, min(num_threads(), len(q_starts)))
     buffers: list[dict[tuple, torch.Tensor]] = [{} for _ in range(n_workers)]
-    rechecked = [0] * n_workers
     names = [set() for _ in range(n_workers)]
     for gc in range(n_gc):
         g0 = gc * chunk_gallery
@@ -449,19 +445,7 @@ def topk_stream(
                     m = ex[(eq[ex] >= q0) & (eq[ex] < q0 + q.shape[0])]
                     if len(m):
                         s[torch.from_numpy(eq[m] - q0), torch.from_numpy(exclude.indices[m] - g0)] = float("nan")
-                q1 = q0 + q.shape[0]
-                rechecked[w] += C.certified_topk_update(
-                    s,
-                    qs.data,
-                    gs.data,
-                    qs.terms,
-                    gs.terms,
-                    sc.rel,
-                    gallery_offset + g0,
-                    vals[q0:q1],
-                    idx[q0:q1],
-                    floor[q0:q1],
-                )
+                top.update(sc, qs, gs, s, q0, gallery_offset + g0)
 
         with _single_threaded():
             _run(work, n_workers)
@@ -469,7 +453,29 @@ def topk_stream(
             bar.update(1)
     if bar is not None:
         bar.close()
-    return vals, idx, _meta(set().union(*names), sum(rechecked), nq * ng)
+    return top.vals, top.idx, _meta(set().union(*names), top.rechecked, nq * ng)
+
+
+class TopKState:
+    """Running certified top-k of n query rows (exact float64 values, global indices, unsorted) and each row's floor
+    (the k-th best lower bound so far), updated tile by tile. Workers own disjoint rows, so only the re-check count
+    is shared."""
+
+    def __init__(self, n: int, k: int):
+        self.vals = torch.full((n, k), float("-inf"), dtype=torch.float64)
+        self.idx = torch.full((n, k), -1, dtype=torch.int64)
+        self.floor = torch.full((n,), float("-inf"), dtype=torch.float64)
+        self.rechecked = 0
+        self._lock = threading.Lock()
+
+    def update(self, sc, rs, cs, s: torch.Tensor, r0: int, c0: int) -> None:
+        """Fold screened tile ``s`` (rows ``r0..``, global columns ``c0..``; NaN: excluded) into the selection."""
+        r1 = r0 + s.shape[0]
+        n = _ext.load().certified_topk_update(
+            s, rs.data, cs.data, rs.terms, cs.terms, sc.rel, c0, self.vals[r0:r1], self.idx[r0:r1], self.floor[r0:r1]
+        )
+        with self._lock:
+            self.rechecked += int(n)
 
 
 def merge_topk(vals: torch.Tensor, idx: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:

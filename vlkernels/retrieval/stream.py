@@ -13,13 +13,11 @@ before the first block (a text's positive may lie in any block), so the result e
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 
-from vlkernels import _ext
 from vlkernels.retrieval import cpu
 from vlkernels.retrieval.functional import (
     DIRECTIONS,
@@ -117,7 +115,7 @@ def evaluate_stream(
     n_rc = -(-n_txt // cpu.balanced_chunk(n_txt, chunk_rows))
     tiles = n_rc * sum(-(-(min(n_img, b0 + block) - b0) // chunk_cols) for b0 in starts)
     bar = cpu._progress(tiles, progress, "retrieval")
-    top = _TopK(n_txt, min(int(text_topk), n_img)) if text_topk else None
+    top = cpu.TopKState(n_txt, min(int(text_topk), n_img)) if text_topk else None
 
     def on_tile(sc, rs, cs, s, r0, c0) -> None:
         if top is not None:
@@ -191,23 +189,3 @@ def _thresholds(
         del cols
     n = len(t2i_pos.indices)
     return scores[:n], scores[n:]
-
-
-class _TopK:
-    """Running certified top-k of every text over the image tiles (``cpu.topk_stream``'s state, fed by
-    ``count_both``'s tiles). Workers own disjoint text rows, so only the re-check count is shared."""
-
-    def __init__(self, n: int, k: int):
-        self.vals = torch.full((n, k), float("-inf"), dtype=torch.float64)
-        self.idx = torch.full((n, k), -1, dtype=torch.int64)
-        self.floor = torch.full((n,), float("-inf"), dtype=torch.float64)
-        self.rechecked = 0
-        self._lock = threading.Lock()
-
-    def update(self, sc, rs, cs, s, r0: int, c0: int) -> None:
-        r1 = r0 + s.shape[0]
-        n = _ext.load().certified_topk_update(
-            s, rs.data, cs.data, rs.terms, cs.terms, sc.rel, c0, self.vals[r0:r1], self.idx[r0:r1], self.floor[r0:r1]
-        )
-        with self._lock:
-            self.rechecked += int(n)
