@@ -111,6 +111,22 @@ void exact_pairs(py::handle q_obj, py::handle g_obj, py::handle qi_obj, py::hand
   });
 }
 
+// out = the exact scores of every (q row, g row) pair: q, g float64 (the inputs widened exactly; products_exact
+// when they were fp32 or narrower), out (rows of q, rows of g) float64.
+void exact_tile(py::handle q_obj, py::handle g_obj, py::handle out_obj, bool products_exact, int num_threads) {
+  auto q = embedding_rows(q_obj, "q");
+  auto g = embedding_rows(g_obj, "g");
+  q.dtype_is(vlk::kF64);
+  g.dtype_is(vlk::kF64).size(1, q.size(1), "D, as q");
+  auto out = vlk::TensorArg::from(out_obj, "out");
+  out.ndim(2).dtype_is(vlk::kF64).device(vlk::kCPU).size(0, q.size(0), "one row per q row");
+  out.size(1, g.size(0), "one column per g row").inner_contiguous(1).writable();
+  vlk::ThreadBudget budget(num_threads);
+  py::gil_scoped_release release;
+  vlk::launch_exact_tile(q.data<const double>(), q.stride(0), q.size(0), g.data<const double>(), g.stride(0),
+                         g.size(0), q.size(1), products_exact, out.data<double>(), out.stride(0));
+}
+
 // (4, n) float64 bound terms (r0, r1, r2, ra) of n rows or columns.
 vlk::TensorArg bound_terms(py::handle obj, const char* name, int64_t n) {
   auto a = vlk::TensorArg::from(obj, name);
@@ -213,6 +229,8 @@ int64_t certified_topk_update(py::handle s_obj, py::handle rows_obj, py::handle 
 
 VLK_BIND(retrieval) {
   m.def("exact_pairs", &exact_pairs, py::arg("q"), py::arg("g"), py::arg("qi"), py::arg("gi"), py::arg("out"),
+        py::arg("num_threads") = 0);
+  m.def("exact_tile", &exact_tile, py::arg("q"), py::arg("g"), py::arg("out"), py::arg("products_exact"),
         py::arg("num_threads") = 0);
   m.def("certified_tile", &certified_tile, py::arg("scores"), py::arg("row_data"), py::arg("col_data"),
         py::arg("row_terms"), py::arg("col_terms"), py::arg("rel"), py::arg("row_ptr"), py::arg("row_pos"),

@@ -8,6 +8,7 @@ import torch
 
 from vlkernels import _ext
 from vlkernels.retrieval import evaluate, rank_metrics, topk
+from vlkernels.retrieval import cpu
 from vlkernels.retrieval import screen as scr
 from vlkernels.retrieval.cpu import exact_pairs
 from vlkernels.retrieval.positives import Positives
@@ -51,6 +52,34 @@ def test_exact_pairs_bit_equal_to_definition(d, kind):
         got = exact_pairs(torch.from_numpy(q), torch.from_numpy(g), qi, gi)
         want = exact_scores_ref(q, g, (qi, gi))
         assert np.array_equal(got.view(np.int64), want.view(np.int64)), (kind, d, dq, dg)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (2, 3, 8), (33, 65, 9), (70, 131, 515)])
+@pytest.mark.parametrize("kind", KINDS)
+def test_exact_tile_bit_equal_to_definition(shape, kind):
+    """The dense blocked kernel (two rows by two columns, fused multiply-adds for fp32 sources) gives every pair of
+    a tile the definition's score bit for bit, odd edges and rows at a stride included."""
+    C = _ext.load()
+    r, c, d = shape
+    rng = np.random.default_rng(r * 7 + len(kind))
+    for dt in (np.float32, np.float64):
+        q, g = _adversarial(kind, r, d, rng, dt), _adversarial(kind, c, d, rng, dt)
+        wide = torch.zeros(c, d + 3, dtype=torch.float64)[:, 1 : d + 1]  # rows at a stride
+        wide.copy_(torch.from_numpy(g))
+        out = torch.full((r, c), float("nan"), dtype=torch.float64)
+        C.exact_tile(torch.from_numpy(q).double(), wide, out, dt == np.float32)
+        assert np.array_equal(out.numpy().view(np.int64), exact_scores_ref(q, g).view(np.int64)), (kind, dt)
+
+
+def test_exact_tile_refuses_bad_shapes():
+    C = _ext.load()
+    q, g = torch.zeros(3, 4, dtype=torch.float64), torch.zeros(2, 4, dtype=torch.float64)
+    with pytest.raises(ValueError, match="out"):
+        C.exact_tile(q, g, torch.empty(3, 3, dtype=torch.float64), True)
+    with pytest.raises(ValueError, match="g"):
+        C.exact_tile(q, torch.zeros(2, 5, dtype=torch.float64), torch.empty(3, 2, dtype=torch.float64), True)
+    with pytest.raises(ValueError, match="q"):
+        C.exact_tile(q.float(), g, torch.empty(3, 2, dtype=torch.float64), True)
 
 
 def test_exact_scores_ref_full_matrix_equals_pairs_and_widens_low_precision():
@@ -206,10 +235,13 @@ def test_non_finite_refused_by_name(bad):
         topk(img, txt, 2)
 
 
+@pytest.mark.parametrize("screen", [None, "fp32"])
 @pytest.mark.parametrize("kind", ["gauss", "duplicates", "ulp", "integers", "mixed_scale", "denormal"])
-def test_topk_large_k_and_many_row_groups_equals_exact_brute_force(kind):
+def test_topk_large_k_and_many_row_groups_equals_exact_brute_force(kind, screen):
     """Top-k past one group of rows and one block of columns of the C++ selection (64 x 64), k from a few to
-    nearly the whole gallery (every member re-checked, the widened-column path), with exclusions."""
+    nearly the whole gallery, with exclusions: the screened path (every member re-checked at large k, the
+    widened-column path) and, with the automatic screen at k >= 1/DENSE_SHARE of the gallery, the dense exact
+    tiles."""
     rng = np.random.default_rng(11)
     q = torch.from_numpy(_adversarial(kind, 150, 37, rng))
     g = torch.from_numpy(_adversarial(kind, 300, 37, rng))
@@ -218,10 +250,32 @@ def test_topk_large_k_and_many_row_groups_equals_exact_brute_force(kind):
     ex = Positives.from_pairs(np.arange(150), rng.integers(0, 300, 150), 150, 300, queries=[])
     for k in (5, 100, 290):
         for exclude in (None, ex):
-            v, i = topk(q, g, k, exclude, chunk_queries=150, chunk_gallery=300)
+            v, i = res = topk(q, g, k, exclude, chunk_queries=150, chunk_gallery=300, screen=screen)
             rv, ri = topk_ref(q, g, k, exclude=exclude)
             assert torch.equal(i, ri), (k, exclude is not None)
             assert torch.equal(v, rv.float())
+            dense = screen is None and k * cpu.DENSE_SHARE >= 300
+            assert (res.meta["screen"] == "exact") == dense, res.meta
+            if dense:
+                assert res.meta["rechecked_fraction"] == 1.0
+
+
+def test_topk_dense_path_across_gallery_chunks_row_slices_and_fp64():
+    """The dense exact path with several gallery chunks, row slices of DENSE_ROWS and query chunks, fp32 and
+    fp64 inputs, exclusions in every chunk: equal to the float64 brute force and to the screened path."""
+    rng = np.random.default_rng(12)
+    for dt in (np.float32, np.float64):
+        q = torch.from_numpy(_adversarial("duplicates", cpu.DENSE_ROWS + 37, 21, rng, dt))
+        g = torch.from_numpy(_adversarial("duplicates", 90, 21, rng, dt))
+        q[:20] = g[:20]
+        ex = Positives.from_pairs(np.arange(len(q)), rng.integers(0, 90, len(q)), len(q), 90, queries=[])
+        got = topk(q, g, 40, ex, chunk_queries=100, chunk_gallery=32)
+        rv, ri = topk_ref(q, g, 40, exclude=ex)
+        assert got.meta["screen"] == "exact"
+        assert torch.equal(got[1], ri) and torch.equal(got[0], rv.to(got[0].dtype))
+        plain = topk(q, g, 40, ex, chunk_queries=100, chunk_gallery=32, screen="fp32")
+        assert plain.meta["screen"] != "exact"
+        assert torch.equal(plain[1], got[1]) and torch.equal(plain[0], got[0])
 
 
 @pytest.mark.parametrize("kind", ["gauss", "huge", "tiny", "denormal", "dominant", "mixed_scale"])

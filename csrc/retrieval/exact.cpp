@@ -116,6 +116,65 @@ VLK_INLINE void exact_dots_f32(const double* xd, const Y* col_data, int64_t stri
   }
 }
 
+// Exact scores of rows x0, x1 against columns y0, y1 (all float64: the inputs widened exactly), four pairs of
+// eight accumulator lanes, bit for bit exact_dot: out = {s(x0, y0), s(x0, y1), s(x1, y0), s(x1, y1)}.
+template <bool kFma>
+VLK_INLINE void exact_dots2x2(const double* x0, const double* x1, const double* y0, const double* y1, int64_t dim,
+                              double* out) {
+  double a00[kLanes] = {}, a01[kLanes] = {}, a10[kLanes] = {}, a11[kLanes] = {};
+  int64_t d = 0;
+  for (; d + kLanes <= dim; d += kLanes)
+    for (int l = 0; l < kLanes; ++l) {
+      a00[l] = madd<kFma>(x0[d + l], y0[d + l], a00[l]);
+      a01[l] = madd<kFma>(x0[d + l], y1[d + l], a01[l]);
+      a10[l] = madd<kFma>(x1[d + l], y0[d + l], a10[l]);
+      a11[l] = madd<kFma>(x1[d + l], y1[d + l], a11[l]);
+    }
+  for (int l = 0; d + l < dim; ++l) {
+    a00[l] = madd<kFma>(x0[d + l], y0[d + l], a00[l]);
+    a01[l] = madd<kFma>(x0[d + l], y1[d + l], a01[l]);
+    a10[l] = madd<kFma>(x1[d + l], y0[d + l], a10[l]);
+    a11[l] = madd<kFma>(x1[d + l], y1[d + l], a11[l]);
+  }
+  double* acc[4] = {a00, a01, a10, a11};
+  for (int p = 0; p < 4; ++p)
+    out[p] = ((acc[p][0] + acc[p][1]) + (acc[p][2] + acc[p][3])) + ((acc[p][4] + acc[p][5]) + (acc[p][6] + acc[p][7]));
+}
+
+// Rows and columns of a dense exact tile handled per block: 32 rows and 64 columns of D = 512 float64 are 384 KiB,
+// so both stay in L2 while every pair of the block is summed.
+constexpr int64_t kDenseRows = 32;
+constexpr int64_t kDenseCols = 64;
+
+// The pairs of row blocks [b0, b1) of a tile, two rows by two columns (an odd last row or column is paired with
+// itself and its duplicate result dropped). kFma: the inputs were at most fp32, so every product is exact and a
+// fused multiply-add rounds as the separate product and sum do.
+template <bool kFma>
+VLK_INLINE void exact_tile_impl(const double* q, int64_t stride_q, int64_t rows, const double* g, int64_t stride_g,
+                                int64_t cols, int64_t dim, double* out, int64_t stride_out, int64_t b0, int64_t b1) {
+  double r[4];
+  for (int64_t b = b0; b < b1; ++b) {
+    check_interrupt();
+    const int64_t i0 = b * kDenseRows, i1 = std::min(rows, i0 + kDenseRows);
+    for (int64_t j0 = 0; j0 < cols; j0 += kDenseCols) {
+      const int64_t j1 = std::min(cols, j0 + kDenseCols);
+      for (int64_t i = i0; i < i1; i += 2) {
+        const int64_t ib = std::min(i + 1, i1 - 1);
+        for (int64_t j = j0; j < j1; j += 2) {
+          const int64_t jb = std::min(j + 1, j1 - 1);
+          exact_dots2x2<kFma>(q + i * stride_q, q + ib * stride_q, g + j * stride_g, g + jb * stride_g, dim, r);
+          out[i * stride_out + j] = r[0];
+          if (jb != j) out[i * stride_out + jb] = r[1];
+          if (ib != i) {
+            out[ib * stride_out + j] = r[2];
+            if (jb != j) out[ib * stride_out + jb] = r[3];
+          }
+        }
+      }
+    }
+  }
+}
+
 // The smallest S >= v and the largest S <= v (S = float or double; v not NaN).
 template <typename S>
 inline S round_up(double v) {
@@ -537,6 +596,13 @@ int64_t certified_topk_avx2(const TileArgs<S, T>& a, int64_t c0, int64_t k, doub
                             double* floor) {
   return certified_topk_impl<S, T, true>(a, c0, k, vals, idx, floor);
 }
+// (The parallel_for lambda is compiled for the base ISA, so each worker calls into these wrappers.)
+template <bool kFma>
+VLK_TARGET("avx2,fma")
+void exact_tile_avx2(const double* q, int64_t stride_q, int64_t rows, const double* g, int64_t stride_g, int64_t cols,
+                     int64_t dim, double* out, int64_t stride_out, int64_t b0, int64_t b1) {
+  exact_tile_impl<kFma>(q, stride_q, rows, g, stride_g, cols, dim, out, stride_out, b0, b1);
+}
 inline bool use_avx2_fma() { return cpu_has_avx2() && __builtin_cpu_supports("fma"); }
 #endif
 
@@ -551,6 +617,24 @@ void launch_exact_pairs(const TQ* q, int64_t stride_q, const TG* g, int64_t stri
       if (((e - begin) & 1023) == 1023) check_interrupt();
       out[e] = exact_dot(q + qi[e] * stride_q, g + gi[e] * stride_g, dim);
     }
+  });
+}
+
+void launch_exact_tile(const double* q, int64_t stride_q, int64_t rows, const double* g, int64_t stride_g,
+                       int64_t cols, int64_t dim, bool products_exact, double* out, int64_t stride_out) {
+  const int64_t blocks = (rows + kDenseRows - 1) / kDenseRows;
+#if VLK_X86_MULTIVERSION
+  const bool avx2 = use_avx2_fma();
+#endif
+  parallel_for(blocks, 1, [&](int64_t b0, int64_t b1) {
+#if VLK_X86_MULTIVERSION
+    if (avx2) {
+      if (products_exact) return exact_tile_avx2<true>(q, stride_q, rows, g, stride_g, cols, dim, out, stride_out, b0, b1);
+      return exact_tile_avx2<false>(q, stride_q, rows, g, stride_g, cols, dim, out, stride_out, b0, b1);
+    }
+#endif
+    // Portable build: never a fused multiply-add (fp64 products must round; for fp32 it could not change a bit).
+    exact_tile_impl<false>(q, stride_q, rows, g, stride_g, cols, dim, out, stride_out, b0, b1);
   });
 }
 

@@ -19,6 +19,12 @@ template <typename TQ, typename TG>
 void launch_exact_pairs(const TQ* q, int64_t stride_q, const TG* g, int64_t stride_g, int64_t dim, const int64_t* qi,
                         const int64_t* gi, int64_t n, double* out);
 
+// out[i * stride_out + j] = s(q[i], g[j]) for every i < rows, j < cols: a whole tile of exact scores, from the
+// inputs widened (exactly) to float64. products_exact: the inputs were fp32 or narrower, so every product is exact
+// and the kernel may fuse it with its sum; false for fp64 inputs. Multithreaded over blocks of rows.
+void launch_exact_tile(const double* q, int64_t stride_q, int64_t rows, const double* g, int64_t stride_g,
+                       int64_t cols, int64_t dim, bool products_exact, double* out, int64_t stride_out);
+
 // Bound terms of a tile's rows (or columns): four planes of `n` doubles (r0, r1, r2, ra), plane stride `n`.
 struct BoundTerms {
   const double* t;

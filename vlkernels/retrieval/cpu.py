@@ -25,7 +25,15 @@ from vlkernels.core.threads import limit
 from vlkernels.retrieval.io import Embeddings
 from vlkernels.retrieval.plan import SlotPlan
 from vlkernels.retrieval.positives import Positives
-from vlkernels.retrieval.screen import Screen, Side, choose, fits_fp32
+from vlkernels.retrieval.screen import Screen, Side, choose, fits_fp32, requested
+
+
+# Top-k with k at least 1/DENSE_SHARE of the gallery scores every pair exactly in dense blocked tiles (no screen):
+# the members alone would need exact scores for that many pairs, one scattered column at a time, on top of the
+# screen's GEMM (measured crossover on a 2-core AVX2 machine: README "Performance notes").
+DENSE_SHARE = 6
+# Query rows per dense tile: DENSE_ROWS x chunk_gallery float64 scores per worker (8 MiB at the default chunk).
+DENSE_ROWS = 256
 
 
 def _progress(total: int, enabled: bool, desc: str):
@@ -56,6 +64,13 @@ def exact_pairs(q: torch.Tensor, g: torch.Tensor, qi: np.ndarray, gi: np.ndarray
             out,
         )
     return out.numpy()
+
+
+def exact_tile(q: torch.Tensor, g_wide: torch.Tensor, products_exact: bool, out: torch.Tensor) -> torch.Tensor:
+    """Exact scores of every (q row, g row) pair into ``out`` (C++, blocked): q in its compute dtype, g already
+    widened to float64; ``products_exact`` when the compute dtype is fp32 (every product exact in float64)."""
+    _ext.load().exact_tile(q.double(), g_wide, out, products_exact)
+    return out
 
 
 def _row_pair_scores(rows: Embeddings, cols: torch.Tensor, r: np.ndarray, c: np.ndarray, dtype, chunk: int = 1 << 16):
@@ -403,28 +418,40 @@ def topk_stream(
 ) -> tuple[torch.Tensor, torch.Tensor, dict]:
     """Certified top-k of queries @ gallery^T streamed over gallery chunks: (exact float64 values, global indices)
     unsorted, and the call's metadata. Per query a floor (k-th best lower bound so far) rises tile by tile; only
-    candidates whose upper bound reaches it get their exact score (csrc/retrieval/exact.h)."""
+    candidates whose upper bound reaches it get their exact score (csrc/retrieval/exact.h). With the automatic
+    screen and k at least 1/DENSE_SHARE of the gallery, every pair gets its exact score instead (dense blocked
+    tiles, no screen; meta ``screen`` "exact")."""
     nq, ng = queries.shape[0], len(gallery)
     top = TopKState(nq, k)
-    scr = Screen(choose(screen, queries.dtype), queries.shape[1])
     if nq == 0 or k == 0:
         return top.vals, top.idx, _meta(set(), 0, 0)
+    dense = requested(screen) == "auto" and k * DENSE_SHARE >= ng
+    scr = Screen(choose(screen, queries.dtype), queries.shape[1])
     n_gc = -(-ng // chunk_gallery)
     if exclude is not None:
         eq = exclude.pair_queries()
         e_by_chunk = _group(exclude.indices // chunk_gallery, np.arange(len(eq)))
+
+    def _exclude(s: torch.Tensor, ex, q0: int, g0: int) -> None:
+        """Excluded pairs of the tile (rows q0.., gallery chunk g0..) set to NaN, which the selection skips."""
+        if ex is None:
+            return
+        m = ex[(eq[ex] >= q0) & (eq[ex] < q0 + s.shape[0])]
+        if len(m):
+            s[torch.from_numpy(eq[m] - q0), torch.from_numpy(exclude.indices[m] - g0)] = float("nan")
+
     bar = _progress(n_gc, progress, "top-k")
     # Workers take query chunks (disjoint rows of the running selection); each gallery chunk is read once.
     chunk_queries = balanced_chunk(nq, chunk_queries)
     q_starts = list(range(0, nq, chunk_queries))
-    q_sides = [scr.side(queries[q0 : q0 + chunk_queries], is_row=True) for q0 in q_starts]
+    q_sides = [None if dense else scr.side(queries[q0 : q0 + chunk_queries], is_row=True) for q0 in q_starts]
     n_workers = max(1, min(num_threads(), len(q_starts)))
     buffers: list[dict[tuple, torch.Tensor]] = [{} for _ in range(n_workers)]
     names = [set() for _ in range(n_workers)]
     for gc in range(n_gc):
         g0 = gc * chunk_gallery
         g = gallery.chunk(g0, min(ng, g0 + chunk_gallery), queries.dtype)
-        gside = scr.side(g, is_row=False)
+        gside = g.double() if dense else scr.side(g, is_row=False)
         ex = e_by_chunk.get(gc) if exclude is not None else None
 
         claim = _claims(len(q_starts))
@@ -435,16 +462,24 @@ def topk_stream(
                     return
                 q0 = q_starts[qc]
                 q = queries[q0 : q0 + chunk_queries]
+                if dense:
+                    for a in range(0, q.shape[0], DENSE_ROWS):
+                        qd = q[a : a + DENSE_ROWS]
+                        key = ("exact", qd.shape[0], g.shape[0])
+                        if key not in buffers[w]:
+                            buffers[w][key] = torch.empty(key[1:], dtype=torch.float64)
+                        s = exact_tile(qd, gside, queries.dtype != torch.float64, buffers[w][key])
+                        _exclude(s, ex, q0 + a, g0)
+                        top.update_exact(s, q0 + a, gallery_offset + g0)
+                    names[w].add("exact")
+                    continue
                 sc, qs, gs = _pair_screen(scr, q_sides[qc], gside, q, g)
                 key = (sc.name, q.shape[0], g.shape[0])
                 if key not in buffers[w]:
                     buffers[w][key] = torch.empty(key[1:], dtype=sc.dtype)
                 s = sc.matmul(qs, gs, out=buffers[w][key])
                 names[w].add(sc.name)
-                if ex is not None:
-                    m = ex[(eq[ex] >= q0) & (eq[ex] < q0 + q.shape[0])]
-                    if len(m):
-                        s[torch.from_numpy(eq[m] - q0), torch.from_numpy(exclude.indices[m] - g0)] = float("nan")
+                _exclude(s, ex, q0, g0)
                 top.update(sc, qs, gs, s, q0, gallery_offset + g0)
 
         with _single_threaded():
@@ -476,6 +511,14 @@ class TopKState:
         )
         with self._lock:
             self.rechecked += int(n)
+
+    def update_exact(self, s: torch.Tensor, r0: int, c0: int) -> None:
+        """Fold a tile of exact scores ``s`` (float64; NaN: excluded) into the selection: every pair of it counts as
+        re-checked. The floor is not used on this path."""
+        r1 = r0 + s.shape[0]
+        _ext.load().topk_update(s, c0, None, self.vals[r0:r1], self.idx[r0:r1])
+        with self._lock:
+            self.rechecked += s.numel()
 
 
 def merge_topk(vals: torch.Tensor, idx: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
