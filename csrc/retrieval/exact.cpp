@@ -36,7 +36,7 @@ constexpr double kSlack = 0x1p-50;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 template <typename TA, typename TB>
-inline double exact_dot(const TA* a, const TB* b, int64_t dim) {
+VLK_INLINE double exact_dot(const TA* a, const TB* b, int64_t dim) {
   double acc[kLanes] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t d = 0;
   for (; d + kLanes <= dim; d += kLanes)
@@ -113,6 +113,16 @@ VLK_INLINE void exact_dots_f32(const double* xd, const Y* col_data, int64_t stri
     for (int p = 0; p < 4; ++p) pad[p] = js[std::min<int64_t>(e + p, n - 1)];
     exact_dots4<kFma>(xd, col_data, stride_c, dim, pad, pad, res);
     for (int p = 0; e + p < n; ++p) out[e + p] = res[p];
+  }
+}
+
+// out[e] for e in [begin, end): the exact scores of pairs (q[qi[e]], g[gi[e]]).
+template <typename TQ, typename TG>
+VLK_INLINE void exact_pairs_impl(const TQ* q, int64_t stride_q, const TG* g, int64_t stride_g, int64_t dim,
+                                 const int64_t* qi, const int64_t* gi, int64_t begin, int64_t end, double* out) {
+  for (int64_t e = begin; e < end; ++e) {
+    if (((e - begin) & 1023) == 1023) check_interrupt();
+    out[e] = exact_dot(q + qi[e] * stride_q, g + gi[e] * stride_g, dim);
   }
 }
 
@@ -596,7 +606,13 @@ int64_t certified_topk_avx2(const TileArgs<S, T>& a, int64_t c0, int64_t k, doub
                             double* floor) {
   return certified_topk_impl<S, T, true>(a, c0, k, vals, idx, floor);
 }
-// (The parallel_for lambda is compiled for the base ISA, so each worker calls into these wrappers.)
+// (The parallel_for lambdas are compiled for the base ISA, so each worker calls into these wrappers.)
+template <typename TQ, typename TG>
+VLK_TARGET("avx2,fma")
+void exact_pairs_avx2(const TQ* q, int64_t stride_q, const TG* g, int64_t stride_g, int64_t dim, const int64_t* qi,
+                      const int64_t* gi, int64_t begin, int64_t end, double* out) {
+  exact_pairs_impl(q, stride_q, g, stride_g, dim, qi, gi, begin, end, out);
+}
 template <bool kFma>
 VLK_TARGET("avx2,fma")
 void exact_tile_avx2(const double* q, int64_t stride_q, int64_t rows, const double* g, int64_t stride_g, int64_t cols,
@@ -612,11 +628,14 @@ template <typename TQ, typename TG>
 void launch_exact_pairs(const TQ* q, int64_t stride_q, const TG* g, int64_t stride_g, int64_t dim, const int64_t* qi,
                         const int64_t* gi, int64_t n, double* out) {
   const int64_t grain = std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(dim, 1));
+#if VLK_X86_MULTIVERSION
+  const bool avx2 = use_avx2_fma();
+#endif
   parallel_for(n, grain, [&](int64_t begin, int64_t end) {
-    for (int64_t e = begin; e < end; ++e) {
-      if (((e - begin) & 1023) == 1023) check_interrupt();
-      out[e] = exact_dot(q + qi[e] * stride_q, g + gi[e] * stride_g, dim);
-    }
+#if VLK_X86_MULTIVERSION
+    if (avx2) return exact_pairs_avx2(q, stride_q, g, stride_g, dim, qi, gi, begin, end, out);
+#endif
+    exact_pairs_impl(q, stride_q, g, stride_g, dim, qi, gi, begin, end, out);
   });
 }
 

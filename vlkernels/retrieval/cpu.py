@@ -350,19 +350,24 @@ def _run(fn, n_workers: int) -> None:
     """Runs ``fn(w, stop)`` for w < n_workers on worker threads; ``fn`` returns early once ``stop`` is set, checked
     between tiles. The calling thread polls every POLL_SECONDS, so a KeyboardInterrupt (or a worker's error) stops
     every worker at its next tile and is raised here once they have all returned."""
-    stop = threading.Event()
+    stop, go = threading.Event(), threading.Event()
 
     def work(w: int) -> None:
+        # Every worker waits until all are started: a running worker holds the GIL in bursts, and starting the next
+        # thread needs it (up to a switch interval, 5 ms, per thread).
+        go.wait()
         # One C++ thread per worker, as a per-thread limit (vlkernels.core.threads), not a process-wide setting.
         with limit(1):
             fn(w, stop)
 
     if n_workers == 1:
+        go.set()
         work(0)
         return
     pool = concurrent.futures.ThreadPoolExecutor(n_workers)
     try:
         pending = {pool.submit(work, w) for w in range(n_workers)}
+        go.set()
         while pending:
             done, pending = concurrent.futures.wait(
                 pending, timeout=POLL_SECONDS, return_when=concurrent.futures.FIRST_EXCEPTION
@@ -373,6 +378,7 @@ def _run(fn, n_workers: int) -> None:
         stop.set()
         raise
     finally:
+        go.set()  # a worker never left waiting (an error or Ctrl-C while submitting)
         pool.shutdown(wait=True)
 
 
