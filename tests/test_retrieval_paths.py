@@ -92,7 +92,10 @@ def test_torch_path_matches_reference(integer):
     # The chunked torch path (what a GPU without Triton support runs), here on CPU tensors; small device chunks so
     # thresholds and counts cross chunk boundaries. Independent reference: full fp64 matrix + stable argsort.
     img, txt, lab = _data(integer=integer)
-    assert evaluate(img, txt, lab, backend="torch", device_chunk=16) == evaluate_ref(img, txt, lab)
+    got = evaluate(img, txt, lab, backend="torch", device_chunk=16)
+    assert got == evaluate_ref(img, txt, lab)
+    # Not a certified path: meta names it and reports no screen and no re-checks.
+    assert got.meta == {"path": "torch", "screen": None, "rechecked_pairs": None, "decisions": None, "rechecked_fraction": None}
     pos = Positives.from_lists([[i % 23, (5 * i) % 23] for i in range(len(lab))], 23)
     _, r = rank_metrics(txt, img, pos, backend="torch", device_chunk=16)
     want = ranks_ref((txt @ img.T).numpy(), pos)

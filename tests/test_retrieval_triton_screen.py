@@ -89,6 +89,12 @@ def _check_evaluate(img, txt, lab, **kw):
     for d, r in want.items():
         np.testing.assert_array_equal(got.ranks[d].ranks, r.ranks, err_msg=d)
         assert got[d] == metrics_from_ranks(r), d
+    # Every text's pair against every image, every image's pairs (one per text) against every text.
+    m = got.meta
+    assert m["path"] == "triton" and m["decisions"] == len(txt) * len(img) + len(txt) * len(txt), m
+    assert m["screen"] == {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(img.dtype, "bf16x3"), m
+    assert 0 <= m["rechecked_pairs"] <= m["decisions"] and m["rechecked_fraction"] == m["rechecked_pairs"] / m["decisions"]
+    return got
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
@@ -144,7 +150,9 @@ def test_screen_interval_holds_the_exact_score(kind):
 @pytest.mark.parametrize("kind", KINDS)
 def test_evaluate_ranks_are_exact_on_adversarial_data(kind):
     img, txt, lab = _data(kind)
-    _check_evaluate(img, txt, lab, device_chunk=32)  # 48 texts: two query chunks, the second partial
+    got = _check_evaluate(img, txt, lab, device_chunk=32)  # 48 texts: two query chunks, the second partial
+    if kind == "duplicates":  # exact ties cannot be decided by a screen: their re-checks are reported
+        assert got.meta["rechecked_pairs"] > 0
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])
@@ -178,9 +186,11 @@ def test_topk_is_exact_fused_and_large_k(kind, monkeypatch):
     q = txt[:20]
     ex = [[i % 24, (3 * i) % 24] for i in range(20)]
     for k in (1, 4):
-        v, i = topk(q, img, k, exclude=ex if k == 4 else None, backend="triton", device_chunk=16)
+        (v, i) = res = topk(q, img, k, exclude=ex if k == 4 else None, backend="triton", device_chunk=16)
         wv, wi = _want_topk(q, img, k, ex if k == 4 else None)
         assert torch.equal(i, wi) and torch.equal(v, wv), (kind, k)
+        assert res.meta["path"] == "triton" and res.meta["decisions"] == len(q) * len(img)
+        assert k <= res.meta["rechecked_pairs"] / len(q) <= len(img)  # every member is scored exactly
     # Past the fused kernel's budget: dense lower-bound tiles and torch.topk (and a tiny candidate buffer).
     monkeypatch.setattr(screen, "max_fused_k", lambda device: 2)
     monkeypatch.setattr(screen, "FIRST_TILES", 1)

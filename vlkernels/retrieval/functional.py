@@ -54,8 +54,20 @@ class WithMeta(tuple):
         return (WithMeta, (tuple(self), self.meta))
 
 
-def _device_meta(backend: str) -> dict:
-    return {"path": backend, "screen": None, "rechecked_pairs": None, "rechecked_fraction": None}
+def _device_meta(runs: list[dict], group=None) -> dict:
+    """A device call's ``meta`` from what its launches ran (``ops.stats``): the path (the torch path when a Triton
+    failure reran a launch there), and on the Triton path the screen and the re-checked fraction, summed over the
+    launches and the group's ranks. The torch path is not certified: screen and counts None."""
+    path = "torch" if any(r["path"] == "torch" for r in runs) else "triton"
+    if path == "torch":
+        return {"path": path, "screen": None, "rechecked_pairs": None, "decisions": None, "rechecked_fraction": None}
+    n_re, n_dec = sum(r["rechecked_pairs"] for r in runs), sum(r["decisions"] for r in runs)
+    if group is not None:
+        t = all_reduce(torch.tensor([n_re, n_dec], dtype=torch.int64), "sum", group)
+        n_re, n_dec = int(t[0]), int(t[1])
+    screen = "+".join(sorted({r["screen"] for r in runs if r["screen"]})) or None
+    frac = n_re / n_dec if n_dec else 0.0
+    return {"path": path, "screen": screen, "rechecked_pairs": n_re, "decisions": n_dec, "rechecked_fraction": frac}
 
 
 def as_positives(gt, num_queries: int, num_gallery: int, name: str, every_query: bool = True) -> Positives:
@@ -354,11 +366,11 @@ def evaluate(
         bar = cpu._progress(2 * -(-len(texts) // chunk) * -(-n_img // chunk), progress, "retrieval")
         # Texts are sharded: text-to-image queries are local rows; image-to-text queries see a sharded gallery.
         run = functools.partial(_count, backend, forced, device, dt, chunk)
-        r_above = run(texts, images, t2i_pos, row_offset, 0, None, bar)
-        c_above = run(images, texts, i2t_pos, 0, row_offset, group, bar)
+        r_above, r_run = run(texts, images, t2i_pos, row_offset, 0, None, bar)
+        c_above, c_run = run(images, texts, i2t_pos, 0, row_offset, group, bar)
         if bar is not None:
             bar.close()
-        meta = _device_meta(backend)
+        meta = _device_meta([r_run, c_run], group)
         if group is not None:
             both = all_reduce(torch.from_numpy(np.concatenate([r_above, c_above])), "sum", group).numpy()
             r_above, c_above = both[: len(r_above)], both[len(r_above) :]
@@ -422,10 +434,10 @@ def rank_metrics(
     else:
         chunk = _device_chunk(device_chunk, device)
         bar = cpu._progress(-(-len(q) // chunk) * -(-len(g) // chunk), progress, "retrieval")
-        above = _count(backend, forced, device, _triton_dtype(q, g, device), chunk, q, g, pos, offset, 0, None, bar)
+        above, run = _count(backend, forced, device, _triton_dtype(q, g, device), chunk, q, g, pos, offset, 0, None, bar)
         if bar is not None:
             bar.close()
-        meta = _device_meta(backend)
+        meta = _device_meta([run], group)
         if group is not None:
             above = all_reduce(torch.from_numpy(above), "sum", group).numpy()
     return WithMeta(_metrics(pos, above, ks, top_k, empty, "queries"), meta)
@@ -502,12 +514,11 @@ def topk(
         args = (offset, int(chunk_queries), int(chunk_gallery), progress, screen)
         vals, idx, meta = cpu.topk_stream(qt, g, k, ex, *args)
     else:
-        meta = _device_meta(backend)
         from vlkernels.retrieval.ops import launch, topk_stream
 
         dt = _triton_dtype(q, g, device)
         args = (q, g, k, ex, offset, dt, device, _device_chunk(device_chunk, device), progress)
-        vals, idx = launch(
+        vals, idx, run = launch(
             "retrieval_topk",
             functools.partial(topk_stream, kernels="triton"),
             functools.partial(topk_stream, kernels="torch"),
@@ -517,6 +528,7 @@ def topk(
             dt,
             *args,
         )
+        meta = _device_meta([run], group)
     if group is not None:
         v, i = all_gather_cat(vals, group), all_gather_cat(idx, group)
         vals, idx = cpu.merge_topk(v.cpu(), i.cpu(), k)

@@ -115,9 +115,11 @@ def count_stream(
     group=None,
     bar=None,
     kernels: str = "triton",
-) -> np.ndarray:
+) -> tuple[np.ndarray, dict]:
     """Candidates ranked above each evaluated pair of ``pos`` (global indices), in pair order; pairs whose query is
     not in this process's ``queries`` (global rows ``q_offset..``) get 0, to be summed over the group by the caller.
+    Also what ran (``stats``: the path, and on the Triton path the pairs re-checked exactly and the decisions, each
+    local evaluated pair against every local gallery item).
 
     ``gallery`` holds global gallery rows ``g_offset..``; with ``group`` the gallery is sharded and the thresholds
     of pairs whose positive lives on another rank arrive by all_reduce(MAX). Both sources stream in chunks of
@@ -184,7 +186,14 @@ def count_stream(
             if bar is not None:
                 bar.update(1)
         above[torch.from_numpy(plan.pairs).to(device)] = plan.take(out, slot_major=False)
-    return above.cpu().numpy()
+    return above.cpu().numpy(), stats(kernels, getattr(ker, "rechecked", None), int(mine.sum()) * n_g, ker)
+
+
+def stats(path: str, rechecked: int | None, decisions: int, ker=None) -> dict:
+    """What a device call ran: the path, and (Triton: a certified screen, named by ``ScreenCount.screen``) its
+    exact re-checks among its decisions; the torch path compares its own fp32 scores, so it has no re-checks to
+    report (None)."""
+    return {"path": path, "screen": getattr(ker, "screen", None), "rechecked_pairs": rechecked, "decisions": decisions}
 
 
 def exact_dtype(queries: Embeddings, gallery: Embeddings, dtype: torch.dtype) -> torch.dtype:
@@ -204,13 +213,13 @@ def topk_stream(
     chunk: int,
     progress: bool = False,
     kernels: str = "triton",
-) -> tuple[torch.Tensor, torch.Tensor]:
+) -> tuple[torch.Tensor, torch.Tensor, dict]:
     """Top-k over gallery chunks of ``chunk`` rows for query chunks of ``chunk`` rows, ordered by (score desc, index
     asc), global indices ``offset + j``. ``kernels="triton"``: the certified screen
     (``triton_screen.topk_stream``): exact float64 scores of the retrieval definition, two screening passes over the
     gallery. ``kernels="torch"`` (the torch
     twin, any device): fp32 device matmul tiles merged as unique int64 keys with torch.topk, exclusions masked
-    before selection."""
+    before selection. Also ``stats`` as ``count_stream``'s (decisions: every query against every gallery item)."""
     from vlkernels.retrieval import cpu
 
     n_q, n_g = len(queries), len(gallery)
@@ -221,16 +230,16 @@ def topk_stream(
         vals = torch.full((n_q, k), float("-inf"), dtype=torch.float64, device=device)
         idx = torch.full((n_q, k), -1, dtype=torch.int64, device=device)
         if n_q == 0 or k == 0:
-            return vals, idx
+            return vals, idx, stats(kernels, 0, 0)
         bar = cpu._progress(2 * -(-n_q // chunk) * -(-n_g // chunk), progress, "top-k")
-        vals, idx, _ = screen.topk_stream(queries, gallery, k, exclude, offset, ed, device, chunk, bar)
+        vals, idx, ker = screen.topk_stream(queries, gallery, k, exclude, offset, ed, device, chunk, bar)
         if bar is not None:
             bar.close()
-        return vals, idx
+        return vals, idx, stats(kernels, ker.rechecked, n_q * n_g, ker)
     vals = torch.full((n_q, k), float("-inf"), dtype=torch.float32, device=device)
     idx = torch.full((n_q, k), -1, dtype=torch.int64, device=device)
     if n_q == 0 or k == 0:
-        return vals, idx
+        return vals, idx, stats(kernels, None, 0)
     has_ex = exclude is not None and len(exclude.indices) > 0
     bar = cpu._progress(-(-n_q // chunk) * -(-n_g // chunk), progress, "top-k")
     for q0 in range(0, n_q, chunk):
@@ -250,7 +259,7 @@ def topk_stream(
         vals[q0:q1], idx[q0:q1] = decode_keys(best)
     if bar is not None:
         bar.close()
-    return vals, idx
+    return vals, idx, stats(kernels, None, n_q * n_g)
 
 
 def _merge_matmul(best: torch.Tensor, q: torch.Tensor, g: torch.Tensor, index0: int, g0: int, ex) -> None:

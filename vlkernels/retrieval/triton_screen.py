@@ -182,6 +182,8 @@ class ScreenCount:
         self.exact_dtype = exact_dtype
         kind = {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(exact_dtype, "fp32")
         self.t = screen_tile(device, kind)
+        # The screen's name in a call's meta: fp32 (and fp64) inputs as two bf16 halves, three dots.
+        self.screen = "bf16x3" if kind == "fp32" else kind
         self.rechecked = 0
 
     def load(self, src, a: int, b: int, device=None) -> Operand:
@@ -285,7 +287,8 @@ def topk_stream(queries, gallery, k, exclude, offset, exact_dtype, device, chunk
     """Exact top-k on the Triton path (see ``ops.topk_stream``): per query chunk, pass A finds each query's limit L,
     the k-th best lower bound s_hat - B among non-excluded items (fused top-K kernel on lower bounds, or dense bound
     tiles and torch.topk for large k); pass B collects every item with s_hat + B >= L (each true top-k item has
-    s >= L), scores them exactly and keeps the best k by (exact score desc, index asc). Values are float64."""
+    s >= L), scores them exactly and keeps the best k by (exact score desc, index asc). Values are float64; the
+    ScreenCount returned last holds the re-checked count."""
     n_q, n_g = len(queries), len(gallery)
     vals = torch.full((n_q, k), float("-inf"), dtype=torch.float64, device=device)
     idx = torch.full((n_q, k), -1, dtype=torch.int64, device=device)
@@ -342,7 +345,7 @@ def topk_stream(queries, gallery, k, exclude, offset, exact_dtype, device, chunk
         slot = torch.arange(rows.numel(), device=device) - first
         vals[q0 + rows, slot] = sc
         idx[q0 + rows, slot] = cols + offset
-    return vals, idx, ker.rechecked
+    return vals, idx, ker
 
 
 def _bound_keys(q: Operand, g: Operand, block_n: int, g0: int, ker: ScreenCount) -> torch.Tensor:
