@@ -320,11 +320,12 @@ _torch_threads_saved = 1
 
 @contextlib.contextmanager
 def _single_threaded():
-    """torch's intra-op pool single-threaded while any call runs its workers (the workers are the threads).
+    """torch single-threaded in the calling thread while any call runs its workers (the workers are the threads;
+    each worker sets its own count, ``_run``).
 
-    torch's thread count is process-wide: calls in flight share one save and restore, counted under a lock, so
-    concurrent calls give back the caller's count, never each other's 1. The C++ kernels are limited per worker
-    thread (``_run``), which leaves ``vlkernels.get_num_threads()`` untouched.
+    Part of torch's setting is process-wide (MKL's): calls in flight share one save and restore, counted under a
+    lock, so concurrent calls give back the caller's count, never each other's 1. The C++ kernels are limited per
+    worker thread (``_run``), which leaves ``vlkernels.get_num_threads()`` untouched.
     """
     global _torch_threads_users, _torch_threads_saved
     with _torch_threads_lock:
@@ -356,6 +357,9 @@ def _run(fn, n_workers: int) -> None:
         # Every worker waits until all are started: a running worker holds the GIL in bursts, and starting the next
         # thread needs it (up to a switch interval, 5 ms, per thread).
         go.wait()
+        # torch's thread count (OpenMP, hence MKL's GEMM) is per thread, and a new thread starts at the machine's
+        # default: without this every worker's GEMM would run a team of its own and oversubscribe the cores.
+        torch.set_num_threads(1)
         # One C++ thread per worker, as a per-thread limit (vlkernels.core.threads), not a process-wide setting.
         with limit(1):
             fn(w, stop)
