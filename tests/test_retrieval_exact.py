@@ -7,8 +7,7 @@ import pytest
 import torch
 
 from vlkernels import _ext
-from vlkernels.retrieval import evaluate, rank_metrics, topk
-from vlkernels.retrieval import cpu
+from vlkernels.retrieval import cpu, evaluate, rank_metrics, topk
 from vlkernels.retrieval import screen as scr
 from vlkernels.retrieval.cpu import exact_pairs
 from vlkernels.retrieval.positives import Positives
@@ -254,7 +253,7 @@ def test_topk_large_k_and_many_row_groups_equals_exact_brute_force(kind, screen)
             rv, ri = topk_ref(q, g, k, exclude=exclude)
             assert torch.equal(i, ri), (k, exclude is not None)
             assert torch.equal(v, rv.float())
-            dense = screen is None and k * cpu.DENSE_SHARE >= 300
+            dense = screen is None and k * scr.DENSE_SHARE >= 300
             assert (res.meta["screen"] == "exact") == dense, res.meta
             if dense:
                 assert res.meta["rechecked_fraction"] == 1.0

@@ -95,7 +95,13 @@ def test_torch_path_matches_reference(integer):
     got = evaluate(img, txt, lab, backend="torch", device_chunk=16)
     assert got == evaluate_ref(img, txt, lab)
     # Not a certified path: meta names it and reports no screen and no re-checks.
-    assert got.meta == {"path": "torch", "screen": None, "rechecked_pairs": None, "decisions": None, "rechecked_fraction": None}
+    assert got.meta == {
+        "path": "torch",
+        "screen": None,
+        "rechecked_pairs": None,
+        "decisions": None,
+        "rechecked_fraction": None,
+    }
     pos = Positives.from_lists([[i % 23, (5 * i) % 23] for i in range(len(lab))], 23)
     _, r = rank_metrics(txt, img, pos, backend="torch", device_chunk=16)
     want = ranks_ref((txt @ img.T).numpy(), pos)

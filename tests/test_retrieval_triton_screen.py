@@ -93,7 +93,9 @@ def _check_evaluate(img, txt, lab, **kw):
     m = got.meta
     assert m["path"] == "triton" and m["decisions"] == len(txt) * len(img) + len(txt) * len(txt), m
     assert m["screen"] == {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(img.dtype, "bf16x3"), m
-    assert 0 <= m["rechecked_pairs"] <= m["decisions"] and m["rechecked_fraction"] == m["rechecked_pairs"] / m["decisions"]
+    assert (
+        0 <= m["rechecked_pairs"] <= m["decisions"] and m["rechecked_fraction"] == m["rechecked_pairs"] / m["decisions"]
+    )
     return got
 
 

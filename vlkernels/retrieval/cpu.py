@@ -25,13 +25,8 @@ from vlkernels.core.threads import limit
 from vlkernels.retrieval.io import Embeddings
 from vlkernels.retrieval.plan import SlotPlan
 from vlkernels.retrieval.positives import Positives
-from vlkernels.retrieval.screen import Screen, Side, choose, fits_fp32, requested
+from vlkernels.retrieval.screen import Screen, Side, choose, dense_topk, fits_fp32
 
-
-# Top-k with k at least 1/DENSE_SHARE of the gallery scores every pair exactly in dense blocked tiles (no screen):
-# the members alone would need exact scores for that many pairs, one scattered column at a time, on top of the
-# screen's GEMM (measured crossover on a 2-core AVX2 machine: README "Performance notes").
-DENSE_SHARE = 6
 # Query rows per dense tile: DENSE_ROWS x chunk_gallery float64 scores per worker (8 MiB at the default chunk).
 DENSE_ROWS = 256
 
@@ -428,14 +423,14 @@ def topk_stream(
 ) -> tuple[torch.Tensor, torch.Tensor, dict]:
     """Certified top-k of queries @ gallery^T streamed over gallery chunks: (exact float64 values, global indices)
     unsorted, and the call's metadata. Per query a floor (k-th best lower bound so far) rises tile by tile; only
-    candidates whose upper bound reaches it get their exact score (csrc/retrieval/exact.h). With the automatic
-    screen and k at least 1/DENSE_SHARE of the gallery, every pair gets its exact score instead (dense blocked
-    tiles, no screen; meta ``screen`` "exact")."""
+    candidates whose upper bound reaches it get their exact score (csrc/retrieval/exact.h). Where
+    ``screen.dense_topk`` says so (k a large share of the gallery), every pair gets its exact score instead (dense
+    blocked tiles, no screen; meta ``screen`` "exact")."""
     nq, ng = queries.shape[0], len(gallery)
     top = TopKState(nq, k)
     if nq == 0 or k == 0:
         return top.vals, top.idx, _meta(set(), 0, 0)
-    dense = requested(screen) == "auto" and k * DENSE_SHARE >= ng
+    dense = dense_topk(screen, k, ng)
     scr = Screen(choose(screen, queries.dtype), queries.shape[1])
     n_gc = -(-ng // chunk_gallery)
     if exclude is not None:

@@ -434,7 +434,9 @@ def rank_metrics(
     else:
         chunk = _device_chunk(device_chunk, device)
         bar = cpu._progress(-(-len(q) // chunk) * -(-len(g) // chunk), progress, "retrieval")
-        above, run = _count(backend, forced, device, _triton_dtype(q, g, device), chunk, q, g, pos, offset, 0, None, bar)
+        above, run = _count(
+            backend, forced, device, _triton_dtype(q, g, device), chunk, q, g, pos, offset, 0, None, bar
+        )
         if bar is not None:
             bar.close()
         meta = _device_meta([run], group)

@@ -123,6 +123,17 @@ def choose(screen: str | None, dtype: torch.dtype) -> str:
     return s
 
 
+# Top-k with k at least 1/DENSE_SHARE of the gallery scores every pair exactly in dense blocked tiles (no screen):
+# the members alone would need exact scores for that many pairs, one scattered column at a time, on top of the
+# screen's GEMM (the measured crossover on a 2-core AVX2 machine: README "Dense exact top-k").
+DENSE_SHARE = 6
+
+
+def dense_topk(screen: str | None, k: int, n_gallery: int) -> bool:
+    """Whether a CPU top-k runs the dense exact tiles: with the automatic screen, k >= n_gallery / DENSE_SHARE."""
+    return requested(screen) == "auto" and k * DENSE_SHARE >= n_gallery
+
+
 def describe() -> str:
     """The screen this machine's CPU engine takes for fp32 inputs, and why (``vlkernels info``)."""
     name = choose(None, torch.float32)
@@ -135,7 +146,8 @@ def describe() -> str:
         why = "bf16 hardware, but torch's bf16 matmul measured no faster"
     else:
         why = "no bf16 hardware (amx_bf16 / avx512_bf16)"
-    return f"{name} ({why}; exact ranks either way)"
+    dense = f"; top-k with k >= gallery / {DENSE_SHARE} scores every pair exactly" if not forced else ""
+    return f"{name} ({why}; exact ranks either way{dense})"
 
 
 @dataclasses.dataclass
