@@ -647,12 +647,11 @@ void launch_exact_tile(const double* q, int64_t stride_q, int64_t rows, const do
 #endif
   parallel_for(blocks, 1, [&](int64_t b0, int64_t b1) {
 #if VLK_X86_MULTIVERSION
-    if (avx2) {
-      if (products_exact) return exact_tile_avx2<true>(q, stride_q, rows, g, stride_g, cols, dim, out, stride_out, b0, b1);
-      return exact_tile_avx2<false>(q, stride_q, rows, g, stride_g, cols, dim, out, stride_out, b0, b1);
-    }
+    if (avx2 && products_exact)
+      return exact_tile_avx2<true>(q, stride_q, rows, g, stride_g, cols, dim, out, stride_out, b0, b1);
+    if (avx2) return exact_tile_avx2<false>(q, stride_q, rows, g, stride_g, cols, dim, out, stride_out, b0, b1);
 #endif
-    // Portable build: never a fused multiply-add (fp64 products must round; for fp32 it could not change a bit).
+    // Without AVX2 + FMA: no fused multiply-add (fp64 products must round; for fp32 it could not change a bit).
     exact_tile_impl<false>(q, stride_q, rows, g, stride_g, cols, dim, out, stride_out, b0, b1);
   });
 }
