@@ -256,7 +256,16 @@ def test_cli_ctrl_c_exits_130(tmp_path):
     (tmp_path / "gt.json").write_text(json.dumps({"text_to_image": list(range(60_000))}))
     argv = [sys.executable, "-m", "vlkernels.cli", "retrieval", "--images", str(tmp_path / "img.npy")]
     argv += ["--texts", str(tmp_path / "txt.npy"), "--gt", str(tmp_path / "gt.json"), "--progress"]
-    proc = subprocess.Popen([*argv, "--block-images", "8192"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def as_from_a_shell() -> None:
+        # A user's shell starts the CLI with SIGINT at its default disposition and unblocked; a test worker may pass
+        # it on ignored or blocked (then Python installs no KeyboardInterrupt handler, or never sees the signal).
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+    proc = subprocess.Popen(
+        [*argv, "--block-images", "8192"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=as_from_a_shell
+    )
     try:
 
         def read_until(marker: bytes, seen: bytes = b"") -> bytes:
