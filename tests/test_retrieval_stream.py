@@ -16,7 +16,7 @@ from vlkernels.retrieval import Positives, evaluate
 from vlkernels.retrieval.metrics import metrics_from_ranks
 from vlkernels.retrieval.reference import evaluate_ref, exact_scores_ref, ranks_ref, topk_ref
 from vlkernels.retrieval.stream import evaluate_stream
-from vlkernels.testing import check_interrupts
+from vlkernels.testing import check_interrupts, sigint_as_from_a_shell
 
 
 def _data(n_img=31, per=5, d=12, seed=0):
@@ -256,15 +256,11 @@ def test_cli_ctrl_c_exits_130(tmp_path):
     (tmp_path / "gt.json").write_text(json.dumps({"text_to_image": list(range(60_000))}))
     argv = [sys.executable, "-m", "vlkernels.cli", "retrieval", "--images", str(tmp_path / "img.npy")]
     argv += ["--texts", str(tmp_path / "txt.npy"), "--gt", str(tmp_path / "gt.json"), "--progress"]
-
-    def as_from_a_shell() -> None:
-        # A user's shell starts the CLI with SIGINT at its default disposition and unblocked; a test worker may pass
-        # it on ignored or blocked (then Python installs no KeyboardInterrupt handler, or never sees the signal).
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-
     proc = subprocess.Popen(
-        [*argv, "--block-images", "8192"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=as_from_a_shell
+        [*argv, "--block-images", "8192"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=sigint_as_from_a_shell,
     )
     try:
 

@@ -278,10 +278,18 @@ class interpreter_blas_dot:
         return False
 
 
+def sigint_as_from_a_shell() -> None:
+    """``preexec_fn`` of a child that a test interrupts: SIGINT at its default disposition and unblocked, as a
+    user's shell starts a program. A test worker may pass it on ignored or blocked; then Python installs no
+    KeyboardInterrupt handler, or never sees the signal."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 _INTERRUPT_PROTOCOL = """
-import signal, time
-# Python's own SIGINT handler, whatever this process inherited (pytest-xdist workers pass SIGINT on as ignored).
-signal.signal(signal.SIGINT, signal.default_int_handler)
+import time
 {setup}
 for _call in {calls!r}:
     print("ready", flush=True)
@@ -324,6 +332,7 @@ def check_interrupts(
         stdout=subprocess.PIPE,
         stderr=err,
         bufsize=0,
+        preexec_fn=sigint_as_from_a_shell,
     )
     pending = b""
 

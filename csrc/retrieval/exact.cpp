@@ -35,6 +35,11 @@ constexpr int64_t kColBlock = 64;
 constexpr double kSlack = 0x1p-50;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
+// The definition's final sum of the eight lanes: ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7)).
+VLK_INLINE double lane_tree(const double* a) {
+  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+}
+
 template <typename TA, typename TB>
 VLK_INLINE double exact_dot(const TA* a, const TB* b, int64_t dim) {
   double acc[kLanes] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -42,7 +47,7 @@ VLK_INLINE double exact_dot(const TA* a, const TB* b, int64_t dim) {
   for (; d + kLanes <= dim; d += kLanes)
     for (int l = 0; l < kLanes; ++l) acc[l] += static_cast<double>(a[d + l]) * static_cast<double>(b[d + l]);
   for (int l = 0; d + l < dim; ++l) acc[l] += static_cast<double>(a[d + l]) * static_cast<double>(b[d + l]);
-  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  return lane_tree(acc);
 }
 
 template <bool kFma>
@@ -89,9 +94,10 @@ VLK_INLINE void exact_dots4(const double* xd, const Y* col_data, int64_t stride_
     a2[l] = madd<kFma>(x, static_cast<double>(y2[d + l]), a2[l]);
     a3[l] = madd<kFma>(x, static_cast<double>(y3[d + l]), a3[l]);
   }
-  double* acc[4] = {a0, a1, a2, a3};
-  for (int p = 0; p < 4; ++p)
-    out[p] = ((acc[p][0] + acc[p][1]) + (acc[p][2] + acc[p][3])) + ((acc[p][4] + acc[p][5]) + (acc[p][6] + acc[p][7]));
+  out[0] = lane_tree(a0);
+  out[1] = lane_tree(a1);
+  out[2] = lane_tree(a2);
+  out[3] = lane_tree(a3);
 }
 
 // Exact scores of row x against columns js[0..n) of fp32 data (Y = float) or of the same data widened once
@@ -146,9 +152,10 @@ VLK_INLINE void exact_dots2x2(const double* x0, const double* x1, const double* 
     a10[l] = madd<kFma>(x1[d + l], y0[d + l], a10[l]);
     a11[l] = madd<kFma>(x1[d + l], y1[d + l], a11[l]);
   }
-  double* acc[4] = {a00, a01, a10, a11};
-  for (int p = 0; p < 4; ++p)
-    out[p] = ((acc[p][0] + acc[p][1]) + (acc[p][2] + acc[p][3])) + ((acc[p][4] + acc[p][5]) + (acc[p][6] + acc[p][7]));
+  out[0] = lane_tree(a00);
+  out[1] = lane_tree(a01);
+  out[2] = lane_tree(a10);
+  out[3] = lane_tree(a11);
 }
 
 // Rows and columns of a dense exact tile handled per block: 32 rows and 64 columns of D = 512 float64 are 384 KiB,

@@ -186,14 +186,21 @@ def count_stream(
             if bar is not None:
                 bar.update(1)
         above[torch.from_numpy(plan.pairs).to(device)] = plan.take(out, slot_major=False)
-    return above.cpu().numpy(), stats(kernels, getattr(ker, "rechecked", None), int(mine.sum()) * n_g, ker)
+    return above.cpu().numpy(), stats(kernels, int(mine.sum()) * n_g, ker)
 
 
-def stats(path: str, rechecked: int | None, decisions: int, ker=None) -> dict:
-    """What a device call ran: the path, and (Triton: a certified screen, named by ``ScreenCount.screen``) its
-    exact re-checks among its decisions; the torch path compares its own fp32 scores, so it has no re-checks to
-    report (None)."""
-    return {"path": path, "screen": getattr(ker, "screen", None), "rechecked_pairs": rechecked, "decisions": decisions}
+def stats(path: str, decisions: int, ker=None) -> dict:
+    """What a device call ran: the path, and on the Triton path the screen (``ScreenCount``: its name and exact
+    re-checks, none when the call had nothing to do) among its decisions; the torch path compares its own fp32
+    scores, so it has no screen or re-checks to report (None)."""
+    if path == "torch":
+        return {"path": path, "screen": None, "rechecked_pairs": None, "decisions": decisions}
+    return {
+        "path": path,
+        "screen": getattr(ker, "screen", None),
+        "rechecked_pairs": getattr(ker, "rechecked", 0),
+        "decisions": decisions,
+    }
 
 
 def exact_dtype(queries: Embeddings, gallery: Embeddings, dtype: torch.dtype) -> torch.dtype:
@@ -230,16 +237,16 @@ def topk_stream(
         vals = torch.full((n_q, k), float("-inf"), dtype=torch.float64, device=device)
         idx = torch.full((n_q, k), -1, dtype=torch.int64, device=device)
         if n_q == 0 or k == 0:
-            return vals, idx, stats(kernels, 0, 0)
+            return vals, idx, stats(kernels, 0)
         bar = cpu._progress(2 * -(-n_q // chunk) * -(-n_g // chunk), progress, "top-k")
         vals, idx, ker = screen.topk_stream(queries, gallery, k, exclude, offset, ed, device, chunk, bar)
         if bar is not None:
             bar.close()
-        return vals, idx, stats(kernels, ker.rechecked, n_q * n_g, ker)
+        return vals, idx, stats(kernels, n_q * n_g, ker)
     vals = torch.full((n_q, k), float("-inf"), dtype=torch.float32, device=device)
     idx = torch.full((n_q, k), -1, dtype=torch.int64, device=device)
     if n_q == 0 or k == 0:
-        return vals, idx, stats(kernels, None, 0)
+        return vals, idx, stats(kernels, 0)
     has_ex = exclude is not None and len(exclude.indices) > 0
     bar = cpu._progress(-(-n_q // chunk) * -(-n_g // chunk), progress, "top-k")
     for q0 in range(0, n_q, chunk):
@@ -259,7 +266,7 @@ def topk_stream(
         vals[q0:q1], idx[q0:q1] = decode_keys(best)
     if bar is not None:
         bar.close()
-    return vals, idx, stats(kernels, None, n_q * n_g)
+    return vals, idx, stats(kernels, n_q * n_g)
 
 
 def _merge_matmul(best: torch.Tensor, q: torch.Tensor, g: torch.Tensor, index0: int, g0: int, ex) -> None:
