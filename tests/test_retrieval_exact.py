@@ -237,7 +237,7 @@ def test_non_finite_refused_by_name(bad):
 @pytest.mark.parametrize("screen", [None, "fp32"])
 @pytest.mark.parametrize("kind", ["gauss", "duplicates", "ulp", "integers", "mixed_scale", "denormal"])
 def test_topk_large_k_and_many_row_groups_equals_exact_brute_force(kind, screen):
-    """Top-k past one group of rows and one block of columns of the C++ selection (64 x 64), k from a few to
+    """Top-k past one group of rows (64) and one block of columns of the C++ selection, k from a few to
     nearly the whole gallery, with exclusions: the screened path (every member re-checked at large k, the
     widened-column path) and, with the automatic screen at k >= 1/DENSE_SHARE of the gallery, the dense exact
     tiles."""
@@ -257,6 +257,24 @@ def test_topk_large_k_and_many_row_groups_equals_exact_brute_force(kind, screen)
             assert (res.meta["screen"] == "exact") == dense, res.meta
             if dense:
                 assert res.meta["rechecked_fraction"] == 1.0
+
+
+def test_topk_excluded_runs_and_negative_rows_equal_exact_brute_force():
+    """The selection's lower bound of each row's k-th best screened score (maxima of blocks of the row) skips the
+    excluded pairs and orders negative scores: queries whose gallery is excluded in long runs (whole blocks, rows left
+    with fewer than k), rows of only negative scores, k from 1 to past what is left."""
+    rng = np.random.default_rng(13)
+    g = torch.from_numpy(np.abs(rng.standard_normal((400, 24))).astype(np.float32))
+    q = torch.from_numpy(rng.standard_normal((130, 24)).astype(np.float32))
+    q[:65] = -q[:65].abs()  # every score of these rows is negative
+    runs = [(i, j) for i in range(0, 130, 2) for j in range(3 * i, min(400, 3 * i + 350))]
+    ex = Positives.from_pairs(*map(np.array, zip(*runs)), 130, 400, queries=[])
+    for k in (1, 7, 40, 60):
+        for exclude in (None, ex):
+            got = topk(q, g, k, exclude, chunk_queries=130, chunk_gallery=400, screen="fp32")
+            rv, ri = topk_ref(q, g, k, exclude=exclude)
+            assert torch.equal(got[1], ri), (k, exclude is not None)
+            assert torch.equal(got[0], rv.float())
 
 
 def test_topk_dense_path_across_gallery_chunks_row_slices_and_fp64():

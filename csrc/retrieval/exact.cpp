@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <type_traits>
@@ -403,16 +404,69 @@ VLK_INLINE int32_t count_at_least(const S* s, int64_t n, S t) {
   return c;
 }
 
+// Integer keys ordered as the scores are, NaN (an exclusion) below every number: integer arithmetic only, so the
+// loops over keys vectorise (a NaN-aware float maximum does not).
+template <typename S>
+using OrderKey = std::conditional_t<sizeof(S) == 4, int32_t, int64_t>;
+template <typename S>
+VLK_INLINE OrderKey<S> order_key(S v) {
+  using K = OrderKey<S>;
+  constexpr K kMag = std::numeric_limits<K>::max();
+  constexpr K kInfBits = sizeof(S) == 4 ? K{0x7f800000} : static_cast<K>(0x7ff0000000000000LL);
+  K i;
+  std::memcpy(&i, &v, sizeof(K));
+  const K key = i >= 0 ? i : (i ^ kMag);  // negative numbers: larger magnitude, smaller key
+  return (i & kMag) > kInfBits ? std::numeric_limits<K>::min() : key;
+}
+template <typename S>
+VLK_INLINE S from_order_key(OrderKey<S> key) {
+  using K = OrderKey<S>;
+  const K i = key >= 0 ? key : (key ^ std::numeric_limits<K>::max());
+  S v;
+  std::memcpy(&v, &i, sizeof(K));
+  return v;
+}
+
+// A lower bound of the k-th largest of s[0..n) (NaN skipped; -inf when fewer than k numbers): the k-th largest of
+// the maxima of at least 2k disjoint blocks, as k distinct entries are at least that large. Two vectorised passes
+// (keys, block maxima) in place of a heap of the k best updated entry by entry.
+template <typename S>
+VLK_INLINE S kth_lower_bound(const S* s, int64_t n, int64_t k, std::vector<OrderKey<S>>& keys) {
+  using K = OrderKey<S>;
+  constexpr S kNone = -std::numeric_limits<S>::infinity();
+  if (k <= 0 || n < k) return kNone;
+  const int64_t width = std::clamp<int64_t>(n / (2 * k), 1, kColBlock);
+  const int64_t blocks = (n + width - 1) / width;
+  if (blocks < k) return kNone;
+  keys.resize(static_cast<size_t>(n + blocks));
+  K* key = keys.data();
+  K* maxima = key + n;
+  for (int64_t j = 0; j < n; ++j) key[j] = order_key(s[j]);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t j0 = b * width, j1 = std::min(n, j0 + width);
+    K m = std::numeric_limits<K>::min();
+    for (int64_t j = j0; j < j1; ++j) m = std::max(m, key[j]);
+    maxima[b] = m;
+  }
+  std::nth_element(maxima, maxima + (k - 1), maxima + blocks, std::greater<K>());
+  const K kth = maxima[k - 1];
+  return kth == std::numeric_limits<K>::min() ? kNone : from_order_key<S>(kth);
+}
+
 // Rows of a top-k tile handled together: their candidates' exact scores are computed one block of columns at a
 // time, so the block's data stays in cache while every row of the group reads it (k in the thousands re-checks
-// nearly every pair).
+// nearly every pair). The block is as wide as gives each row about kTopkPerBlock candidates in it (at least
+// kTopkCols columns): narrower, a row's few candidates per block would be padded to the four-column pass and its
+// widened data reloaded block after block (at k = 100 that cost more than the scores themselves).
 constexpr int64_t kTopkRows = 64;
 constexpr int64_t kTopkCols = 64;
+constexpr int64_t kTopkPerBlock = 16;
 
-// certified_topk_update. Per row: the screened scores pass a threshold that rises with the floor and with the k-th
-// best screened score seen (a heap; minus twice the row's coarse bound), 64-column blocks skipped after one
-// vectorised count, so only a buffer of plausible candidates is kept; those get their own bounds, the floor rises to
-// the k-th best lower bound, and the ones whose upper bound reaches it get their exact score.
+// certified_topk_update. Per row: the screened scores pass a threshold, the floor or a lower bound of the k-th best
+// screened score (kth_lower_bound) minus twice the row's coarse bound, 64-column blocks skipped after one vectorised
+// count, so only a buffer of plausible candidates is kept; the buffer's k-th best screened score raises the
+// threshold; the survivors get their own bounds, the floor rises to the k-th best lower bound, and the ones whose
+// upper bound reaches it get their exact score.
 template <typename S, typename T, bool kFma>
 VLK_INLINE int64_t certified_topk_impl(const TileArgs<S, T>& a, int64_t c0, int64_t k, double* vals, int64_t* idx,
                                        double* floor) {
@@ -431,6 +485,7 @@ VLK_INLINE int64_t certified_topk_impl(const TileArgs<S, T>& a, int64_t c0, int6
   const size_t k_sz = static_cast<size_t>(k);
   std::vector<Screened> buf;
   std::vector<S> top;
+  std::vector<OrderKey<S>> maxima;
   std::vector<double> low;
   std::vector<Cand> cand;
   std::vector<uint8_t> flag(static_cast<size_t>(a.cols));
@@ -438,6 +493,7 @@ VLK_INLINE int64_t certified_topk_impl(const TileArgs<S, T>& a, int64_t c0, int6
   std::vector<std::vector<double>> ex(kTopkRows);
   std::vector<double> fls(kTopkRows), xd(static_cast<size_t>(kTopkRows * a.dim)), yd;
   std::vector<size_t> at(kTopkRows);
+  std::vector<int64_t> in_blk;
   int64_t rechecked = 0;
   for (int64_t r0 = 0; r0 < a.rows; r0 += kTopkRows) {
     check_interrupt();
@@ -452,30 +508,25 @@ VLK_INLINE int64_t certified_topk_impl(const TileArgs<S, T>& a, int64_t c0, int6
       const double bmax = row_coarse(a.rt, i, cm, a.rel, a.rel > 0 ? abs_max(srow, a.cols) : 0.0);
       // A screened score below thr has an upper bound below the floor (or below k candidates' lower bounds).
       S thr = lower<S>(lower<double>(fl, bmax), 0.0);
-      // top: min-heap of the k best screened scores seen; once full, k candidates score at least top - bmax, so
-      // one whose screened score is below top - 2 bmax cannot enter.
-      top.clear();
+      // k candidates score at least kth - bmax (kth: at most the k-th best screened score), so one whose screened
+      // score is below kth - 2 bmax cannot enter.
+      auto raise = [&](S kth) {
+        if (kth > -std::numeric_limits<S>::infinity())
+          thr = std::max(thr, lower<S>(lower<double>(static_cast<double>(kth), bmax), bmax));
+      };
+      raise(kth_lower_bound(srow, a.cols, k, maxima));
       buf.clear();
       for (int64_t j0 = 0; j0 < a.cols; j0 += kColBlock) {
         const int64_t w = std::min(kColBlock, a.cols - j0);
         if (count_at_least(srow + j0, w, thr) == 0) continue;
-        for (int64_t j = j0; j < j0 + w; ++j) {
-          const S v = srow[j];
-          if (!(v >= thr)) continue;  // below the threshold, or excluded (NaN)
-          buf.push_back({v, j});
-          if (top.size() < k_sz) {
-            top.push_back(v);
-            std::push_heap(top.begin(), top.end(), std::greater<S>());
-            if (top.size() < k_sz) continue;
-          } else if (v > top.front()) {
-            std::pop_heap(top.begin(), top.end(), std::greater<S>());
-            top.back() = v;
-            std::push_heap(top.begin(), top.end(), std::greater<S>());
-          } else {
-            continue;
-          }
-          thr = std::max(thr, lower<S>(lower<double>(static_cast<double>(top.front()), bmax), bmax));
-        }
+        for (int64_t j = j0; j < j0 + w; ++j)
+          if (srow[j] >= thr) buf.push_back({srow[j], j});  // NaN (excluded) compares false
+      }
+      if (buf.size() >= k_sz) {
+        top.clear();
+        for (const Screened& c : buf) top.push_back(c.v);
+        std::nth_element(top.begin(), top.begin() + (k - 1), top.end(), std::greater<S>());
+        raise(top[k_sz - 1]);
       }
       // The floor rises to the k-th largest of the kept exact scores and the candidates' own lower bounds: k
       // distinct candidates score at least that much, so anything whose upper bound is below it cannot enter.
@@ -520,8 +571,13 @@ VLK_INLINE int64_t certified_topk_impl(const TileArgs<S, T>& a, int64_t c0, int6
     rechecked += group_cands;
     // Exact scores, one block of columns at a time for the whole group.
     std::fill(at.begin(), at.end(), 0);
-    for (int64_t b0 = 0; group_cands > 0 && b0 < a.cols; b0 += kTopkCols) {
-      const int64_t b1 = std::min(a.cols, b0 + kTopkCols);
+    const int64_t width =
+        group_cands == 0 ? a.cols
+                         : std::clamp((kTopkPerBlock * a.cols * nr / group_cands + kTopkCols - 1) / kTopkCols *
+                                          kTopkCols,
+                                      kTopkCols, std::max(a.cols, kTopkCols));
+    for (int64_t b0 = 0; group_cands > 0 && b0 < a.cols; b0 += width) {
+      const int64_t b1 = std::min(a.cols, b0 + width);
       size_t in_block = 0;
       for (int64_t g = 0; g < nr; ++g) {
         size_t e = at[g];
@@ -548,9 +604,9 @@ VLK_INLINE int64_t certified_topk_impl(const TileArgs<S, T>& a, int64_t c0, int6
         double* out = ex[g].data() + e0;
         if constexpr (std::is_same_v<T, float>) {
           if (widen) {
-            int64_t in_blk[kTopkCols];  // block-relative columns of the widened copy
+            in_blk.resize(static_cast<size_t>(n));  // block-relative columns of the widened copy
             for (int64_t e = 0; e < n; ++e) in_blk[e] = rj[e0 + e] - b0;
-            exact_dots_f32<kFma>(xd.data() + g * a.dim, yd.data(), a.dim, a.dim, in_blk, n, out);
+            exact_dots_f32<kFma>(xd.data() + g * a.dim, yd.data(), a.dim, a.dim, in_blk.data(), n, out);
           } else {
             exact_dots_f32<kFma>(xd.data() + g * a.dim, a.col_data, a.stride_c, a.dim, rj.data() + e0, n, out);
           }
