@@ -35,6 +35,7 @@ SANITIZED_TESTS = [
     "tests/test_captioning_files.py",
     "tests/test_retrieval.py",
     "tests/test_retrieval_edges.py",
+    "tests/test_retrieval_exact.py",
     "tests/test_parallel.py",
     "tests/test_interrupt.py",
     "tests/test_detection.py",
