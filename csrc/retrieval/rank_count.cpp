@@ -38,11 +38,15 @@ void launch_topk_update(const T* s, int64_t rows, int64_t cols, int64_t stride_r
     for (int64_t i = begin; i < end; ++i) {
       T* rv = vals + i * k;
       int64_t* ri = idx + i * k;
+      // The running set without its empty slots (index -1): the first tile of a large k then selects among its own
+      // entries only. Its worst member is at position k - 1 (every write below keeps it there).
       buf.clear();
-      for (int64_t t = 0; t < k; ++t) buf.push_back({rv[t], ri[t]});
+      for (int64_t t = 0; t < k; ++t)
+        if (ri[t] >= 0) buf.push_back({rv[t], ri[t]});
       // The running worst only tightens: candidates are collected until the buffer holds 2k (or 64), then cut back
-      // to the best k, so most of a tile is rejected by one comparison.
-      Cand<T> worst = buf.back();
+      // to the best k, so most of a tile is rejected by one comparison. Until k are held every candidate enters.
+      const Cand<T> none{-std::numeric_limits<T>::infinity(), -1};
+      Cand<T> worst = static_cast<int64_t>(buf.size()) == k ? buf.back() : none;
       const size_t cap = static_cast<size_t>(std::max<int64_t>(2 * k, 64));
       bool changed = false;
       const T* row = s + i * stride_row;
@@ -60,10 +64,11 @@ void launch_topk_update(const T* s, int64_t rows, int64_t cols, int64_t stride_r
         }
       }
       if (!changed) continue;
-      std::nth_element(buf.begin(), buf.begin() + (k - 1), buf.end(), better<T>);
+      const int64_t m = std::min<int64_t>(k, static_cast<int64_t>(buf.size()));
+      std::nth_element(buf.begin(), buf.begin() + (m - 1), buf.end(), better<T>);
       for (int64_t t = 0; t < k; ++t) {
-        rv[t] = buf[t].v;
-        ri[t] = buf[t].i;
+        rv[t] = t < m ? buf[t].v : none.v;
+        ri[t] = t < m ? buf[t].i : none.i;
       }
     }
   });
