@@ -436,8 +436,7 @@ VLK_INLINE S kth_lower_bound(const S* s, int64_t n, int64_t k, std::vector<Order
   constexpr S kNone = -std::numeric_limits<S>::infinity();
   if (k <= 0 || n < k) return kNone;
   const int64_t width = std::clamp<int64_t>(n / (2 * k), 1, kColBlock);
-  const int64_t blocks = (n + width - 1) / width;
-  if (blocks < k) return kNone;
+  const int64_t blocks = (n + width - 1) / width;  // >= k: n >= k blocks of one, else at least 2k blocks
   keys.resize(static_cast<size_t>(n + blocks));
   K* key = keys.data();
   K* maxima = key + n;
@@ -484,7 +483,7 @@ VLK_INLINE int64_t certified_topk_impl(const TileArgs<S, T>& a, int64_t c0, int6
   const Maxima cm(a.ct, 0, a.cols);
   const size_t k_sz = static_cast<size_t>(k);
   std::vector<Screened> buf;
-  std::vector<S> top;
+  std::vector<S> buf_v;  // the buffer's screened scores, for its k-th best
   std::vector<OrderKey<S>> maxima;
   std::vector<double> low;
   std::vector<Cand> cand;
@@ -523,10 +522,10 @@ VLK_INLINE int64_t certified_topk_impl(const TileArgs<S, T>& a, int64_t c0, int6
           if (srow[j] >= thr) buf.push_back({srow[j], j});  // NaN (excluded) compares false
       }
       if (buf.size() >= k_sz) {
-        top.clear();
-        for (const Screened& c : buf) top.push_back(c.v);
-        std::nth_element(top.begin(), top.begin() + (k - 1), top.end(), std::greater<S>());
-        raise(top[k_sz - 1]);
+        buf_v.clear();
+        for (const Screened& c : buf) buf_v.push_back(c.v);
+        std::nth_element(buf_v.begin(), buf_v.begin() + (k - 1), buf_v.end(), std::greater<S>());
+        raise(buf_v[k_sz - 1]);
       }
       // The floor rises to the k-th largest of the kept exact scores and the candidates' own lower bounds: k
       // distinct candidates score at least that much, so anything whose upper bound is below it cannot enter.
