@@ -84,6 +84,22 @@ def _fuzz_child(driver: str, args: list[str], log_path: Path) -> None:
         ctypes.CDLL(None).exit(e.code if isinstance(e.code, int) else 1)
 
 
+# What a finding looks like in a target's log: libFuzzer's, ASan's and UBSan's reports, and Python's.
+_REPORT = re.compile(r"==\d+== ?ERROR|ERROR: libFuzzer|runtime error:|deadly signal|Uncaught Python exception")
+
+
+def _is_finding(exitcode: int | None, log: str, crashes: Path) -> bool:
+    """A saved crash input, a report in the log, or a target that did not reach libFuzzer's closing "Done N runs".
+
+    libFuzzer ends a finished run with C's exit(0), which then runs the static destructors of every library the fork
+    server loaded; a non-zero status after "Done" with no report and no saved input comes from that teardown, not from
+    an input: it is printed, not counted.
+    """
+    saved = any(not p.name.startswith("slow-unit-") for p in crashes.iterdir())
+    finished = re.search(r"^Done \d+ runs in", log, re.MULTILINE) is not None
+    return saved or _REPORT.search(log) is not None or not finished or exitcode is None
+
+
 def run_target(path: Path, seconds: float, extra: list[str], workdir: Path | None = None) -> dict:
     """Fuzz one target for `seconds`; returns its figures and libFuzzer's exit code (0: no finding)."""
     workdir = workdir or HERE
@@ -115,6 +131,7 @@ def run_target(path: Path, seconds: float, extra: list[str], workdir: Path | Non
     return {
         "target": name,
         "returncode": proc.exitcode,
+        "finding": _is_finding(proc.exitcode, log, crashes),
         "seconds": round(time.monotonic() - start, 1),
         "executions": int(execs.group(1)) if execs else None,
         "coverage": int(cov[-1][0]) if cov else None,
@@ -146,12 +163,12 @@ def main(argv: list[str] | None = None) -> int:
     with ThreadPoolExecutor(a.jobs) as pool:
         results = pool.map(lambda path: run_target(path, a.seconds, extra, a.workdir), targets(a.names))
     for res in results:
-        ok = res["returncode"] == 0
+        ok = not res["finding"]
         failed += not ok
         print(
             f"{res['target']:<20} {'ok' if ok else 'FINDING'}  {res['executions']} executions in {res['seconds']} s, "
             f"cov {res['coverage']} ft {res['features']}, corpus {res['corpus']}, crashes {len(res['crashes'])}, "
-            f"slow units {len(res['slow'])}"
+            f"slow units {len(res['slow'])}, exit status {res['returncode']}"
         )
         if not ok:
             print(res["log_tail"])
