@@ -277,20 +277,25 @@ def test_topk_excluded_runs_and_negative_rows_equal_exact_brute_force():
             assert torch.equal(got[0], rv.float())
 
 
-def test_topk_dense_path_across_gallery_chunks_row_slices_and_fp64():
-    """The dense exact path with several gallery chunks, row slices of DENSE_ROWS and query chunks, fp32 and
-    fp64 inputs, exclusions in every chunk: equal to the float64 brute force and to the screened path."""
+@pytest.mark.parametrize("k", [32, 40, 90])
+@pytest.mark.parametrize("max_chunk", [None, 16])
+def test_topk_dense_path_across_gallery_chunks_row_slices_and_fp64(k, max_chunk, monkeypatch):
+    """The dense exact path with one or several gallery chunks (a chunk of 2k, or capped below k so that the first
+    chunks' candidates all stay), row slices of DENSE_ROWS and query chunks, fp32 and fp64 inputs, exclusions in
+    every chunk: equal to the float64 brute force and to the screened path."""
+    if max_chunk is not None:
+        monkeypatch.setattr(cpu, "DENSE_MAX_CHUNK", max_chunk)
     rng = np.random.default_rng(12)
     for dt in (np.float32, np.float64):
         q = torch.from_numpy(_adversarial("duplicates", cpu.DENSE_ROWS + 37, 21, rng, dt))
         g = torch.from_numpy(_adversarial("duplicates", 90, 21, rng, dt))
         q[:20] = g[:20]
         ex = Positives.from_pairs(np.arange(len(q)), rng.integers(0, 90, len(q)), len(q), 90, queries=[])
-        got = topk(q, g, 40, ex, chunk_queries=100, chunk_gallery=32)
-        rv, ri = topk_ref(q, g, 40, exclude=ex)
+        got = topk(q, g, k, ex, chunk_queries=100, chunk_gallery=32)
+        rv, ri = topk_ref(q, g, k, exclude=ex)
         assert got.meta["screen"] == "exact"
         assert torch.equal(got[1], ri) and torch.equal(got[0], rv.to(got[0].dtype))
-        plain = topk(q, g, 40, ex, chunk_queries=100, chunk_gallery=32, screen="fp32")
+        plain = topk(q, g, k, ex, chunk_queries=100, chunk_gallery=32, screen="fp32")
         assert plain.meta["screen"] != "exact"
         assert torch.equal(plain[1], got[1]) and torch.equal(plain[0], got[0])
 
@@ -308,3 +313,34 @@ def test_norms_are_upper_bounds(kind):
     assert np.all(got[finite] >= exact[finite] * (1 + 2.0**-40))
     assert np.all(got[finite] <= exact[finite] * (1 + 1e-3) + np.sqrt(515 * 2.0**-126) * 1.01)
     assert np.all(exact[~finite] > 2.0**60)
+
+
+@pytest.mark.parametrize("k", [7, 255, 256, 300, 4096])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_sort_order_equals_a_plain_sort(k, dtype):
+    """Rows sorted by score descending, then index ascending, empty slots (index -1) last: against Python's sort, on
+    rows of heavy ties, -0 beside +0, infinities, magnitudes of every exponent and empties (both the comparison sort
+    of short rows and the radix sort of long ones)."""
+    rng = np.random.default_rng(k)
+    rows = 6
+    pool = np.array([0.0, -0.0, 1.5, -1.5, np.inf, -np.inf, 1e-300, -1e-300, 3e38, 2.0**-140])
+    vals = np.where(
+        rng.random((rows, k)) < 0.4,
+        rng.choice(pool, (rows, k)),
+        rng.standard_normal((rows, k)) * 10.0 ** rng.integers(-30, 30, (rows, k)),
+    )
+    vals = torch.from_numpy(vals).to(dtype)
+    vals[1] = vals[1, 0]  # one row of a single score
+    vals[2, : k // 2] = float("-inf")  # half empty
+    idx = torch.from_numpy(np.stack([rng.permutation(10 * k)[:k] for _ in range(rows)])).long()
+    idx[2, : k // 2] = -1
+    got_v, got_i = cpu.sort_topk(vals, idx)
+    for r in range(rows):
+        pairs = sorted(zip(vals[r].tolist(), idx[r].tolist()), key=lambda p: (-p[0], p[1] < 0, p[1]))
+        assert got_i[r].tolist() == [i for _, i in pairs]
+        # Bit for bit: -0 and +0 keep their own signs.
+        want_v = torch.tensor([v for v, _ in pairs], dtype=dtype)
+        assert torch.equal(
+            got_v[r].view(torch.int64 if dtype == torch.float64 else torch.int32),
+            want_v.view(torch.int64 if dtype == torch.float64 else torch.int32),
+        )

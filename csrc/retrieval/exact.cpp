@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <functional>
 #include <limits>
 #include <type_traits>
@@ -20,6 +19,7 @@
 
 #include "core/cpu_features.h"
 #include "core/parallel.h"
+#include "retrieval/order_key.h"
 
 // The per-score loops are compiled once portable and once for AVX2+FMA (csrc/core/cpu_features.h), chosen per call.
 // FMA only where it cannot change a bit: a product of two fp32 values is exact in float64, so fma(x, y, acc) rounds
@@ -402,29 +402,6 @@ VLK_INLINE int32_t count_at_least(const S* s, int64_t n, S t) {
   int32_t c = 0;
   for (int64_t j = 0; j < n; ++j) c += s[j] >= t;
   return c;
-}
-
-// Integer keys ordered as the scores are, NaN (an exclusion) below every number: integer arithmetic only, so the
-// loops over keys vectorise (a NaN-aware float maximum does not).
-template <typename S>
-using OrderKey = std::conditional_t<sizeof(S) == 4, int32_t, int64_t>;
-template <typename S>
-VLK_INLINE OrderKey<S> order_key(S v) {
-  using K = OrderKey<S>;
-  constexpr K kMag = std::numeric_limits<K>::max();
-  constexpr K kInfBits = sizeof(S) == 4 ? K{0x7f800000} : static_cast<K>(0x7ff0000000000000LL);
-  K i;
-  std::memcpy(&i, &v, sizeof(K));
-  const K key = i >= 0 ? i : (i ^ kMag);  // negative numbers: larger magnitude, smaller key
-  return (i & kMag) > kInfBits ? std::numeric_limits<K>::min() : key;
-}
-template <typename S>
-VLK_INLINE S from_order_key(OrderKey<S> key) {
-  using K = OrderKey<S>;
-  const K i = key >= 0 ? key : (key ^ std::numeric_limits<K>::max());
-  S v;
-  std::memcpy(&v, &i, sizeof(K));
-  return v;
 }
 
 // A lower bound of the k-th largest of s[0..n) (NaN skipped; -inf when fewer than k numbers): the k-th largest of

@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "core/cpu_features.h"
 #include "core/parallel.h"
+#include "retrieval/order_key.h"
 
 namespace vlk {
 namespace {
@@ -65,7 +68,10 @@ void launch_topk_update(const T* s, int64_t rows, int64_t cols, int64_t stride_r
       }
       if (!changed) continue;
       const int64_t m = std::min<int64_t>(k, static_cast<int64_t>(buf.size()));
-      std::nth_element(buf.begin(), buf.begin() + (m - 1), buf.end(), better<T>);
+      if (static_cast<int64_t>(buf.size()) > k)
+        std::nth_element(buf.begin(), buf.begin() + (m - 1), buf.end(), better<T>);
+      else  // every candidate stays: only the worst has to move last, one predictable pass
+        std::iter_swap(std::max_element(buf.begin(), buf.end(), better<T>), buf.end() - 1);
       for (int64_t t = 0; t < k; ++t) {
         rv[t] = t < m ? buf[t].v : none.v;
         ri[t] = t < m ? buf[t].i : none.i;
@@ -74,16 +80,71 @@ void launch_topk_update(const T* s, int64_t rows, int64_t cols, int64_t stride_r
   });
 }
 
+// Rows at least this long sort by radix: a comparison sort of random scores mispredicts about every other branch.
+constexpr int64_t kRadixMin = 256;
+
+// The top 32 bits of the order key of a score, complemented so that it ascends as the score descends (-0 keyed as
+// +0, since the two are equal scores). Distinct keys order their scores; equal keys (equal scores, or float64 scores
+// alike in their top 32 bits) are left to the full comparison.
+template <typename T>
+VLK_INLINE uint32_t sort_key(T v) {
+  using U = std::make_unsigned_t<OrderKey<T>>;
+  constexpr U kSign = U{1} << (8 * sizeof(U) - 1);
+  const U ascending = static_cast<U>(order_key<T>(v + T(0))) ^ kSign;
+  return ~static_cast<uint32_t>(ascending >> (8 * (sizeof(U) - 4)));
+}
+
+// The order of n candidates (better first) as positions into c: an LSD radix sort of (key << 32 | position), one key
+// byte a pass (a pass whose byte is the same in every key is skipped), then each run of equal keys by the full
+// comparison. Items of 8 bytes: a pass moves a third of what moving the candidates would.
+template <typename T>
+void radix_order(const Cand<T>* c, int64_t n, std::vector<uint64_t>& a, std::vector<uint64_t>& b) {
+  a.resize(static_cast<size_t>(n));
+  b.resize(static_cast<size_t>(n));
+  int64_t count[4][256] = {};
+  for (int64_t t = 0; t < n; ++t) {
+    const uint32_t key = sort_key(c[t].v);
+    a[t] = (static_cast<uint64_t>(key) << 32) | static_cast<uint64_t>(t);
+    for (int p = 0; p < 4; ++p) ++count[p][(key >> (8 * p)) & 0xff];
+  }
+  for (int p = 0; p < 4; ++p) {
+    const int shift = 32 + 8 * p;
+    if (count[p][(a[0] >> shift) & 0xff] == n) continue;
+    int64_t at = 0;
+    for (int d = 0; d < 256; ++d) std::swap(at, count[p][d]), at += count[p][d];
+    for (int64_t t = 0; t < n; ++t) b[count[p][(a[t] >> shift) & 0xff]++] = a[t];
+    a.swap(b);
+  }
+  for (int64_t t = 0; t < n;) {
+    int64_t e = t + 1;
+    while (e < n && (a[e] >> 32) == (a[t] >> 32)) ++e;
+    if (e - t > 1)
+      std::sort(a.begin() + t, a.begin() + e,
+                [c](uint64_t x, uint64_t y) { return better(c[x & 0xffffffffu], c[y & 0xffffffffu]); });
+    t = e;
+  }
+}
+
 template <typename T>
 void launch_topk_sort(T* vals, int64_t* idx, int64_t rows, int64_t k) {
   if (k <= 1) return;
   const int64_t grain = std::max<int64_t>(1, (1 << 14) / k);
   parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
     std::vector<Cand<T>> buf(static_cast<size_t>(k));
+    std::vector<uint64_t> a, b;
     for (int64_t i = begin; i < end; ++i) {
       T* rv = vals + i * k;
       int64_t* ri = idx + i * k;
       for (int64_t t = 0; t < k; ++t) buf[t] = {rv[t], ri[t]};
+      if (k >= kRadixMin && k <= std::numeric_limits<uint32_t>::max()) {
+        radix_order(buf.data(), k, a, b);
+        for (int64_t t = 0; t < k; ++t) {
+          const Cand<T>& c = buf[a[t] & 0xffffffffu];
+          rv[t] = c.v;
+          ri[t] = c.i;
+        }
+        continue;
+      }
       std::sort(buf.begin(), buf.end(), better<T>);
       for (int64_t t = 0; t < k; ++t) {
         rv[t] = buf[t].v;

@@ -29,6 +29,8 @@ from vlkernels.retrieval.screen import Screen, Side, choose, dense_topk, fits_fp
 
 # Query rows per dense tile: DENSE_ROWS x chunk_gallery float64 scores per worker (8 MiB at the default chunk).
 DENSE_ROWS = 256
+# Largest gallery chunk of the dense path: 16 MiB of float64 scores a worker, 32 MiB of widened gallery at D = 512.
+DENSE_MAX_CHUNK = 8192
 
 
 def _progress(total: int, enabled: bool, desc: str):
@@ -431,6 +433,10 @@ def topk_stream(
     if nq == 0 or k == 0:
         return top.vals, top.idx, _meta(set(), 0, 0)
     dense = dense_topk(screen, k, ng)
+    if dense:
+        # A gallery chunk of 2k (up to DENSE_MAX_CHUNK): each chunk's selection then keeps every candidate of a
+        # gallery up to that size (no partial selection), and otherwise cuts 3k to k.
+        chunk_gallery = max(chunk_gallery, min(2 * k, DENSE_MAX_CHUNK))
     scr = Screen(choose(screen, queries.dtype), queries.shape[1])
     n_gc = -(-ng // chunk_gallery)
     if exclude is not None:
