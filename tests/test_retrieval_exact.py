@@ -344,3 +344,49 @@ def test_sort_order_equals_a_plain_sort(k, dtype):
             got_v[r].view(torch.int64 if dtype == torch.float64 else torch.int32),
             want_v.view(torch.int64 if dtype == torch.float64 else torch.int32),
         )
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_torch_path_counting_equals_exact_brute_force(kind, dtype):
+    """The torch twin's counting (what a device without Triton runs; here on CPU tensors, sub-tiles crossing the
+    device chunks): its fp32 matmul screen re-checks what it cannot certify, so ranks equal the exact definition's
+    on near-ties, exact ties and extreme magnitudes, for fp32 and fp64 (narrowed) inputs."""
+    rng = np.random.default_rng(len(kind) + 50 * (dtype == np.float64))
+    d = 19
+    img = _adversarial(kind, 41, d, rng, dtype)
+    lab = rng.integers(0, 41, 97)
+    txt = img[lab] + _adversarial(kind, 97, d, rng, dtype) * (0.5 if kind != "ulp" else 0.0)
+    if kind in ("ulp", "duplicates", "integers"):
+        txt = np.concatenate([txt[:30], img[lab[30:]]]).astype(dtype)
+    img_t, txt_t = torch.from_numpy(img), torch.from_numpy(txt.astype(dtype))
+    got = evaluate(img_t, txt_t, lab, backend="torch", device_chunk=16, empty="skip")
+    t2i = Positives.from_labels(lab, 41)
+    want_t2i, want_i2t = _brute(img, txt.astype(dtype), t2i, t2i.transpose(allow_empty=True).without_empty()[0])
+    assert np.array_equal(got.ranks["text_to_image"].ranks, want_t2i.ranks)
+    assert np.array_equal(got.ranks["image_to_text"].ranks, want_i2t.ranks)
+    assert got.meta["path"] == "torch" and got.meta["screen"] == "fp32"
+    assert 0 <= got.meta["rechecked_fraction"] <= 1
+    _m, r = rank_metrics(txt_t, img_t, [[int(v)] for v in lab], backend="torch", device_chunk=16)
+    assert np.array_equal(r.ranks, want_t2i.ranks)
+
+
+def test_torch_path_counting_exact_when_fp32_matmuls_may_round_inputs():
+    """With torch allowed to compute fp32 matmuls in reduced precision the bound widens (inputs rounded as bf16):
+    still the exact ranks, with more pairs re-checked."""
+    rng = np.random.default_rng(3)
+    img = _adversarial("ulp", 41, 19, rng)
+    lab = rng.integers(0, 41, 97)
+    txt = np.concatenate([img[lab[:30]] + 1e-3 * rng.standard_normal((30, 19)), img[lab[30:]]]).astype(np.float32)
+    img_t, txt_t = torch.from_numpy(img), torch.from_numpy(txt)
+    t2i = Positives.from_labels(lab, 41)
+    want_t2i, _ = _brute(img, txt, t2i, t2i.transpose(allow_empty=True).without_empty()[0])
+    ieee = evaluate(img_t, txt_t, lab, backend="torch", device_chunk=16, empty="skip")
+    prev = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("medium")
+    try:
+        got = evaluate(img_t, txt_t, lab, backend="torch", device_chunk=16, empty="skip")
+    finally:
+        torch.set_float32_matmul_precision(prev)
+    assert np.array_equal(got.ranks["text_to_image"].ranks, want_t2i.ranks)
+    assert got.meta["rechecked_pairs"] > ieee.meta["rechecked_pairs"]

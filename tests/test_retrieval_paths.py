@@ -94,14 +94,11 @@ def test_torch_path_matches_reference(integer):
     img, txt, lab = _data(integer=integer)
     got = evaluate(img, txt, lab, backend="torch", device_chunk=16)
     assert got == evaluate_ref(img, txt, lab)
-    # Not a certified path: meta names it and reports no screen and no re-checks.
-    assert got.meta == {
-        "path": "torch",
-        "screen": None,
-        "rechecked_pairs": None,
-        "decisions": None,
-        "rechecked_fraction": None,
-    }
+    # Certified counting: meta names the path and the screen, and counts the re-checks among the decisions (each
+    # evaluated pair against every candidate: a text's image among 23 images, an image's text among every text).
+    assert got.meta["path"] == "torch" and got.meta["screen"] == "fp32"
+    assert got.meta["decisions"] == len(lab) * 23 + len(lab) * len(lab)
+    assert 0 <= got.meta["rechecked_pairs"] <= got.meta["decisions"]
     pos = Positives.from_lists([[i % 23, (5 * i) % 23] for i in range(len(lab))], 23)
     _, r = rank_metrics(txt, img, pos, backend="torch", device_chunk=16)
     want = ranks_ref((txt @ img.T).numpy(), pos)

@@ -58,51 +58,6 @@ def _score_block(q: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     return q.float() @ g.float().T
 
 
-class _TorchCount:
-    """Counting on the torch path (any torch device): each chunk pair as fixed sub-tiles of device matmuls, so a
-    ground-truth score is read from the same sub-tile, computed by the same call, as the counting pass compares."""
-
-    slot_width = None  # planes as wide as the most positives of a query: no constexpr padding
-    thr_dtype = torch.float32
-
-    def __init__(self, dtype: torch.dtype):
-        self.dtype = dtype
-
-    def load(self, src: Embeddings, a: int, b: int, device: torch.device) -> torch.Tensor:
-        return _load(src, a, b, self.dtype, device)
-
-    load_raw = load
-
-    def gt_scores(self, q, g, pair_q, pair_g) -> torch.Tensor:
-        rows, cols = _blocks(q.shape[0], g.shape[0])
-        out = torch.empty(len(pair_q), dtype=torch.float32, device=q.device)
-        col_tiles = -(-g.shape[0] // cols)
-        key = (pair_q // rows) * col_tiles + pair_g // cols
-        order = np.argsort(key, kind="stable")
-        tiles, starts = np.unique(key[order], return_index=True)
-        ends = np.append(starts[1:], len(order))
-        dv = lambda x: torch.from_numpy(np.ascontiguousarray(x, dtype=np.int64)).to(q.device)
-        for tile, a, b in zip(tiles.tolist(), starts.tolist(), ends.tolist()):
-            r0, c0 = (tile // col_tiles) * rows, (tile % col_tiles) * cols
-            s = _score_block(q[r0 : r0 + rows], g[c0 : c0 + cols])
-            e = order[a:b]
-            out[dv(e)] = s[dv(pair_q[e] - r0), dv(pair_g[e] - c0)]
-        return out
-
-    def count(self, q, g, thr_t, pos_c, out) -> None:
-        rows, cols = _blocks(q.shape[0], g.shape[0])
-        for r0 in range(0, q.shape[0], rows):
-            r1 = min(q.shape[0], r0 + rows)
-            for c0 in range(0, g.shape[0], cols):
-                c1 = min(g.shape[0], c0 + cols)
-                s = _score_block(q[r0:r1], g[c0:c1])
-                j = torch.arange(c0, c1, device=q.device)
-                for k in range(thr_t.shape[1]):
-                    t, p = thr_t[r0:r1, k : k + 1], pos_c[r0:r1, k : k + 1]
-                    # Above the positive: a higher score, or an equal one at a lower gallery index.
-                    out[r0:r1, k] += ((s > t) | ((s == t) & (j < p))).sum(1)
-
-
 def count_stream(
     queries: Embeddings,
     gallery: Embeddings,
@@ -126,14 +81,17 @@ def count_stream(
     ``chunk`` rows (a multiple of the tile), so tiles, and therefore every score, are the same in the ground-truth
     pass and the counting pass. Ties compare global gallery indices: the positive plane is shifted by each
     gallery chunk's global start. ``kernels``: "triton" (the certified screen with exact float64 thresholds and
-    re-checks, ``triton_screen.py``) or "torch" (the chunked torch twin, any device).
+    re-checks, ``triton_screen.py``) or "torch" (the chunked torch twin, any device: the device's fp32 matmul
+    certified the same way, ``torch_screen.py``).
     """
     if kernels == "triton":
         from vlkernels.retrieval.triton_screen import ScreenCount
 
         ker = ScreenCount(device, exact_dtype(queries, gallery, dtype))
     else:
-        ker = _TorchCount(dtype)
+        from vlkernels.retrieval.torch_screen import TorchScreenCount
+
+        ker = TorchScreenCount(device, exact_dtype(queries, gallery, dtype), _blocks)
     n_q, n_g = len(queries), len(gallery)
     pq = pos.pair_queries()
     active = np.zeros(pos.num_queries, dtype=bool)
@@ -190,10 +148,10 @@ def count_stream(
 
 
 def stats(path: str, decisions: int, ker=None) -> dict:
-    """What a device call ran: the path, and on the Triton path the screen (``ScreenCount``: its name and exact
-    re-checks, none when the call had nothing to do) among its decisions; the torch path compares its own fp32
-    scores, so it has no screen or re-checks to report (None)."""
-    if path == "torch":
+    """What a device call ran: the path, the screen (``ScreenCount`` / ``TorchScreenCount``: its name and exact
+    re-checks, none when the call had nothing to do) among its decisions. The torch path's top-k compares its own
+    fp32 scores (``ker`` None): no screen or re-checks to report (None)."""
+    if path == "torch" and ker is None:
         return {"path": path, "screen": None, "rechecked_pairs": None, "decisions": decisions}
     return {
         "path": path,
