@@ -348,10 +348,10 @@ def test_sort_order_equals_a_plain_sort(k, dtype):
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_torch_path_counting_equals_exact_brute_force(kind, dtype):
-    """The torch twin's counting (what a device without Triton runs; here on CPU tensors, sub-tiles crossing the
-    device chunks): its fp32 matmul screen re-checks what it cannot certify, so ranks equal the exact definition's
-    on near-ties, exact ties and extreme magnitudes, for fp32 and fp64 (narrowed) inputs."""
+def test_torch_path_equals_exact_brute_force(kind, dtype):
+    """The torch twin (what a device without Triton runs; here on CPU tensors, sub-tiles crossing the device
+    chunks): its fp32 matmul screen re-checks what it cannot certify, so ranks and top-k equal the exact
+    definition's on near-ties, exact ties and extreme magnitudes, for fp32 and fp64 (narrowed) inputs."""
     rng = np.random.default_rng(len(kind) + 50 * (dtype == np.float64))
     d = 19
     img = _adversarial(kind, 41, d, rng, dtype)
@@ -369,6 +369,12 @@ def test_torch_path_counting_equals_exact_brute_force(kind, dtype):
     assert 0 <= got.meta["rechecked_fraction"] <= 1
     _m, r = rank_metrics(txt_t, img_t, [[int(v)] for v in lab], backend="torch", device_chunk=16)
     assert np.array_equal(r.ranks, want_t2i.ranks)
+    for k in (1, 7, 41):
+        ex = [[int(lab[i])] for i in range(97)] if k == 7 else None
+        got = topk(txt_t, img_t, k, ex, backend="torch", device_chunk=16)
+        rv, ri = topk_ref(txt_t, img_t, k, exclude=None if ex is None else Positives.from_lists(ex, 41))
+        assert torch.equal(got[1], ri) and torch.equal(got[0], rv)
+        assert got.meta["screen"] == "fp32" and got.meta["rechecked_pairs"] >= 97 * min(k, 40)
 
 
 def test_torch_path_counting_exact_when_fp32_matmuls_may_round_inputs():
@@ -390,3 +396,36 @@ def test_torch_path_counting_exact_when_fp32_matmuls_may_round_inputs():
         torch.set_float32_matmul_precision(prev)
     assert np.array_equal(got.ranks["text_to_image"].ranks, want_t2i.ranks)
     assert got.meta["rechecked_pairs"] > ieee.meta["rechecked_pairs"]
+
+
+@pytest.mark.parametrize("kind", ["gauss", "duplicates", "integers"])
+def test_torch_path_exact_under_any_screen_error_within_the_bound(kind, monkeypatch):
+    """The certificate, not the matmul's luck: with every screened score moved by up to its bound (random signs),
+    the torch path's ranks and top-k are still the exact definition's."""
+    from vlkernels.retrieval import torch_screen
+
+    real = torch_screen.TorchScreenCount._scores
+    gen = torch.Generator().manual_seed(7)
+
+    def worst(self, q, g, r0, r1, c0, c1):
+        # Any value within the bound of the score (float64 products: ~1e-16 off it, far inside the margin).
+        _, b = real(self, q, g, r0, r1, c0, c1)
+        s = q.raw[r0:r1].double() @ g.raw[c0:c1].double().T
+        sign = torch.randint(0, 2, s.shape, generator=gen).double() * 2 - 1
+        return s + sign * b * (1 - 2.0**-10), b
+
+    monkeypatch.setattr(torch_screen.TorchScreenCount, "_scores", worst)
+    rng = np.random.default_rng(11)
+    img = _adversarial(kind, 41, 19, rng)
+    lab = rng.integers(0, 41, 97)
+    txt = np.concatenate([img[lab[:60]] + 0.3 * rng.standard_normal((60, 19)), img[lab[60:]]]).astype(np.float32)
+    img_t, txt_t = torch.from_numpy(img), torch.from_numpy(txt)
+    got = evaluate(img_t, txt_t, lab, backend="torch", device_chunk=16, empty="skip")
+    t2i = Positives.from_labels(lab, 41)
+    want_t2i, want_i2t = _brute(img, txt, t2i, t2i.transpose(allow_empty=True).without_empty()[0])
+    assert np.array_equal(got.ranks["text_to_image"].ranks, want_t2i.ranks)
+    assert np.array_equal(got.ranks["image_to_text"].ranks, want_i2t.ranks)
+    for k in (1, 5, 41):
+        v, i = topk(txt_t, img_t, k, backend="torch", device_chunk=16)
+        rv, ri = topk_ref(txt_t, img_t, k)
+        assert torch.equal(i, ri) and torch.equal(v, rv)

@@ -56,12 +56,9 @@ class WithMeta(tuple):
 
 def _device_meta(runs: list[dict], group=None) -> dict:
     """A device call's ``meta`` from what its launches ran (``ops.stats``): the path (the torch path when a Triton
-    failure reran a launch there), and on the Triton path the screen and the re-checked fraction, summed over the
-    launches and the group's ranks. The torch path's counting is certified as the Triton path's; its top-k is not
-    (a launch without re-checks): then screen and counts are None."""
+    failure reran a launch there), the screen and the re-checked fraction, summed over the launches and the group's
+    ranks (the torch path is certified as the Triton path is)."""
     path = "torch" if any(r["path"] == "torch" for r in runs) else "triton"
-    if any(r["rechecked_pairs"] is None for r in runs):
-        return {"path": path, "screen": None, "rechecked_pairs": None, "decisions": None, "rechecked_fraction": None}
     n_re, n_dec = sum(r["rechecked_pairs"] for r in runs), sum(r["decisions"] for r in runs)
     if group is not None:
         t = all_reduce(torch.tensor([n_re, n_dec], dtype=torch.int64), "sum", group)

@@ -1,5 +1,6 @@
 """Top-k candidates as unique int64 keys: order-preserving fp32 bits << 32 | (2^32 - 1 - index), so sorting keys
-orders by score descending then index ascending (the kernels pack the same way)."""
+orders by score descending then index ascending (the kernels pack the same way); and the device paths' selection of
+the best k among exactly scored candidates."""
 
 from __future__ import annotations
 
@@ -25,3 +26,34 @@ def decode_keys(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     vals = bits.view(torch.float32).masked_fill(empty, float("-inf"))
     idx = (4294967295 - (keys & 4294967295)).masked_fill(empty, -1)
     return vals, idx
+
+
+def keep_best(rows: torch.Tensor, vals: torch.Tensor, cols: torch.Tensor, k: int):
+    """The best k (exact score desc, index asc) of each row among (row, score, index) candidates, grouped by row."""
+    o = torch.argsort(cols, stable=True)
+    rows, vals, cols = rows[o], vals[o], cols[o]
+    o = torch.argsort(vals, descending=True, stable=True)
+    rows, vals, cols = rows[o], vals[o], cols[o]
+    o = torch.argsort(rows, stable=True)
+    rows, vals, cols = rows[o], vals[o], cols[o]
+    if rows.numel() == 0:
+        return rows, vals, cols
+    keep = _rank_in_row(rows) < k
+    return rows[keep], vals[keep], cols[keep]
+
+
+def _rank_in_row(rows: torch.Tensor) -> torch.Tensor:
+    """Position of each entry within its run of equal (sorted) rows."""
+    if rows.numel() == 0:
+        return torch.zeros_like(rows)
+    start = torch.ones_like(rows, dtype=torch.bool)
+    start[1:] = rows[1:] != rows[:-1]
+    at = torch.arange(rows.numel(), device=rows.device)
+    return at - torch.cummax(torch.where(start, at, 0), 0).values
+
+
+def place_best(rows, sc, cols, vals: torch.Tensor, idx: torch.Tensor, q0: int, offset: int) -> None:
+    """keep_best's selection written into rows ``q0 + rows`` of (vals, idx), indices shifted by ``offset``."""
+    slot = _rank_in_row(rows)
+    vals[q0 + rows, slot] = sc
+    idx[q0 + rows, slot] = cols + offset

@@ -14,7 +14,7 @@ import torch
 
 from vlkernels._triton import run_triton
 from vlkernels.retrieval.io import Embeddings
-from vlkernels.retrieval.keys import EMPTY, WORK_ELEMS, decode_keys, encode_keys
+from vlkernels.retrieval.keys import WORK_ELEMS
 from vlkernels.retrieval.plan import SlotPlan
 from vlkernels.retrieval.positives import Positives
 
@@ -35,27 +35,10 @@ def launch(op: str, triton_fn, torch_fn, path: str, forced: bool, device: torch.
     return run_triton(op, lambda _p, *a: triton_fn(*a), lambda _p, *a: torch_fn(*a), probe, *args)
 
 
-def _prep(x: torch.Tensor) -> torch.Tensor:
-    # fp16/bf16 go to tl.dot as they are (fp32 accumulation); fp64 is narrowed (Triton dots are fp32 at most).
-    x = x.to(torch.float32) if x.dtype == torch.float64 else x
-    return x.contiguous()
-
-
-def _load(src: Embeddings, a: int, b: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """Rows a..b of a source on the compute device: a view when it already lives there in ``dtype``, else a copy
-    of just those rows (memory-mapped files are read chunk by chunk)."""
-    return _prep(src.chunk(a, b, dtype).to(device))
-
-
 def _blocks(n_q: int, n_g: int) -> tuple[int, int]:
     """Sub-tile (rows, cols) of a chunk pair on the torch path: at most WORK_ELEMS scores at a time."""
     cols = max(1, min(n_g, 8192))
     return max(1, WORK_ELEMS // cols), cols
-
-
-def _score_block(q: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-    # fp32 operands: a low-precision product would round every score to fp16/bf16 (spurious ties).
-    return q.float() @ g.float().T
 
 
 def count_stream(
@@ -149,10 +132,7 @@ def count_stream(
 
 def stats(path: str, decisions: int, ker=None) -> dict:
     """What a device call ran: the path, the screen (``ScreenCount`` / ``TorchScreenCount``: its name and exact
-    re-checks, none when the call had nothing to do) among its decisions. The torch path's top-k compares its own
-    fp32 scores (``ker`` None): no screen or re-checks to report (None)."""
-    if path == "torch" and ker is None:
-        return {"path": path, "screen": None, "rechecked_pairs": None, "decisions": decisions}
+    re-checks; none when the call had nothing to do) among its decisions."""
     return {
         "path": path,
         "screen": getattr(ker, "screen", None),
@@ -182,66 +162,25 @@ def topk_stream(
     """Top-k over gallery chunks of ``chunk`` rows for query chunks of ``chunk`` rows, ordered by (score desc, index
     asc), global indices ``offset + j``. ``kernels="triton"``: the certified screen
     (``triton_screen.topk_stream``): exact float64 scores of the retrieval definition, two screening passes over the
-    gallery. ``kernels="torch"`` (the torch
-    twin, any device): fp32 device matmul tiles merged as unique int64 keys with torch.topk, exclusions masked
-    before selection. Also ``stats`` as ``count_stream``'s (decisions: every query against every gallery item)."""
+    gallery. ``kernels="torch"`` (the torch twin, any device): the same two passes with the device's fp32 matmul as
+    the screen (``torch_screen.topk_stream``). Also ``stats`` as ``count_stream``'s (decisions: every query against
+    every gallery item)."""
     from vlkernels.retrieval import cpu
 
     n_q, n_g = len(queries), len(gallery)
-    if kernels == "triton":
-        from vlkernels.retrieval import triton_screen as screen
-
-        ed = exact_dtype(queries, gallery, dtype)
-        vals = torch.full((n_q, k), float("-inf"), dtype=torch.float64, device=device)
-        idx = torch.full((n_q, k), -1, dtype=torch.int64, device=device)
-        if n_q == 0 or k == 0:
-            return vals, idx, stats(kernels, 0)
-        bar = cpu._progress(2 * -(-n_q // chunk) * -(-n_g // chunk), progress, "top-k")
-        vals, idx, ker = screen.topk_stream(queries, gallery, k, exclude, offset, ed, device, chunk, bar)
-        if bar is not None:
-            bar.close()
-        return vals, idx, stats(kernels, n_q * n_g, ker)
-    vals = torch.full((n_q, k), float("-inf"), dtype=torch.float32, device=device)
-    idx = torch.full((n_q, k), -1, dtype=torch.int64, device=device)
     if n_q == 0 or k == 0:
-        return vals, idx, stats(kernels, 0)
-    has_ex = exclude is not None and len(exclude.indices) > 0
-    bar = cpu._progress(-(-n_q // chunk) * -(-n_g // chunk), progress, "top-k")
-    for q0 in range(0, n_q, chunk):
-        q1 = min(n_q, q0 + chunk)
-        q = _load(queries, q0, q1, dtype, device)
-        if has_ex:
-            lo, hi = exclude.indptr[q0], exclude.indptr[q1]
-            eq = torch.from_numpy(exclude.pair_queries()[lo:hi] - q0).to(device)
-            eg = torch.from_numpy(exclude.indices[lo:hi]).to(device)
-        # A fixed width of empty keys: rows with fewer candidates decode to (-inf, -1), faiss's padding.
-        best = torch.full((q1 - q0, k), EMPTY, dtype=torch.int64, device=device)
-        for g0 in range(0, n_g, chunk):
-            g = _load(gallery, g0, min(n_g, g0 + chunk), dtype, device)
-            _merge_matmul(best, q, g, offset + g0, g0, (eq, eg) if has_ex else None)
-            if bar is not None:
-                bar.update(1)
-        vals[q0:q1], idx[q0:q1] = decode_keys(best)
+        vals = torch.full((n_q, k), float("-inf"), dtype=torch.float64, device=device)
+        return vals, torch.full((n_q, k), -1, dtype=torch.int64, device=device), stats(kernels, 0)
+    ed = exact_dtype(queries, gallery, dtype)
+    bar = cpu._progress(2 * -(-n_q // chunk) * -(-n_g // chunk), progress, "top-k")
+    if kernels == "triton":
+        from vlkernels.retrieval import triton_screen
+
+        vals, idx, ker = triton_screen.topk_stream(queries, gallery, k, exclude, offset, ed, device, chunk, bar)
+    else:
+        from vlkernels.retrieval import torch_screen
+
+        vals, idx, ker = torch_screen.topk_stream(queries, gallery, k, exclude, offset, ed, device, chunk, _blocks, bar)
     if bar is not None:
         bar.close()
-    return vals, idx, stats(kernels, n_q * n_g)
-
-
-def _merge_matmul(best: torch.Tensor, q: torch.Tensor, g: torch.Tensor, index0: int, g0: int, ex) -> None:
-    """k past the fused kernel's register budget: score tiles of at most WORK_ELEMS keys from device matmuls
-    merged into ``best`` in place; exclusions ``(query in chunk, local gallery index)`` masked before selection."""
-    k = best.shape[1]
-    cols = min(g.shape[0], 8192)
-    rows = max(1, WORK_ELEMS // (k + cols))
-    for r0 in range(0, q.shape[0], rows):
-        r1 = min(q.shape[0], r0 + rows)
-        if ex is not None:
-            m_rows = (ex[0] >= r0) & (ex[0] < r1)
-        for c0 in range(0, g.shape[0], cols):
-            c1 = min(g.shape[0], c0 + cols)
-            s = _score_block(q[r0:r1], g[c0:c1])
-            keys = encode_keys(s, torch.arange(c0, c1, device=q.device) + index0)
-            if ex is not None:
-                m = m_rows & (ex[1] >= g0 + c0) & (ex[1] < g0 + c1)
-                keys[ex[0][m] - r0, ex[1][m] - g0 - c0] = EMPTY
-            best[r0:r1] = torch.topk(torch.cat([best[r0:r1], keys], 1), k, dim=1).values
+    return vals, idx, stats(kernels, n_q * n_g, ker)

@@ -19,6 +19,8 @@ import numpy as np
 import torch
 
 from vlkernels.retrieval import screen as scr
+from vlkernels.retrieval.keys import EMPTY, WORK_ELEMS, decode_keys, encode_keys, keep_best, place_best
+from vlkernels.retrieval.triton_screen import round32
 
 # Relative input rounding of a reduced-precision fp32 matmul (TF32 keeps 10 mantissa bits, bf16 7 plus rounding).
 U_REDUCED = 2.0**-7
@@ -92,25 +94,91 @@ class TorchScreenCount:
         s = (q.raw[r0:r1].float() @ g.raw[c0:c1].float().T).double()
         return s, coef * nq * ng + daz * (nq + ng) + c.abs
 
+    def tiles(self, q: Operand, g: Operand, k: int = 0):
+        """(r0, r1, c0, c1, s_hat, B) over sub-tiles of a chunk pair; ``k``: room left beside each row for the
+        running top-k (at most WORK_ELEMS entries at a time)."""
+        n_q, n_g = q.raw.shape[0], g.raw.shape[0]
+        rows, cols = self.sub_tile(n_q, n_g)
+        if k:
+            rows = max(1, WORK_ELEMS // (k + cols))
+        for r0 in range(0, n_q, rows):
+            r1 = min(n_q, r0 + rows)
+            for c0 in range(0, n_g, cols):
+                c1 = min(n_g, c0 + cols)
+                yield (r0, r1, c0, c1, *self._scores(q, g, r0, r1, c0, c1))
+
     def count(self, q: Operand, g: Operand, thr_t: torch.Tensor, pos_c: torch.Tensor, out: torch.Tensor) -> None:
         """Adds to ``out`` (the (rows, width) plane of counts) the candidates of ``g`` ranked above each slot's
         positive: thresholds ``thr_t`` (exact, +inf in padding slots), positives ``pos_c`` as columns of ``g``."""
-        rows, cols = self.sub_tile(q.raw.shape[0], g.raw.shape[0])
-        for r0 in range(0, q.raw.shape[0], rows):
-            r1 = min(q.raw.shape[0], r0 + rows)
-            for c0 in range(0, g.raw.shape[0], cols):
-                c1 = min(g.raw.shape[0], c0 + cols)
-                s, b = self._scores(q, g, r0, r1, c0, c1)
-                for k in range(thr_t.shape[1]):
-                    t, p = thr_t[r0:r1, k : k + 1], pos_c[r0:r1, k : k + 1]
-                    above = s - b > t
-                    undecided = ~above & (s + b >= t) & torch.isfinite(t)
-                    out[r0:r1, k] += above.sum(1)
-                    rl, cl = undecided.nonzero(as_tuple=True)
-                    if rl.numel() == 0:
-                        continue
-                    e = exact_on_host(q.raw, g.raw, rl + r0, cl + c0)
-                    self.rechecked += rl.numel()
-                    # Above the positive: a higher exact score, or an equal one at a lower gallery index.
-                    hit = (e > t[rl, 0]) | ((e == t[rl, 0]) & (cl + c0 < p[rl, 0]))
-                    out[r0:r1, k].index_add_(0, rl, hit.to(out.dtype))
+        for r0, r1, c0, _c1, s, b in self.tiles(q, g):
+            for k in range(thr_t.shape[1]):
+                t, p = thr_t[r0:r1, k : k + 1], pos_c[r0:r1, k : k + 1]
+                above = s - b > t
+                undecided = ~above & (s + b >= t) & torch.isfinite(t)
+                out[r0:r1, k] += above.sum(1)
+                rl, cl = undecided.nonzero(as_tuple=True)
+                if rl.numel() == 0:
+                    continue
+                e = exact_on_host(q.raw, g.raw, rl + r0, cl + c0)
+                self.rechecked += rl.numel()
+                # Above the positive: a higher exact score, or an equal one at a lower gallery index.
+                hit = (e > t[rl, 0]) | ((e == t[rl, 0]) & (cl + c0 < p[rl, 0]))
+                out[r0:r1, k].index_add_(0, rl, hit.to(out.dtype))
+
+
+def topk_stream(queries, gallery, k, exclude, offset, exact_dtype, device, chunk, sub_tile, bar=None):
+    """Exact top-k on the torch path, as the Triton path's (``triton_screen.topk_stream``): per query chunk, pass A
+    finds each query's limit L, the k-th best lower bound s_hat - B among non-excluded items; pass B scores every
+    item with s_hat + B >= L exactly (each true top-k item has s >= L) and keeps the best k by (exact score desc,
+    index asc). Values are float64; the TorchScreenCount returned last holds the re-checked count."""
+    n_q, n_g = len(queries), len(gallery)
+    vals = torch.full((n_q, k), float("-inf"), dtype=torch.float64, device=device)
+    idx = torch.full((n_q, k), -1, dtype=torch.int64, device=device)
+    ker = TorchScreenCount(device, exact_dtype, sub_tile)
+    has_ex = exclude is not None and len(exclude.indices) > 0
+    for q0 in range(0, n_q, chunk):
+        q1 = min(n_q, q0 + chunk)
+        q = ker.load(queries, q0, q1)
+        ex = None
+        if has_ex:
+            lo, hi = exclude.indptr[q0], exclude.indptr[q1]
+            ex = (
+                torch.from_numpy(exclude.pair_queries()[lo:hi] - q0).to(device),
+                torch.from_numpy(exclude.indices[lo:hi]).to(device),
+            )
+        best = torch.full((q1 - q0, k), EMPTY, dtype=torch.int64, device=device)
+        for g0 in range(0, n_g, chunk):
+            g = ker.load(gallery, g0, min(n_g, g0 + chunk))
+            for r0, r1, c0, c1, s, b in ker.tiles(q, g, k):
+                keys = encode_keys(round32(s - b)[1], torch.arange(c0, c1, device=device) + g0)
+                _mask(keys, ex, r0, r1, g0 + c0, g0 + c1, EMPTY)
+                best[r0:r1] = torch.topk(torch.cat([best[r0:r1], keys], 1), k, dim=1).values
+            if bar is not None:
+                bar.update(1)
+        lim = decode_keys(best)[0][:, k - 1].double()
+        rows = torch.zeros(0, dtype=torch.int64, device=device)
+        sc, cols = torch.zeros(0, dtype=torch.float64, device=device), rows.clone()
+        for g0 in range(0, n_g, chunk):
+            g = ker.load(gallery, g0, min(n_g, g0 + chunk))
+            for r0, r1, c0, c1, s, b in ker.tiles(q, g):
+                cand = s + b >= lim[r0:r1, None]
+                _mask(cand, ex, r0, r1, g0 + c0, g0 + c1, False)
+                rl, cl = cand.nonzero(as_tuple=True)
+                e = exact_on_host(q.raw, g.raw, rl + r0, cl + c0)
+                ker.rechecked += rl.numel()
+                rows, sc, cols = keep_best(
+                    torch.cat([rows, rl + r0]), torch.cat([sc, e]), torch.cat([cols, cl + c0 + g0]), k
+                )
+            if bar is not None:
+                bar.update(1)
+        place_best(rows, sc, cols, vals, idx, q0, offset)
+    return vals, idx, ker
+
+
+def _mask(x: torch.Tensor, ex, r0: int, r1: int, c0: int, c1: int, fill) -> None:
+    """Excluded pairs ``ex = (query in chunk, gallery index)`` inside rows r0..r1 and gallery columns c0..c1 of a
+    sub-tile set to ``fill``."""
+    if ex is None:
+        return
+    m = (ex[0] >= r0) & (ex[0] < r1) & (ex[1] >= c0) & (ex[1] < c1)
+    x[ex[0][m] - r0, ex[1][m] - c0] = fill

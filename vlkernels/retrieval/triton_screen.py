@@ -16,7 +16,7 @@ import math
 import torch
 
 from vlkernels.retrieval.configs import exact_tile, max_fused_k, screen_tile, topk_block_n, topk_tile
-from vlkernels.retrieval.keys import EMPTY, WORK_ELEMS, decode_keys, encode_keys
+from vlkernels.retrieval.keys import EMPTY, WORK_ELEMS, decode_keys, encode_keys, keep_best, place_best
 
 # Tiles of an undecided / candidate buffer (one int8 mask tile each) kept at once: a launch needing more is split
 # over halves of its gallery columns instead of growing the buffer further.
@@ -266,23 +266,6 @@ def _columns(x: torch.Tensor, s0: int, w: int, width: int, fill) -> torch.Tensor
     return out
 
 
-def _keep_best(rows, vals, cols, k: int):
-    """The best k (exact score desc, index asc) of each row among (row, score, index) candidates."""
-    o = torch.argsort(cols, stable=True)
-    rows, vals, cols = rows[o], vals[o], cols[o]
-    o = torch.argsort(vals, descending=True, stable=True)
-    rows, vals, cols = rows[o], vals[o], cols[o]
-    o = torch.argsort(rows, stable=True)
-    rows, vals, cols = rows[o], vals[o], cols[o]
-    if rows.numel() == 0:
-        return rows, vals, cols
-    start = torch.ones_like(rows, dtype=torch.bool)
-    start[1:] = rows[1:] != rows[:-1]
-    first = torch.cummax(torch.where(start, torch.arange(rows.numel(), device=rows.device), 0), 0).values
-    keep = torch.arange(rows.numel(), device=rows.device) - first < k
-    return rows[keep], vals[keep], cols[keep]
-
-
 def topk_stream(queries, gallery, k, exclude, offset, exact_dtype, device, chunk, bar=None):
     """Exact top-k on the Triton path (see ``ops.topk_stream``): per query chunk, pass A finds each query's limit L,
     the k-th best lower bound s_hat - B among non-excluded items (fused top-K kernel on lower bounds, or dense bound
@@ -334,17 +317,10 @@ def topk_stream(queries, gallery, k, exclude, offset, exact_dtype, device, chunk
                 r, c = r[keep], c[keep]
             s = exact_scores(q.raw, g.raw, r, c - g0)
             ker.rechecked += r.numel()
-            rows, sc, cols = _keep_best(torch.cat([rows, r]), torch.cat([sc, s]), torch.cat([cols, c]), k)
+            rows, sc, cols = keep_best(torch.cat([rows, r]), torch.cat([sc, s]), torch.cat([cols, c]), k)
             if bar is not None:
                 bar.update(1)
-        first = torch.zeros_like(rows)
-        if rows.numel():
-            start = torch.ones_like(rows, dtype=torch.bool)
-            start[1:] = rows[1:] != rows[:-1]
-            first = torch.cummax(torch.where(start, torch.arange(rows.numel(), device=device), 0), 0).values
-        slot = torch.arange(rows.numel(), device=device) - first
-        vals[q0 + rows, slot] = sc
-        idx[q0 + rows, slot] = cols + offset
+        place_best(rows, sc, cols, vals, idx, q0, offset)
     return vals, idx, ker
 
 
