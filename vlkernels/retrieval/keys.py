@@ -57,3 +57,12 @@ def place_best(rows, sc, cols, vals: torch.Tensor, idx: torch.Tensor, q0: int, o
     slot = _rank_in_row(rows)
     vals[q0 + rows, slot] = sc
     idx[q0 + rows, slot] = cols + offset
+
+
+def chunk_exclusions(exclude, q0: int, q1: int, device: torch.device):
+    """The excluded pairs of queries q0..q1 as (query in chunk, gallery index) device tensors; None without any."""
+    if exclude is None or len(exclude.indices) == 0:
+        return None
+    lo, hi = exclude.indptr[q0], exclude.indptr[q1]
+    eq = torch.from_numpy(exclude.pair_queries()[lo:hi] - q0).to(device)
+    return eq, torch.from_numpy(exclude.indices[lo:hi]).to(device)

@@ -19,7 +19,15 @@ import numpy as np
 import torch
 
 from vlkernels.retrieval import screen as scr
-from vlkernels.retrieval.keys import EMPTY, WORK_ELEMS, decode_keys, encode_keys, keep_best, place_best
+from vlkernels.retrieval.keys import (
+    EMPTY,
+    WORK_ELEMS,
+    chunk_exclusions,
+    decode_keys,
+    encode_keys,
+    keep_best,
+    place_best,
+)
 from vlkernels.retrieval.triton_screen import round32
 
 # Relative input rounding of a reduced-precision fp32 matmul (TF32 keeps 10 mantissa bits, bf16 7 plus rounding).
@@ -135,17 +143,10 @@ def topk_stream(queries, gallery, k, exclude, offset, exact_dtype, device, chunk
     vals = torch.full((n_q, k), float("-inf"), dtype=torch.float64, device=device)
     idx = torch.full((n_q, k), -1, dtype=torch.int64, device=device)
     ker = TorchScreenCount(device, exact_dtype, sub_tile)
-    has_ex = exclude is not None and len(exclude.indices) > 0
     for q0 in range(0, n_q, chunk):
         q1 = min(n_q, q0 + chunk)
         q = ker.load(queries, q0, q1)
-        ex = None
-        if has_ex:
-            lo, hi = exclude.indptr[q0], exclude.indptr[q1]
-            ex = (
-                torch.from_numpy(exclude.pair_queries()[lo:hi] - q0).to(device),
-                torch.from_numpy(exclude.indices[lo:hi]).to(device),
-            )
+        ex = chunk_exclusions(exclude, q0, q1, device)
         best = torch.full((q1 - q0, k), EMPTY, dtype=torch.int64, device=device)
         for g0 in range(0, n_g, chunk):
             g = ker.load(gallery, g0, min(n_g, g0 + chunk))

@@ -16,7 +16,15 @@ import math
 import torch
 
 from vlkernels.retrieval.configs import exact_tile, max_fused_k, screen_tile, topk_block_n, topk_tile
-from vlkernels.retrieval.keys import EMPTY, WORK_ELEMS, decode_keys, encode_keys, keep_best, place_best
+from vlkernels.retrieval.keys import (
+    EMPTY,
+    WORK_ELEMS,
+    chunk_exclusions,
+    decode_keys,
+    encode_keys,
+    keep_best,
+    place_best,
+)
 
 # Tiles of an undecided / candidate buffer (one int8 mask tile each) kept at once: a launch needing more is split
 # over halves of its gallery columns instead of growing the buffer further.
@@ -284,12 +292,8 @@ def topk_stream(queries, gallery, k, exclude, offset, exact_dtype, device, chunk
     for q0 in range(0, n_q, chunk):
         q1 = min(n_q, q0 + chunk)
         q = ker.load(queries, q0, q1)
-        ex_keys = None
-        if has_ex:
-            lo, hi = exclude.indptr[q0], exclude.indptr[q1]
-            eq = torch.from_numpy(exclude.pair_queries()[lo:hi] - q0).to(device)
-            eg = torch.from_numpy(exclude.indices[lo:hi]).to(device)
-            ex_keys = eq * n_g + eg
+        ex = chunk_exclusions(exclude, q0, q1, device)
+        ex_keys = None if ex is None else ex[0] * n_g + ex[1]
         best = torch.full((q1 - q0, kk if fused else k), EMPTY, dtype=torch.int64, device=device)
         for g0 in range(0, n_g, g_chunk):
             g = ker.load(gallery, g0, min(n_g, g0 + g_chunk))
@@ -297,13 +301,13 @@ def topk_stream(queries, gallery, k, exclude, offset, exact_dtype, device, chunk
                 keys = torch.cat([best, _bound_keys(q, g, block_n, g0, ker)], 1)
                 best = torch.topk(keys, kk, dim=1).values
             else:
-                _merge_bounds(best, q, g, g0, (eq, eg) if has_ex else None, ker)
+                _merge_bounds(best, q, g, g0, ex, ker)
             if bar is not None:
                 bar.update(1)
         lb, li = decode_keys(best)
         if fused and has_ex:
-            ex = torch.isin((torch.arange(q1 - q0, device=device)[:, None] * n_g + li), ex_keys) & (li >= 0)
-            lb = lb.masked_fill(ex, float("-inf"))
+            hit = torch.isin((torch.arange(q1 - q0, device=device)[:, None] * n_g + li), ex_keys) & (li >= 0)
+            lb = lb.masked_fill(hit, float("-inf"))
             lb = torch.sort(lb, dim=1, descending=True).values
         lim = lb[:, k - 1].contiguous()
         rows = torch.zeros(0, dtype=torch.int64, device=device)
