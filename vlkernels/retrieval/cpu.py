@@ -475,6 +475,8 @@ def topk_stream(
                 q = queries[q0 : q0 + chunk_queries]
                 if dense:
                     for a in range(0, q.shape[0], DENSE_ROWS):
+                        if stop.is_set():  # a query chunk holds several slices of seconds-long work at large k
+                            return
                         qd = q[a : a + DENSE_ROWS]
                         key = ("exact", qd.shape[0], g.shape[0])
                         if key not in buffers[w]:
