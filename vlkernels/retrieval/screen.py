@@ -97,7 +97,7 @@ def bf16_measures_faster() -> bool:
     return best(ah, bh) < 0.8 * best(a, b)
 
 
-def _fp32_matmul_is_ieee() -> bool:
+def fp32_matmul_is_ieee() -> bool:
     """False when torch has been told to compute fp32 CPU matmuls in lower precision (the fp32 bound needs IEEE)."""
     prec = getattr(getattr(torch.backends.mkldnn, "matmul", None), "fp32_precision", "ieee")
     return prec in ("ieee", "none") and torch.get_float32_matmul_precision() == "highest"
@@ -116,7 +116,7 @@ def choose(screen: str | None, dtype: torch.dtype) -> str:
     """The screen a CPU call runs: "fp64" for fp64 inputs; "bf16" when forced, or with "auto" where the CPU has bf16
     hardware and torch's bf16 matmul measures faster; else "fp32" (also when torch's fp32 matmul is not IEEE)."""
     s = requested(screen)
-    if dtype == torch.float64 or (s != "bf16" and not _fp32_matmul_is_ieee()):
+    if dtype == torch.float64 or (s != "bf16" and not fp32_matmul_is_ieee()):
         return "fp64"
     if s == "auto":
         return "bf16" if cpu_bf16_hardware() and bf16_measures_faster() else "fp32"

@@ -1,5 +1,5 @@
-"""Counting of the torch twin (any torch device): the device's fp32 matmul as a screen, certified like the CPU
-engine's ("fp32" in screen.py), the undecided pairs re-checked with the exact scores of the definition.
+"""Counting and top-k of the torch twin (any torch device): the device's fp32 matmul as a screen, certified like the
+CPU engine's ("fp32" in screen.py), the undecided pairs re-checked with the exact scores of the definition.
 
 For a (query x, gallery y) pair the fp32 product s_hat of any summation order, with or without FMA, products and
 sums flushed to zero when denormal, has ``|s_hat - s| <= B = coef |x||y| + daz (|x| + |y|) + abs`` (screen.Screen's
@@ -48,7 +48,7 @@ def _reduced_fp32_matmul(device: torch.device) -> bool:
         return True
     if device.type == "cuda":
         return bool(torch.backends.cuda.matmul.allow_tf32)
-    return device.type == "cpu" and not scr._fp32_matmul_is_ieee()
+    return device.type == "cpu" and not scr.fp32_matmul_is_ieee()
 
 
 def exact_on_host(q: torch.Tensor, g: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
@@ -96,7 +96,9 @@ class TorchScreenCount:
             s = q.raw[r0:r1].double() @ g.raw[c0:c1].double().T
             return s, c.coef * nq * ng + c.daz * (nq + ng) + c.abs
         c = scr.Screen("fp32", d)
-        u = U_REDUCED if _reduced_fp32_matmul(self.device) else scr.U32 if q.raw.dtype == torch.float64 else 0.0
+        # Relative rounding of the operands: fp64 narrowed to fp32, then fp32 rounded by a reduced-precision matmul.
+        narrow = scr.U32 if q.raw.dtype == torch.float64 else 0.0
+        u = (1 + narrow) * (1 + (U_REDUCED if _reduced_fp32_matmul(self.device) else 0.0)) - 1
         coef = c.coef * (1 + u) ** 2 + (2 * u + u * u) * scr.INFLATE
         daz = 3 * c.daz if u else c.daz  # each side's rounding, and its flush in the product of the other
         s = (q.raw[r0:r1].float() @ g.raw[c0:c1].float().T).double()
