@@ -36,8 +36,6 @@ def keep_best(rows: torch.Tensor, vals: torch.Tensor, cols: torch.Tensor, k: int
     rows, vals, cols = rows[o], vals[o], cols[o]
     o = torch.argsort(rows, stable=True)
     rows, vals, cols = rows[o], vals[o], cols[o]
-    if rows.numel() == 0:
-        return rows, vals, cols
     keep = _rank_in_row(rows) < k
     return rows[keep], vals[keep], cols[keep]
 

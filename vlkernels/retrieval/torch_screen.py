@@ -120,19 +120,28 @@ class TorchScreenCount:
     def count(self, q: Operand, g: Operand, thr_t: torch.Tensor, pos_c: torch.Tensor, out: torch.Tensor) -> None:
         """Adds to ``out`` (the (rows, width) plane of counts) the candidates of ``g`` ranked above each slot's
         positive: thresholds ``thr_t`` (exact, +inf in padding slots), positives ``pos_c`` as columns of ``g``."""
+        width = thr_t.shape[1]
         for r0, r1, c0, _c1, s, b in self.tiles(q, g):
-            for k in range(thr_t.shape[1]):
-                t, p = thr_t[r0:r1, k : k + 1], pos_c[r0:r1, k : k + 1]
-                above = s - b > t
-                undecided = ~above & (s + b >= t) & torch.isfinite(t)
+            lo, hi = s - b, s + b
+            # Certainly above a slot's threshold: counted here; within a bound of it for any slot: scored exactly
+            # once, below, whatever the number of slots that need it.
+            undecided = torch.zeros_like(s, dtype=torch.bool)
+            for k in range(width):
+                t = thr_t[r0:r1, k : k + 1]
+                above = lo > t
                 out[r0:r1, k] += above.sum(1)
-                rl, cl = undecided.nonzero(as_tuple=True)
-                if rl.numel() == 0:
-                    continue
-                e = exact_on_host(q.raw, g.raw, rl + r0, cl + c0)
-                self.rechecked += rl.numel()
-                # Above the positive: a higher exact score, or an equal one at a lower gallery index.
-                hit = (e > t[rl, 0]) | ((e == t[rl, 0]) & (cl + c0 < p[rl, 0]))
+                undecided |= ~above & (hi >= t) & torch.isfinite(t)
+            rl, cl = undecided.nonzero(as_tuple=True)
+            if rl.numel() == 0:
+                continue
+            e = exact_on_host(q.raw, g.raw, rl + r0, cl + c0)
+            self.rechecked += rl.numel()
+            lo_p, hi_p = lo[rl, cl], hi[rl, cl]
+            for k in range(width):
+                t, p = thr_t[r0 + rl, k], pos_c[r0 + rl, k]
+                # Undecided for this slot, and above its positive: a higher exact score, or an equal one at a lower
+                # gallery index.
+                hit = ~(lo_p > t) & (hi_p >= t) & ((e > t) | ((e == t) & (cl + c0 < p)))
                 out[r0:r1, k].index_add_(0, rl, hit.to(out.dtype))
 
 
@@ -159,22 +168,23 @@ def topk_stream(queries, gallery, k, exclude, offset, exact_dtype, device, chunk
             if bar is not None:
                 bar.update(1)
         lim = decode_keys(best)[0][:, k - 1].double()
-        rows = torch.zeros(0, dtype=torch.int64, device=device)
-        sc, cols = torch.zeros(0, dtype=torch.float64, device=device), rows.clone()
+        rows = [torch.zeros(0, dtype=torch.int64, device=device)]
+        sc, cols = [torch.zeros(0, dtype=torch.float64, device=device)], [rows[0]]
         for g0 in range(0, n_g, chunk):
             g = ker.load(gallery, g0, min(n_g, g0 + chunk))
             for r0, r1, c0, c1, s, b in ker.tiles(q, g):
                 cand = s + b >= lim[r0:r1, None]
                 _mask(cand, ex, r0, r1, g0 + c0, g0 + c1, False)
                 rl, cl = cand.nonzero(as_tuple=True)
-                e = exact_on_host(q.raw, g.raw, rl + r0, cl + c0)
+                sc.append(exact_on_host(q.raw, g.raw, rl + r0, cl + c0))
+                rows.append(rl + r0)
+                cols.append(cl + c0 + g0)
                 ker.rechecked += rl.numel()
-                rows, sc, cols = keep_best(
-                    torch.cat([rows, rl + r0]), torch.cat([sc, e]), torch.cat([cols, cl + c0 + g0]), k
-                )
+            # The best k so far, once per gallery chunk: the kept set stays at most k per row plus one chunk's.
+            rows, sc, cols = ([x] for x in keep_best(torch.cat(rows), torch.cat(sc), torch.cat(cols), k))
             if bar is not None:
                 bar.update(1)
-        place_best(rows, sc, cols, vals, idx, q0, offset)
+        place_best(rows[0], sc[0], cols[0], vals, idx, q0, offset)
     return vals, idx, ker
 
 
