@@ -22,6 +22,7 @@ import torch
 
 from vlkernels import _ext
 from vlkernels.core.threads import limit
+from vlkernels.retrieval import gemm
 from vlkernels.retrieval.io import Embeddings
 from vlkernels.retrieval.plan import SlotPlan
 from vlkernels.retrieval.positives import Positives
@@ -310,33 +311,38 @@ def num_threads() -> int:
     return int(_ext.load().get_num_threads()) or (os.cpu_count() or 1)
 
 
-_torch_threads_lock = threading.Lock()
-_torch_threads_users = 0
-_torch_threads_saved = 1
+_threads_lock = threading.Lock()
+_threads_users = 0
+_threads_saved = 1
+_blas_restore = None
 
 
 @contextlib.contextmanager
 def _single_threaded():
-    """torch single-threaded in the calling thread while any call runs its workers (the workers are the threads;
-    each worker sets its own count, ``_run``).
+    """torch (and numpy's BLAS where the screen uses it, ``gemm``) single-threaded while any call runs its workers
+    (the workers are the threads; each worker sets torch's count for itself, ``_run``).
 
-    Part of torch's setting is process-wide (MKL's): calls in flight share one save and restore, counted under a
-    lock, so concurrent calls give back the caller's count, never each other's 1. The C++ kernels are limited per
-    worker thread (``_run``), which leaves ``vlkernels.get_num_threads()`` untouched.
+    Part of torch's setting is process-wide (MKL's), as numpy's BLAS setting is: calls in flight share one save and
+    restore, counted under a lock, so concurrent calls give back the caller's counts, never each other's 1. The C++
+    kernels are limited per worker thread (``_run``), which leaves ``vlkernels.get_num_threads()`` untouched.
     """
-    global _torch_threads_users, _torch_threads_saved
-    with _torch_threads_lock:
-        if _torch_threads_users == 0:
-            _torch_threads_saved = torch.get_num_threads()
+    global _threads_users, _threads_saved, _blas_restore
+    with _threads_lock:
+        if _threads_users == 0:
+            _threads_saved = torch.get_num_threads()
             torch.set_num_threads(1)
-        _torch_threads_users += 1
+            _blas_restore = gemm.limit_numpy_blas()
+        _threads_users += 1
     try:
         yield
     finally:
-        with _torch_threads_lock:
-            _torch_threads_users -= 1
-            if _torch_threads_users == 0:
-                torch.set_num_threads(_torch_threads_saved)
+        with _threads_lock:
+            _threads_users -= 1
+            if _threads_users == 0:
+                torch.set_num_threads(_threads_saved)
+                if _blas_restore is not None:
+                    _blas_restore.restore_original_limits()
+                    _blas_restore = None
 
 
 # How often the calling thread wakes while its workers run: a signal may be delivered to any thread, and only the

@@ -29,6 +29,8 @@ import time
 
 import torch
 
+from vlkernels.retrieval import gemm
+
 SCREENS = ("auto", "fp32", "bf16")
 ENV = "VLKERNELS_RETRIEVAL_SCREEN"
 INFLATE = 1.0 + 2.0**-20
@@ -147,7 +149,8 @@ def describe() -> str:
     else:
         why = "no bf16 hardware (amx_bf16 / avx512_bf16)"
     dense = f"; top-k with k >= gallery / {DENSE_SHARE} scores every pair exactly" if not forced else ""
-    return f"{name} ({why}; exact ranks either way{dense})"
+    blas = f"; GEMM: {gemm.describe()}" if name != "bf16" else ""
+    return f"{name} ({why}{blas}; exact ranks either way{dense})"
 
 
 @dataclasses.dataclass
@@ -205,7 +208,7 @@ class Screen:
     def matmul(self, a: Side, b: Side, out: torch.Tensor | None = None) -> torch.Tensor:
         """s_hat of a's rows against b's rows, in the tile dtype (fp32, or fp64 for the fp64 screen)."""
         if self.name != "bf16":
-            return torch.matmul(a.operand, b.operand.T, out=out)
+            return gemm.matmul(a.operand, b.operand, out=out)
         s = torch.matmul(a.operand, b.operand.T)
         return s.float() if out is None else out.copy_(s)
 
