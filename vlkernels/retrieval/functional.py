@@ -451,8 +451,8 @@ def topk(
     *,
     backend: str = "auto",
     screen: str | None = None,
-    chunk_queries: int = 1024,
-    chunk_gallery: int = 4096,
+    chunk_queries: int = 512,
+    chunk_gallery: int = 8192,
     device_chunk: int = 1 << 16,
     progress: bool = False,
     group=None,
@@ -471,7 +471,9 @@ def topk(
         exclude: positives to leave out (hard-negative mining): Positives, CSR, ``(P, 2)`` pairs or lists.
         backend: "auto", "cpu", "triton" or "torch" (as in :func:`evaluate`).
         screen: CPU screen, as in :func:`evaluate`.
-        chunk_queries, chunk_gallery: CPU tile.
+        chunk_queries, chunk_gallery: CPU tile (16 MiB of fp32 scores per worker at the defaults). A wide gallery
+            chunk pays the per-query selection and the re-scoring of members displaced later once per 8,192 items,
+            not per 4,096 (at k = 100 on 25,000 x 5,000 a single chunk measured ~8 % faster than 4,096 + 904).
         device_chunk: Triton path: rows of queries and of the gallery held on the device at a time.
         progress: tqdm bar over gallery chunks (CPU) or chunk pairs (Triton).
         group: torch.distributed group sharding the gallery; shard results are merged by all_gather.
