@@ -35,12 +35,17 @@ def _cpu_vendor() -> str | None:
     return cpu_info()["vendor"]
 
 
-def library() -> str:
-    """ "numpy" or "torch": VLKERNELS_RETRIEVAL_GEMM when set, else numpy's on AMD CPUs where numpy's BLAS is
-    OpenBLAS, else torch's."""
+def _requested() -> str:
     s = os.environ.get(ENV, "auto") or "auto"
     if s not in CHOICES:
         raise ValueError(f"{ENV} must be one of {', '.join(map(repr, CHOICES))}, got {s!r}")
+    return s
+
+
+def library() -> str:
+    """The library's name, "numpy" or "torch": VLKERNELS_RETRIEVAL_GEMM when set, else numpy's on AMD CPUs where
+    numpy's BLAS is OpenBLAS, else torch's."""
+    s = _requested()
     if s != "auto":
         return s
     return "numpy" if _cpu_vendor() == "AuthenticAMD" and _numpy_has_openblas() else "torch"
@@ -49,7 +54,7 @@ def library() -> str:
 def describe() -> str:
     """The library and why (``vlkernels info``)."""
     name = library()
-    if (os.environ.get(ENV) or "auto") != "auto":
+    if _requested() != "auto":
         return f"{name} (forced by {ENV})"
     if name == "numpy":
         return "numpy's OpenBLAS (AMD CPU: faster than torch's MKL at the tile shapes)"
