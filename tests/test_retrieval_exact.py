@@ -431,3 +431,39 @@ def test_torch_path_exact_under_any_screen_error_within_the_bound(kind, monkeypa
         v, i = topk(txt_t, img_t, k, backend="torch", device_chunk=16)
         rv, ri = topk_ref(txt_t, img_t, k)
         assert torch.equal(i, ri) and torch.equal(v, rv)
+
+
+@pytest.mark.parametrize("kind", ["gauss", "duplicates", "integers", "mixed_scale"])
+def test_cpu_path_exact_under_any_screen_error_within_the_bound(kind, monkeypatch):
+    """The CPU certificate, not the GEMM's luck: with every fp32 screened score moved by up to its bound (random
+    signs; the bound of Screen's terms), top-k (one gallery chunk: the first tile's floor; several: the floor over
+    kept members) and ranks are still the exact definition's."""
+    gen = torch.Generator().manual_seed(5)
+
+    def moved(self, a, b, out=None):
+        s = a.data.double() @ b.data.double().T  # float64: ~1e-16 off the exact score, far inside the margin
+        ta, tb = a.terms, b.terms
+        bound = sum(ta[p][:, None] * tb[p][None, :] for p in range(3)) + ta[3][:, None] + tb[3][None, :]
+        sign = torch.randint(0, 2, s.shape, generator=gen).double() * 2 - 1
+        p = (s + sign * bound * 0.9).float()
+        off = (p.double() - s).abs() > bound * 0.95  # fp32 rounding took it past the margin: one step back
+        p[off] = torch.nextafter(p[off], s[off].float())
+        return p if out is None else out.copy_(p)
+
+    monkeypatch.setattr(scr.Screen, "matmul", moved)
+    rng = np.random.default_rng(17)
+    img = _adversarial(kind, 70, 23, rng)
+    lab = rng.integers(0, 70, 150)
+    txt = np.concatenate([img[lab[:90]] + 0.3 * rng.standard_normal((90, 23)), img[lab[90:]]]).astype(np.float32)
+    img_t, txt_t = torch.from_numpy(img), torch.from_numpy(txt)
+    for k in (1, 6, 30):
+        rv, ri = topk_ref(txt_t, img_t, k)
+        for chunk in (70, 16):
+            v, i = topk(txt_t, img_t, k, chunk_queries=64, chunk_gallery=chunk, screen="fp32")
+            assert torch.equal(i, ri), (k, chunk)
+            assert torch.equal(v, rv.float()), (k, chunk)
+    got = evaluate(img_t, txt_t, lab, screen="fp32", empty="skip")
+    t2i = Positives.from_labels(lab, 70)
+    want_t2i, want_i2t = _brute(img, txt, t2i, t2i.transpose(allow_empty=True).without_empty()[0])
+    assert np.array_equal(got.ranks["text_to_image"].ranks, want_t2i.ranks)
+    assert np.array_equal(got.ranks["image_to_text"].ranks, want_i2t.ranks)

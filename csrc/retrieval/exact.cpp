@@ -19,7 +19,6 @@
 
 #include "core/cpu_features.h"
 #include "core/parallel.h"
-#include "retrieval/order_key.h"
 
 #if VLK_X86_MULTIVERSION
 #include <immintrin.h>
@@ -273,11 +272,18 @@ struct Maxima {
   }
 };
 
+// Largest |s[j]| (NaN, the exclusions, compare false: skipped). Element-wise maxima over 16 lanes, which the compiler
+// vectorises; one running maximum would be a chain of scalar comparisons.
 template <typename S>
 VLK_INLINE double abs_max(const S* s, int64_t n) {
-  S m = 0;
-  for (int64_t j = 0; j < n; ++j) m = std::max(m, std::fabs(s[j]));  // NaN (exclusions) compare false: skipped
-  return static_cast<double>(m);
+  S m[16] = {};
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16)
+    for (int l = 0; l < 16; ++l) m[l] = std::fabs(s[j + l]) > m[l] ? std::fabs(s[j + l]) : m[l];
+  for (int l = 0; j + l < n; ++l) m[l] = std::fabs(s[j + l]) > m[l] ? std::fabs(s[j + l]) : m[l];
+  S r = 0;
+  for (int l = 0; l < 16; ++l) r = std::max(r, m[l]);
+  return static_cast<double>(r);
 }
 
 // The bound of pair (i, j) (exact.h), the same arithmetic in every pass; the coarse bound of a row (column) is this
@@ -440,37 +446,71 @@ VLK_INLINE int64_t certified_tile_impl(const TileArgs<S, T>& a, const int64_t* r
   return rechecked;
 }
 
-// #{j < n : s[j] >= t} (vectorised; NaN never counts).
+// The j < n with s[j] >= t (NaN never), in increasing order, written to out; returns how many.
 template <typename S>
-VLK_INLINE int32_t count_at_least(const S* s, int64_t n, S t) {
-  int32_t c = 0;
-  for (int64_t j = 0; j < n; ++j) c += s[j] >= t;
-  return c;
+VLK_INLINE int64_t indices_at_least(const S* s, int64_t n, S t, int64_t* out) {
+  int64_t m = 0;
+  for (int64_t j0 = 0; j0 < n; j0 += kColBlock) {
+    const int64_t j1 = std::min(n, j0 + kColBlock);
+    int32_t c = 0;
+    for (int64_t j = j0; j < j1; ++j) c += s[j] >= t;  // vectorised: most blocks hold none
+    if (c == 0) continue;
+    for (int64_t j = j0; j < j1; ++j) {
+      out[m] = j;
+      m += s[j] >= t;
+    }
+  }
+  return m;
+}
+
+#if VLK_X86_MULTIVERSION
+// indices_at_least with AVX2: 32 comparisons make one bit mask, and only its set bits are visited (a candidate
+// costs a few cycles, an empty stretch of 32 scores about two).
+VLK_TARGET("avx2,fma")
+int64_t indices_at_least_avx2(const float* s, int64_t n, float t, int64_t* out) {
+  const __m256 tv = _mm256_set1_ps(t);
+  int64_t m = 0, j0 = 0;
+  for (; j0 + 32 <= n; j0 += 32) {
+    uint32_t bits = 0;
+    for (int q = 0; q < 4; ++q)  // (a lambda would not be compiled for AVX2)
+      bits |= static_cast<uint32_t>(_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(s + j0 + 8 * q), tv, _CMP_GE_OQ)))
+              << (8 * q);
+    for (; bits != 0; bits &= bits - 1) out[m++] = j0 + __builtin_ctz(bits);
+  }
+  for (int64_t j = j0; j < n; ++j) {
+    out[m] = j;
+    m += s[j] >= t;
+  }
+  return m;
+}
+#endif
+
+// The scan of a top-k row: AVX2 for fp32 screens where the caller runs the AVX2 copy, else the portable loop.
+template <bool kAvx2, typename S>
+VLK_INLINE int64_t candidates_at_least(const S* s, int64_t n, S t, int64_t* out) {
+#if VLK_X86_MULTIVERSION
+  if constexpr (kAvx2 && std::is_same_v<S, float>) return indices_at_least_avx2(s, n, t, out);
+#endif
+  return indices_at_least(s, n, t, out);
 }
 
 // A lower bound of the k-th largest of s[0..n) (NaN skipped; -inf when fewer than k numbers): the k-th largest of
-// the maxima of at least 2k disjoint blocks, as k distinct entries are at least that large. Two vectorised passes
-// (keys, block maxima) in place of a heap of the k best updated entry by entry.
+// the maxima of w >= 2k disjoint sets (the j with the same j mod w), as k distinct entries are at least that large.
+// Element-wise maxima over consecutive stretches of w, which the compiler vectorises, in place of a heap of the k best
+// updated entry by entry.
 template <typename S>
-VLK_INLINE S kth_lower_bound(const S* s, int64_t n, int64_t k, std::vector<OrderKey<S>>& keys) {
-  using K = OrderKey<S>;
+VLK_INLINE S kth_lower_bound(const S* s, int64_t n, int64_t k, std::vector<S>& maxima) {
   constexpr S kNone = -std::numeric_limits<S>::infinity();
   if (k <= 0 || n < k) return kNone;
-  const int64_t width = std::clamp<int64_t>(n / (2 * k), 1, kColBlock);
-  const int64_t blocks = (n + width - 1) / width;  // >= k: n >= k blocks of one, else at least 2k blocks
-  keys.resize(static_cast<size_t>(n + blocks));
-  K* key = keys.data();
-  K* maxima = key + n;
-  for (int64_t j = 0; j < n; ++j) key[j] = order_key(s[j]);
-  for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t j0 = b * width, j1 = std::min(n, j0 + width);
-    K m = std::numeric_limits<K>::min();
-    for (int64_t j = j0; j < j1; ++j) m = std::max(m, key[j]);
-    maxima[b] = m;
-  }
-  std::nth_element(maxima, maxima + (k - 1), maxima + blocks, std::greater<K>());
-  const K kth = maxima[k - 1];
-  return kth == std::numeric_limits<K>::min() ? kNone : from_order_key<S>(kth);
+  const int64_t w = std::min(n, std::max<int64_t>(kColBlock, (2 * k + 7) / 8 * 8));
+  maxima.assign(static_cast<size_t>(w), kNone);
+  S* m = maxima.data();
+  int64_t j0 = 0;
+  for (; j0 + w <= n; j0 += w)
+    for (int64_t c = 0; c < w; ++c) m[c] = s[j0 + c] > m[c] ? s[j0 + c] : m[c];  // NaN compares false: skipped
+  for (int64_t c = 0; j0 + c < n; ++c) m[c] = s[j0 + c] > m[c] ? s[j0 + c] : m[c];
+  std::nth_element(m, m + (k - 1), m + w, std::greater<S>());
+  return m[k - 1];
 }
 
 // Rows of a top-k tile handled together: their candidates' exact scores are computed one block of columns at a
@@ -483,10 +523,10 @@ constexpr int64_t kTopkCols = 64;
 constexpr int64_t kTopkPerBlock = 16;
 
 // certified_topk_update. Per row: the screened scores pass a threshold, the floor or a lower bound of the k-th best
-// screened score (kth_lower_bound) minus twice the row's coarse bound, 64-column blocks skipped after one vectorised
-// count, so only a buffer of plausible candidates is kept; the buffer's k-th best screened score raises the
-// threshold; the survivors get their own bounds, the floor rises to the k-th best lower bound, and the ones whose
-// upper bound reaches it get their exact score.
+// screened score (kth_lower_bound) minus twice the row's coarse bound, so only a buffer of plausible candidates is
+// kept (their columns, in increasing order); the buffer's k-th best screened score raises the threshold; the
+// survivors get their own bounds, the floor rises to the k-th best lower bound, and the ones whose upper bound reaches
+// it get their exact score. kFma: the AVX2 + FMA copy.
 template <typename S, typename T, bool kFma>
 VLK_INLINE int64_t certified_topk_impl(const TileArgs<S, T>& a, int64_t c0, int64_t k, double* vals, int64_t* idx,
                                        double* floor) {
@@ -495,20 +535,15 @@ VLK_INLINE int64_t certified_topk_impl(const TileArgs<S, T>& a, int64_t c0, int6
     double v;
     int64_t i;
   };
-  struct Screened {
-    S v;
-    int64_t j;
-  };
   // Better = higher exact score, then lower gallery index.
   auto better = [](const Cand& x, const Cand& y) { return x.v != y.v ? x.v > y.v : x.i < y.i; };
   const Maxima cm(a.ct, 0, a.cols);
   const size_t k_sz = static_cast<size_t>(k);
-  std::vector<Screened> buf;
-  std::vector<S> buf_v;  // the buffer's screened scores, for its k-th best
-  std::vector<OrderKey<S>> maxima;
+  std::vector<int64_t> buf(static_cast<size_t>(a.cols));  // the kept candidates' columns
+  std::vector<S> buf_v;  // their screened scores, for the k-th best
+  std::vector<S> maxima;
   std::vector<double> low;
   std::vector<Cand> cand;
-  std::vector<uint8_t> flag(static_cast<size_t>(a.cols));
   std::vector<std::vector<int64_t>> js(kTopkRows);
   std::vector<std::vector<double>> ex(kTopkRows);
   std::vector<double> fls(kTopkRows), xd(static_cast<size_t>(kTopkRows * a.dim)), yd;
@@ -535,27 +570,31 @@ VLK_INLINE int64_t certified_topk_impl(const TileArgs<S, T>& a, int64_t c0, int6
           thr = std::max(thr, lower<S>(lower<double>(static_cast<double>(kth), bmax), bmax));
       };
       raise(kth_lower_bound(srow, a.cols, k, maxima));
-      buf.clear();
-      for (int64_t j0 = 0; j0 < a.cols; j0 += kColBlock) {
-        const int64_t w = std::min(kColBlock, a.cols - j0);
-        if (count_at_least(srow + j0, w, thr) == 0) continue;
-        for (int64_t j = j0; j < j0 + w; ++j)
-          if (srow[j] >= thr) buf.push_back({srow[j], j});  // NaN (excluded) compares false
-      }
-      if (buf.size() >= k_sz) {
-        buf_v.clear();
-        for (const Screened& c : buf) buf_v.push_back(c.v);
+      // NaN (excluded) compares false.
+      int64_t nb = candidates_at_least<kFma>(srow, a.cols, thr, buf.data());
+      const bool kept_any = std::any_of(ri, ri + k, [](int64_t j) { return j >= 0; });
+      if (nb >= k) {
+        buf_v.resize(static_cast<size_t>(nb));
+        for (int64_t e = 0; e < nb; ++e) buf_v[e] = srow[buf[e]];
         std::nth_element(buf_v.begin(), buf_v.begin() + (k - 1), buf_v.end(), std::greater<S>());
         raise(buf_v[k_sz - 1]);
+        // With nothing kept yet the floor is k candidates' coarse lower bound (kth - bmax): the per-pair bounds
+        // below would raise it by a fraction of the bound's spread, not worth a second selection.
+        if (!kept_any) fl = std::max(fl, lower<double>(static_cast<double>(buf_v[k_sz - 1]), bmax));
+        int64_t kept = 0;
+        for (int64_t e = 0; e < nb; ++e) {
+          buf[kept] = buf[e];
+          kept += srow[buf[e]] >= thr;
+        }
+        nb = kept;
       }
       // The floor rises to the k-th largest of the kept exact scores and the candidates' own lower bounds: k
       // distinct candidates score at least that much, so anything whose upper bound is below it cannot enter.
       low.clear();
-      for (int64_t t = 0; t < k; ++t)
+      for (int64_t t = 0; kept_any && t < k; ++t)
         if (ri[t] >= 0) low.push_back(rv[t]);
-      buf.erase(std::remove_if(buf.begin(), buf.end(), [&](const Screened& c) { return !(c.v >= thr); }), buf.end());
-      for (const Screened& c : buf) {
-        const double v = static_cast<double>(c.v), lb = v - pair_bound(a.rt, i, a.ct, c.j, a.rel, v);
+      for (int64_t e = 0; kept_any && e < nb; ++e) {
+        const double v = static_cast<double>(srow[buf[e]]), lb = v - pair_bound(a.rt, i, a.ct, buf[e], a.rel, v);
         if (lb > fl) low.push_back(lb);
       }
       if (low.size() >= k_sz) {
@@ -563,23 +602,12 @@ VLK_INLINE int64_t certified_topk_impl(const TileArgs<S, T>& a, int64_t c0, int6
         fl = std::max(fl, low[k_sz - 1]);
       }
       fls[g] = fl;
-      // The re-checked candidates in column order (the exact pass walks the columns block by block).
+      // The re-checked candidates, in column order as the buffer (the exact pass walks the columns block by block).
       std::vector<int64_t>& rj = js[g];
       rj.clear();
-      for (const Screened& c : buf) {
-        const double v = static_cast<double>(c.v);
-        if (v + pair_bound(a.rt, i, a.ct, c.j, a.rel, v) >= fl) rj.push_back(c.j);
-      }
-      if (rj.size() > 256) {
-        for (int64_t j : rj) flag[j] = 1;
-        rj.clear();
-        for (int64_t j = 0; j < a.cols; ++j)
-          if (flag[j]) {
-            rj.push_back(j);
-            flag[j] = 0;
-          }
-      } else {
-        std::sort(rj.begin(), rj.end());
+      for (int64_t e = 0; e < nb; ++e) {
+        const double v = static_cast<double>(srow[buf[e]]);
+        if (v + pair_bound(a.rt, i, a.ct, buf[e], a.rel, v) >= fl) rj.push_back(buf[e]);
       }
       ex[g].resize(rj.size());
       group_cands += static_cast<int64_t>(rj.size());
