@@ -400,6 +400,24 @@ def test_torch_path_counting_exact_when_fp32_matmuls_may_round_inputs():
     assert got.meta["rechecked_pairs"] > ieee.meta["rechecked_pairs"]
 
 
+def _near_pairs(kind: str, n_img: int, n_txt: int, d: int, seed: int):
+    """Images of an adversarial kind and captions of them (the first 60 % moved by noise, the rest equal to their
+    image: ties at the positives)."""
+    rng = np.random.default_rng(seed)
+    img = _adversarial(kind, n_img, d, rng)
+    lab = rng.integers(0, n_img, n_txt)
+    m = n_txt * 3 // 5
+    txt = np.concatenate([img[lab[:m]] + 0.3 * rng.standard_normal((m, d)), img[lab[m:]]]).astype(np.float32)
+    return img, txt, lab
+
+
+def _assert_ranks_exact(got, img: np.ndarray, txt: np.ndarray, lab: np.ndarray) -> None:
+    t2i = Positives.from_labels(lab, len(img))
+    want_t2i, want_i2t = _brute(img, txt, t2i, t2i.transpose(allow_empty=True).without_empty()[0])
+    assert np.array_equal(got.ranks["text_to_image"].ranks, want_t2i.ranks)
+    assert np.array_equal(got.ranks["image_to_text"].ranks, want_i2t.ranks)
+
+
 @pytest.mark.parametrize("kind", ["gauss", "duplicates", "integers"])
 def test_torch_path_exact_under_any_screen_error_within_the_bound(kind, monkeypatch):
     """The certificate, not the matmul's luck: with every screened score moved by up to its bound (random signs),
@@ -417,16 +435,9 @@ def test_torch_path_exact_under_any_screen_error_within_the_bound(kind, monkeypa
         return s + sign * b * (1 - 2.0**-10), b
 
     monkeypatch.setattr(torch_screen.TorchScreenCount, "_scores", worst)
-    rng = np.random.default_rng(11)
-    img = _adversarial(kind, 41, 19, rng)
-    lab = rng.integers(0, 41, 97)
-    txt = np.concatenate([img[lab[:60]] + 0.3 * rng.standard_normal((60, 19)), img[lab[60:]]]).astype(np.float32)
+    img, txt, lab = _near_pairs(kind, 41, 97, 19, seed=11)
     img_t, txt_t = torch.from_numpy(img), torch.from_numpy(txt)
-    got = evaluate(img_t, txt_t, lab, backend="torch", device_chunk=16, empty="skip")
-    t2i = Positives.from_labels(lab, 41)
-    want_t2i, want_i2t = _brute(img, txt, t2i, t2i.transpose(allow_empty=True).without_empty()[0])
-    assert np.array_equal(got.ranks["text_to_image"].ranks, want_t2i.ranks)
-    assert np.array_equal(got.ranks["image_to_text"].ranks, want_i2t.ranks)
+    _assert_ranks_exact(evaluate(img_t, txt_t, lab, backend="torch", device_chunk=16, empty="skip"), img, txt, lab)
     for k in (1, 5, 41):
         v, i = topk(txt_t, img_t, k, backend="torch", device_chunk=16)
         rv, ri = topk_ref(txt_t, img_t, k)
@@ -451,10 +462,7 @@ def test_cpu_path_exact_under_any_screen_error_within_the_bound(kind, monkeypatc
         return p if out is None else out.copy_(p)
 
     monkeypatch.setattr(scr.Screen, "matmul", moved)
-    rng = np.random.default_rng(17)
-    img = _adversarial(kind, 70, 23, rng)
-    lab = rng.integers(0, 70, 150)
-    txt = np.concatenate([img[lab[:90]] + 0.3 * rng.standard_normal((90, 23)), img[lab[90:]]]).astype(np.float32)
+    img, txt, lab = _near_pairs(kind, 70, 150, 23, seed=17)
     img_t, txt_t = torch.from_numpy(img), torch.from_numpy(txt)
     for k in (1, 6, 30):
         rv, ri = topk_ref(txt_t, img_t, k)
@@ -462,8 +470,4 @@ def test_cpu_path_exact_under_any_screen_error_within_the_bound(kind, monkeypatc
             v, i = topk(txt_t, img_t, k, chunk_queries=64, chunk_gallery=chunk, screen="fp32")
             assert torch.equal(i, ri), (k, chunk)
             assert torch.equal(v, rv.float()), (k, chunk)
-    got = evaluate(img_t, txt_t, lab, screen="fp32", empty="skip")
-    t2i = Positives.from_labels(lab, 70)
-    want_t2i, want_i2t = _brute(img, txt, t2i, t2i.transpose(allow_empty=True).without_empty()[0])
-    assert np.array_equal(got.ranks["text_to_image"].ranks, want_t2i.ranks)
-    assert np.array_equal(got.ranks["image_to_text"].ranks, want_i2t.ranks)
+    _assert_ranks_exact(evaluate(img_t, txt_t, lab, screen="fp32", empty="skip"), img, txt, lab)
