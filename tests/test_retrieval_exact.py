@@ -452,13 +452,14 @@ def test_cpu_path_exact_under_any_screen_error_within_the_bound(kind, monkeypatc
     gen = torch.Generator().manual_seed(5)
 
     def moved(self, a, b, out=None):
+        assert self.rel == 0  # the fp32 screen (or fp64 where a tile needs it): no term in |s_hat|
         s = a.data.double() @ b.data.double().T  # float64: ~1e-16 off the exact score, far inside the margin
         ta, tb = a.terms, b.terms
         bound = sum(ta[p][:, None] * tb[p][None, :] for p in range(3)) + ta[3][:, None] + tb[3][None, :]
         sign = torch.randint(0, 2, s.shape, generator=gen).double() * 2 - 1
-        p = (s + sign * bound * 0.9).float()
-        off = (p.double() - s).abs() > bound * 0.95  # fp32 rounding took it past the margin: one step back
-        p[off] = torch.nextafter(p[off], s[off].float())
+        p = (s + sign * bound * 0.9).to(self.dtype)
+        off = (p.double() - s).abs() > bound * 0.95  # rounding to the tile dtype took it past the margin: step back
+        p[off] = torch.nextafter(p[off], s[off].to(self.dtype))
         return p if out is None else out.copy_(p)
 
     monkeypatch.setattr(scr.Screen, "matmul", moved)

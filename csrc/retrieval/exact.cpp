@@ -446,11 +446,11 @@ VLK_INLINE int64_t certified_tile_impl(const TileArgs<S, T>& a, const int64_t* r
   return rechecked;
 }
 
-// The j < n with s[j] >= t (NaN never), in increasing order, written to out; returns how many.
+// The j in [begin, n) with s[j] >= t (NaN never), in increasing order, written to out; returns how many.
 template <typename S>
-VLK_INLINE int64_t indices_at_least(const S* s, int64_t n, S t, int64_t* out) {
+VLK_INLINE int64_t indices_at_least(const S* s, int64_t begin, int64_t n, S t, int64_t* out) {
   int64_t m = 0;
-  for (int64_t j0 = 0; j0 < n; j0 += kColBlock) {
+  for (int64_t j0 = begin; j0 < n; j0 += kColBlock) {
     const int64_t j1 = std::min(n, j0 + kColBlock);
     int32_t c = 0;
     for (int64_t j = j0; j < j1; ++j) c += s[j] >= t;  // vectorised: most blocks hold none
@@ -477,11 +477,7 @@ int64_t indices_at_least_avx2(const float* s, int64_t n, float t, int64_t* out) 
               << (8 * q);
     for (; bits != 0; bits &= bits - 1) out[m++] = j0 + __builtin_ctz(bits);
   }
-  for (int64_t j = j0; j < n; ++j) {
-    out[m] = j;
-    m += s[j] >= t;
-  }
-  return m;
+  return m + indices_at_least(s, j0, n, t, out + m);
 }
 #endif
 
@@ -491,7 +487,7 @@ VLK_INLINE int64_t candidates_at_least(const S* s, int64_t n, S t, int64_t* out)
 #if VLK_X86_MULTIVERSION
   if constexpr (kAvx2 && std::is_same_v<S, float>) return indices_at_least_avx2(s, n, t, out);
 #endif
-  return indices_at_least(s, n, t, out);
+  return indices_at_least(s, int64_t{0}, n, t, out);
 }
 
 // A lower bound of the k-th largest of s[0..n) (NaN skipped; -inf when fewer than k numbers): the k-th largest of
@@ -590,16 +586,18 @@ VLK_INLINE int64_t certified_topk_impl(const TileArgs<S, T>& a, int64_t c0, int6
       }
       // The floor rises to the k-th largest of the kept exact scores and the candidates' own lower bounds: k
       // distinct candidates score at least that much, so anything whose upper bound is below it cannot enter.
-      low.clear();
-      for (int64_t t = 0; kept_any && t < k; ++t)
-        if (ri[t] >= 0) low.push_back(rv[t]);
-      for (int64_t e = 0; kept_any && e < nb; ++e) {
-        const double v = static_cast<double>(srow[buf[e]]), lb = v - pair_bound(a.rt, i, a.ct, buf[e], a.rel, v);
-        if (lb > fl) low.push_back(lb);
-      }
-      if (low.size() >= k_sz) {
-        std::nth_element(low.begin(), low.begin() + (k - 1), low.end(), std::greater<double>());
-        fl = std::max(fl, low[k_sz - 1]);
+      if (kept_any) {
+        low.clear();
+        for (int64_t t = 0; t < k; ++t)
+          if (ri[t] >= 0) low.push_back(rv[t]);
+        for (int64_t e = 0; e < nb; ++e) {
+          const double v = static_cast<double>(srow[buf[e]]), lb = v - pair_bound(a.rt, i, a.ct, buf[e], a.rel, v);
+          if (lb > fl) low.push_back(lb);
+        }
+        if (low.size() >= k_sz) {
+          std::nth_element(low.begin(), low.begin() + (k - 1), low.end(), std::greater<double>());
+          fl = std::max(fl, low[k_sz - 1]);
+        }
       }
       fls[g] = fl;
       // The re-checked candidates, in column order as the buffer (the exact pass walks the columns block by block).

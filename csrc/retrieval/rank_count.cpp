@@ -145,6 +145,7 @@ void launch_topk_sort(T* vals, int64_t* idx, int64_t rows, int64_t k) {
         }
         continue;
       }
+      // A lambda, so that the comparison inlines (a function pointer is called per comparison).
       std::sort(buf.begin(), buf.end(), [](const Cand<T>& x, const Cand<T>& y) { return better(x, y); });
       for (int64_t t = 0; t < k; ++t) {
         rv[t] = buf[t].v;
