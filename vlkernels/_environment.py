@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import functools
 import importlib
 import os
 import platform
@@ -16,13 +17,7 @@ def device_name(device: str) -> str:
 
     if device == "cuda":
         return torch.cuda.get_device_name()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return f"{line.split(':', 1)[1].strip()} ({torch.get_num_threads()} threads)"
-    except OSError:
-        pass
-    return platform.processor() or "cpu"
+    return f"{cpu_info()['model'] or 'cpu'} ({torch.get_num_threads()} threads)"
 
 
 _ISA = (
@@ -39,14 +34,22 @@ _ISA = (
     "avx512_bf16",
     "avx512_vnni",
     "amx_tile",
+    "amx_bf16",
     "asimd",
     "sve",
 )
 
 
 def cpu_info() -> dict[str, Any]:
-    """The host CPU: model name, vendor, logical cores and the SIMD flags the C++ kernels may dispatch on. Recorded
-    with every result, because CPU figures do not carry across CPU families."""
+    """The host CPU: model name, vendor, logical cores and the SIMD flags the C++ kernels and the retrieval screen
+    may dispatch on. Recorded with every result, because CPU figures do not carry across CPU families. Read once a
+    process (the retrieval screen asks on every call)."""
+    info = _read_cpu_info()
+    return dict(info, isa=list(info["isa"]))
+
+
+@functools.cache
+def _read_cpu_info() -> dict[str, Any]:
     info: dict[str, Any] = {"model": platform.processor() or platform.machine(), "vendor": None, "isa": []}
     try:
         text = Path("/proc/cpuinfo").read_text()

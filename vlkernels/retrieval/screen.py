@@ -29,6 +29,7 @@ import time
 
 import torch
 
+from vlkernels._environment import cpu_info
 from vlkernels.retrieval import gemm
 
 SCREENS = ("auto", "fp32", "bf16")
@@ -74,12 +75,7 @@ def bf16_split(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def cpu_bf16_hardware() -> bool:
     """True when the CPU multiplies bf16 in hardware (AMX-BF16 or AVX512-BF16, as /proc/cpuinfo reports)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line.split() for line in f if line.startswith("flags")), [])
-    except OSError:
-        flags = []
-    return "amx_bf16" in flags or "avx512_bf16" in flags
+    return bool({"amx_bf16", "avx512_bf16"} & set(cpu_info()["isa"]))
 
 
 @functools.cache
