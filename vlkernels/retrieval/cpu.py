@@ -11,7 +11,6 @@ not depend on the screen, the BLAS, the tiling, the thread count or the sharding
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import dataclasses
 import itertools
 import os
@@ -22,11 +21,11 @@ import torch
 
 from vlkernels import _ext
 from vlkernels.core.threads import limit
-from vlkernels.retrieval import gemm
 from vlkernels.retrieval.io import Embeddings
 from vlkernels.retrieval.plan import SlotPlan
 from vlkernels.retrieval.positives import Positives
 from vlkernels.retrieval.screen import Screen, Side, choose, dense_topk, fits_fp32
+from vlkernels.retrieval.threads import single_threaded
 
 # Query rows per dense tile: DENSE_ROWS x chunk_gallery float64 scores per worker (8 MiB at the default chunk).
 DENSE_ROWS = 256
@@ -99,6 +98,7 @@ def _meta(names: set[str], rechecked: int, decisions: int) -> dict:
     }
 
 
+@single_threaded()
 def count_both(
     rows: Embeddings,
     cols: torch.Tensor,
@@ -255,8 +255,7 @@ def count_both(
                 if bar is not None:
                     bar.update(1)
 
-    with _single_threaded():
-        _run(work, n_workers)
+    _run(work, n_workers)
     if bar is not None:
         bar.close()
     for w in range(1, n_workers):
@@ -309,40 +308,6 @@ def balanced_chunk(n: int, chunk: int) -> int:
 
 def num_threads() -> int:
     return int(_ext.load().get_num_threads()) or (os.cpu_count() or 1)
-
-
-_threads_lock = threading.Lock()
-_threads_users = 0
-_threads_saved = 1
-_blas_restore = None
-
-
-@contextlib.contextmanager
-def _single_threaded():
-    """torch (and numpy's BLAS where the screen uses it, ``gemm``) single-threaded while any call runs its workers
-    (the workers are the threads; each worker sets torch's count for itself, ``_run``).
-
-    Part of torch's setting is process-wide (MKL's), as numpy's BLAS setting is: calls in flight share one save and
-    restore, counted under a lock, so concurrent calls give back the caller's counts, never each other's 1. The C++
-    kernels are limited per worker thread (``_run``), which leaves ``vlkernels.get_num_threads()`` untouched.
-    """
-    global _threads_users, _threads_saved, _blas_restore
-    with _threads_lock:
-        if _threads_users == 0:
-            _threads_saved = torch.get_num_threads()
-            torch.set_num_threads(1)
-            _blas_restore = gemm.limit_numpy_blas()
-        _threads_users += 1
-    try:
-        yield
-    finally:
-        with _threads_lock:
-            _threads_users -= 1
-            if _threads_users == 0:
-                torch.set_num_threads(_threads_saved)
-                if _blas_restore is not None:
-                    _blas_restore.restore_original_limits()
-                    _blas_restore = None
 
 
 # How often the calling thread wakes while its workers run: a signal may be delivered to any thread, and only the
@@ -418,6 +383,7 @@ def _group(keys: np.ndarray, values: np.ndarray) -> dict[int, np.ndarray]:
     return {int(u): v[a:b] for u, a, b in zip(uniq.tolist(), starts.tolist(), ends.tolist())}
 
 
+@single_threaded()
 def topk_stream(
     queries: torch.Tensor,
     gallery: Embeddings,
@@ -501,8 +467,7 @@ def topk_stream(
                 _exclude(s, ex, q0, g0)
                 top.update(sc, qs, gs, s, q0, gallery_offset + g0)
 
-        with _single_threaded():
-            _run(work, n_workers)
+        _run(work, n_workers)
         if bar is not None:
             bar.update(1)
     if bar is not None:

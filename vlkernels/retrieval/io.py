@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import mmap
 import struct
@@ -11,6 +12,7 @@ import numpy as np
 import torch
 
 from vlkernels._validate import FLOAT_DTYPES
+from vlkernels.retrieval.threads import single_threaded
 
 _ST_DTYPES = {"F16": np.float16, "F32": np.float32, "F64": np.float64, "BF16": "bf16"}
 
@@ -84,9 +86,11 @@ class Embeddings:
     def check_finite(self, chunk_rows: int = 1 << 16) -> None:
         for a in range(0, self.shape[0], chunk_rows):
             c = self.chunk(a, min(self.shape[0], a + chunk_rows))
-            # One reduction settles the common case: a finite sum means no NaN/Inf (they propagate into it).
-            if bool(torch.isfinite(c.sum())):
-                continue
+            # One reduction settles the common case: a finite sum means no NaN/Inf (they propagate into it). On one
+            # thread for host data, as the CPU engine's own torch work (threads.single_threaded).
+            with single_threaded() if c.device.type == "cpu" else contextlib.nullcontext():
+                if bool(torch.isfinite(c.sum())):
+                    continue
             if not bool(torch.isfinite(c).all()):
                 bad = int((~torch.isfinite(c)).sum())
                 raise ValueError(
