@@ -525,7 +525,8 @@ def sort_topk(vals: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torc
         v1, i1 = vals.gather(1, o1), idx.gather(1, o1)
         o2 = torch.argsort(v1, dim=1, descending=True, stable=True)
         return v1.gather(1, o2), i1.gather(1, o2)
-    vals, idx = vals.contiguous().clone(), idx.contiguous().clone()
-    if vals.numel():
-        _ext.load().topk_sort(vals, idx)
+    with single_threaded():
+        vals, idx = vals.contiguous().clone(), idx.contiguous().clone()
+        if vals.numel():
+            _ext.load().topk_sort(vals, idx)
     return vals, idx

@@ -15,6 +15,7 @@ from vlkernels.retrieval.io import Embeddings
 from vlkernels.retrieval.metrics import Ranks, metrics_from_ranks, ranks_from_counts
 from vlkernels.retrieval.positives import Positives
 from vlkernels.retrieval.screen import requested as _requested_screen
+from vlkernels.retrieval.threads import single_threaded
 
 DIRECTIONS = ("text_to_image", "image_to_text")
 # The `empty` policies for evaluated queries without a positive, and the score each gives them (torchmetrics'
@@ -538,7 +539,8 @@ def topk(
     vals, idx = cpu.sort_topk(vals, idx)
     if backend == "cpu":
         meta = _gather_meta(meta, group)
-        vals = vals.to(out_dtype)
+        with single_threaded():
+            vals = vals.to(out_dtype)
     return WithMeta((vals, idx), meta)
 
 
