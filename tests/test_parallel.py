@@ -171,3 +171,41 @@ def test_concurrent_retrieval_calls_leave_thread_counts_alone():
     assert not errors, errors
     assert vlkernels.get_num_threads() == before
     assert torch.get_num_threads() == torch_before
+
+
+def test_cpu_retrieval_runs_the_calling_threads_torch_work_on_one_thread(monkeypatch):
+    """The calling thread's own torch work in a CPU retrieval call (finiteness sums, screen norms) runs on one thread
+    for the whole call: a parallel torch op there leaves OpenMP's threads spinning on the cores the workers use
+    next. torch's count is given back afterwards."""
+    from vlkernels import retrieval
+    from vlkernels.retrieval import screen
+
+    main = threading.current_thread()
+    seen = []
+    sum_, norms = torch.Tensor.sum, screen.norms
+
+    def record():
+        if threading.current_thread() is main:
+            seen.append(torch.get_num_threads())
+
+    def sum_spy(self, *a, **k):
+        record()
+        return sum_(self, *a, **k)
+
+    def norms_spy(x):
+        record()
+        return norms(x)
+
+    g = torch.Generator().manual_seed(2)
+    img, txt = torch.randn(300, 32, generator=g), torch.randn(900, 32, generator=g)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)  # so that a missed scope shows on a 1-core machine too
+    try:
+        monkeypatch.setattr(torch.Tensor, "sum", sum_spy)
+        monkeypatch.setattr(screen, "norms", norms_spy)
+        retrieval.evaluate(img, txt, torch.arange(900) // 3, backend="cpu")
+        retrieval.topk(txt, img, 7, backend="cpu")
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert seen and set(seen) == {1}, seen
