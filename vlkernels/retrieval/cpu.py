@@ -517,17 +517,23 @@ def merge_topk(vals: torch.Tensor, idx: torch.Tensor, k: int) -> tuple[torch.Ten
     return out_v, out_i
 
 
-def sort_topk(vals: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def sort_topk(
+    vals: torch.Tensor, idx: torch.Tensor, dtype: torch.dtype | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Sort each row by score descending, then index ascending; empty slots (index -1) go last. Contiguous fp32/fp64
-    CPU rows are sorted in place (the callers pass their own buffers: a copy of a top-4096 result is 128 MB)."""
+    CPU rows are sorted in place (the callers pass their own buffers: a copy of a top-4096 result is 128 MB).
+    ``dtype``: the values cast to it after the sort, on one thread (``threads.single_threaded``)."""
     if vals.device.type != "cpu" or vals.dtype not in (torch.float32, torch.float64):
         key_idx = torch.where(idx < 0, torch.iinfo(torch.int64).max, idx)
         o1 = torch.argsort(key_idx, dim=1, stable=True)
         v1, i1 = vals.gather(1, o1), idx.gather(1, o1)
         o2 = torch.argsort(v1, dim=1, descending=True, stable=True)
-        return v1.gather(1, o2), i1.gather(1, o2)
-    with single_threaded():
+        vals, idx = v1.gather(1, o2), i1.gather(1, o2)
+    else:
         vals, idx = vals.contiguous(), idx.contiguous()
         if vals.numel():
-            _ext.load().topk_sort(vals, idx)
+            _ext.load().topk_sort(vals, idx)  # C++ threads of its own, no OpenMP region
+    if dtype is not None:
+        with single_threaded():
+            vals = vals.to(dtype)
     return vals, idx

@@ -15,7 +15,6 @@ from vlkernels.retrieval.io import Embeddings
 from vlkernels.retrieval.metrics import Ranks, metrics_from_ranks, ranks_from_counts
 from vlkernels.retrieval.positives import Positives
 from vlkernels.retrieval.screen import requested as _requested_screen
-from vlkernels.retrieval.threads import single_threaded
 
 DIRECTIONS = ("text_to_image", "image_to_text")
 # The `empty` policies for evaluated queries without a positive, and the score each gives them (torchmetrics'
@@ -536,11 +535,9 @@ def topk(
         v, i = all_gather_cat(vals, group), all_gather_cat(idx, group)
         vals, idx = cpu.merge_topk(v.cpu(), i.cpu(), k)
         vals, idx = vals.to(device), idx.to(device)
-    vals, idx = cpu.sort_topk(vals, idx)
+    vals, idx = cpu.sort_topk(vals, idx, out_dtype if backend == "cpu" else None)
     if backend == "cpu":
         meta = _gather_meta(meta, group)
-        with single_threaded():
-            vals = vals.to(out_dtype)
     return WithMeta((vals, idx), meta)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import mmap
 import struct
@@ -87,8 +86,8 @@ class Embeddings:
         for a in range(0, self.shape[0], chunk_rows):
             c = self.chunk(a, min(self.shape[0], a + chunk_rows))
             # One reduction settles the common case: a finite sum means no NaN/Inf (they propagate into it). On one
-            # thread for host data, as the CPU engine's own torch work (threads.single_threaded).
-            with single_threaded() if c.device.type == "cpu" else contextlib.nullcontext():
+            # thread, as the CPU engine's own torch work (threads.single_threaded; a device's sum is not affected).
+            with single_threaded():
                 if bool(torch.isfinite(c.sum())):
                     continue
             if not bool(torch.isfinite(c).all()):

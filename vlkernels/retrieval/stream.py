@@ -161,8 +161,7 @@ def evaluate_stream(
     meta.update(blocks=len(starts), block_images=block)
     res = RetrievalResult({d: out[d][0] for d in DIRECTIONS}, {d: out[d][1] for d in DIRECTIONS}, meta)
     if top is not None:
-        vals, idx = cpu.sort_topk(top.vals, top.idx)
-        res.text_topk = (vals.to(dtype), idx)
+        res.text_topk = cpu.sort_topk(top.vals, top.idx, dtype)
         res.meta.update(
             topk_rechecked_pairs=top.rechecked,
             topk_rechecked_fraction=top.rechecked / (n_txt * n_img),

@@ -19,8 +19,8 @@ _blas_restore = None
 def single_threaded():
     """torch (and numpy's BLAS where the screen uses it, ``gemm``) single-threaded for the whole of any call (the
     workers are the threads; each worker sets torch's count for itself, ``cpu._run``). The calling thread's own torch
-    work (norms, finiteness checks, sorts) runs on one thread too: each parallel torch op there leaves OpenMP's
-    threads spinning for milliseconds after it, on the cores the workers are about to use.
+    work (norms, finiteness checks, the cast of top-k values) runs on one thread too: each parallel torch op there
+    leaves OpenMP's threads spinning for milliseconds after it, on the cores the workers are about to use.
 
     Part of torch's setting is process-wide (MKL's), as numpy's BLAS setting is: calls in flight share one save and
     restore, counted under a lock, so concurrent calls give back the caller's counts, never each other's 1. The C++
