@@ -9,7 +9,8 @@ import pytest
 from forked import run_forked
 
 # count_above on ties, NaN, +-inf, -0.0 == 0.0, denormals and odd row lengths (vector tails) against the plain
-# reference; rle_encode, mask_iou and rle_iou (the other multiversioned loops) against pycocotools. Run in a child
+# reference; rle_encode, mask_iou and rle_iou against pycocotools; retrieval's exact scores (dense tiles, and top-k's
+# screened and dense paths) bit for bit against the float64 definition. Run in a child
 # process with the cap set, which has not loaded the extension yet (else the cap would not apply).
 CHILD = """
 import sys
@@ -42,6 +43,19 @@ for h, w in ((1, 1), (7, 9), (33, 65), (64, 64), (129, 67)):
     assert np.array_equal(rle_iou(got, got, crowd).numpy(), want_iou), (h, w)
     m = torch.from_numpy(masks)
     assert np.array_equal(mask_iou(m, m).numpy(), np.asarray(coco_mask.iou(want, want, [0] * 5)).reshape(5, 5))
+
+from vlkernels import _ext
+from vlkernels.retrieval import topk
+from vlkernels.retrieval.reference import exact_scores_ref, topk_ref
+for d in (9, 37, 515):
+    for dt in (np.float32, np.float64):
+        q, g = rng.standard_normal((13, d)).astype(dt), rng.standard_normal((29, d)).astype(dt)
+        out = torch.empty(13, 29, dtype=torch.float64)
+        _ext.load().exact_tile(torch.from_numpy(q).double(), torch.from_numpy(g).double(), out, dt == np.float32)
+        assert np.array_equal(out.numpy().view(np.int64), exact_scores_ref(q, g).view(np.int64)), (d, dt)
+        for k in (3, 10):  # the screened path, then the dense one (k >= gallery / 6)
+            got, want = topk(torch.from_numpy(q), torch.from_numpy(g), k), topk_ref(q, g, k)
+            assert torch.equal(got[1], want[1]) and torch.equal(got[0], want[0].to(got[0].dtype)), (d, dt, k)
 """
 
 

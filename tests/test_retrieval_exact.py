@@ -56,8 +56,10 @@ def test_exact_pairs_bit_equal_to_definition(d, kind):
 @pytest.mark.parametrize("shape", [(1, 1, 1), (2, 3, 8), (33, 65, 9), (70, 131, 515)])
 @pytest.mark.parametrize("kind", KINDS)
 def test_exact_tile_bit_equal_to_definition(shape, kind):
-    """The dense blocked kernel (two rows by two columns, fused multiply-adds for fp32 sources) gives every pair of
-    a tile the definition's score bit for bit, odd edges and rows at a stride included."""
+    """The dense blocked kernels (fp32 sources: four rows by three columns, the lanes in two passes, fused
+    multiply-adds; fp64 sources: two by two, unfused) give every pair of a tile the definition's score bit for bit,
+    short edges (rows and columns not a multiple of the block), D not a multiple of 8 and rows at a stride
+    included."""
     C = _ext.load()
     r, c, d = shape
     rng = np.random.default_rng(r * 7 + len(kind))
@@ -302,6 +304,39 @@ def test_topk_dense_path_across_gallery_chunks_row_slices_and_fp64(k, max_chunk,
         assert torch.equal(plain[1], got[1]) and torch.equal(plain[0], got[0])
 
 
+@pytest.mark.parametrize("k", [5, 100, 300, 700])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_topk_update_merges_tiles_into_sorted_rows(k, dtype):
+    """The running top-k merged tile by tile (gallery indices from c0 or given per candidate; NaN skipped) equals
+    Python's sort of everything seen, and every row is left in order, so the final sort has nothing to do: heavy
+    ties, -0 beside +0, infinities, tiles narrower and wider than k (the radix order of long candidate lists, the
+    cut of the candidates to k, the bar set by a full selection)."""
+    C = _ext.load()
+    rng = np.random.default_rng(k)
+    rows, cols, tiles = 5, 600, 3
+    pool = np.array([0.0, -0.0, 1.5, -1.5, np.inf, -np.inf, 2.0**-140])
+    seen = [[] for _ in range(rows)]
+    vals = torch.full((rows, k), float("-inf"), dtype=dtype)
+    idx = torch.full((rows, k), -1, dtype=torch.int64)
+    for t in range(tiles):
+        s = np.where(rng.random((rows, cols)) < 0.3, rng.choice(pool, (rows, cols)), rng.standard_normal((rows, cols)))
+        s[rng.random((rows, cols)) < 0.1] = np.nan
+        s = torch.from_numpy(s).to(dtype)
+        given = t == 1  # the middle tile with explicit indices (shards side by side)
+        ci = torch.from_numpy(rng.permutation(10_000)[: rows * cols].reshape(rows, cols)) if given else None
+        C.topk_update(s, t * cols, ci, vals, idx)
+        for r in range(rows):
+            for j in range(cols):
+                if not np.isnan(s[r, j].item()):
+                    seen[r].append((s[r, j].item(), int(ci[r, j]) if given else t * cols + j))
+    for r in range(rows):
+        want = sorted(seen[r], key=lambda p: (-p[0], p[1]))[:k]
+        want += [(float("-inf"), -1)] * (k - len(want))
+        assert idx[r].tolist() == [i for _, i in want]
+        bits = torch.int64 if dtype == torch.float64 else torch.int32
+        assert torch.equal(vals[r].view(bits), torch.tensor([v for v, _ in want], dtype=dtype).view(bits))
+
+
 @pytest.mark.parametrize("kind", ["gauss", "huge", "tiny", "denormal", "dominant", "mixed_scale"])
 def test_norms_are_upper_bounds(kind):
     """fp32 norms from torch's fp32 norm, inflated: never below the float64 norm of the row, and above it by at most
@@ -337,6 +372,13 @@ def test_sort_order_equals_a_plain_sort(k, dtype):
     idx = torch.from_numpy(np.stack([rng.permutation(10 * k)[:k] for _ in range(rows)])).long()
     idx[2, : k // 2] = -1
     got_v, got_i = cpu.sort_topk(vals.clone(), idx.clone())  # sorted in place
+    # A sorted row is left as it is, and a row with one pair out of order at its end is sorted.
+    again_v, again_i = cpu.sort_topk(got_v.clone(), got_i.clone())
+    assert torch.equal(again_i, got_i) and torch.equal(again_v, got_v)
+    swap_v, swap_i = got_v.clone(), got_i.clone()
+    swap_v[:, [-2, -1]], swap_i[:, [-2, -1]] = swap_v[:, [-1, -2]], swap_i[:, [-1, -2]]
+    swap_v, swap_i = cpu.sort_topk(swap_v, swap_i)
+    assert torch.equal(swap_i, got_i)
     for r in range(rows):
         pairs = sorted(zip(vals[r].tolist(), idx[r].tolist()), key=lambda p: (-p[0], p[1] < 0, p[1]))
         assert got_i[r].tolist() == [i for _, i in pairs]

@@ -30,56 +30,6 @@ inline bool better(const Cand<T>& a, const Cand<T>& b) {
 
 }  // namespace
 
-template <typename T>
-void launch_topk_update(const T* s, int64_t rows, int64_t cols, int64_t stride_row, int64_t c0,
-                        const int64_t* cand_idx, int64_t k, T* vals, int64_t* idx) {
-  if (k <= 0) return;
-  const int64_t grain = std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(cols + k, 1));
-  parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
-    std::vector<Cand<T>> buf;
-    buf.reserve(static_cast<size_t>(k + cols));
-    for (int64_t i = begin; i < end; ++i) {
-      T* rv = vals + i * k;
-      int64_t* ri = idx + i * k;
-      // The running set without its empty slots (index -1): the first tile of a large k then selects among its own
-      // entries only. Its worst member is at position k - 1 (every write below keeps it there).
-      buf.clear();
-      for (int64_t t = 0; t < k; ++t)
-        if (ri[t] >= 0) buf.push_back({rv[t], ri[t]});
-      // The running worst only tightens: candidates are collected until the buffer holds 2k (or 64), then cut back
-      // to the best k, so most of a tile is rejected by one comparison. Until k are held every candidate enters.
-      const Cand<T> none{-std::numeric_limits<T>::infinity(), -1};
-      Cand<T> worst = static_cast<int64_t>(buf.size()) == k ? buf.back() : none;
-      const size_t cap = static_cast<size_t>(std::max<int64_t>(2 * k, 64));
-      bool changed = false;
-      const T* row = s + i * stride_row;
-      for (int64_t j = 0; j < cols; ++j) {
-        const T v = row[j];
-        if (std::isnan(v)) continue;
-        const Cand<T> c{v, cand_idx ? cand_idx[i * cols + j] : c0 + j};
-        if (!better(c, worst)) continue;
-        buf.push_back(c);
-        changed = true;
-        if (buf.size() >= cap) {
-          std::nth_element(buf.begin(), buf.begin() + (k - 1), buf.end(), better<T>);
-          buf.resize(static_cast<size_t>(k));
-          worst = buf.back();
-        }
-      }
-      if (!changed) continue;
-      const int64_t m = std::min<int64_t>(k, static_cast<int64_t>(buf.size()));
-      if (static_cast<int64_t>(buf.size()) > k)
-        std::nth_element(buf.begin(), buf.begin() + (m - 1), buf.end(), better<T>);
-      else  // every candidate stays: only the worst has to move last, one predictable pass
-        std::iter_swap(std::max_element(buf.begin(), buf.end(), better<T>), buf.end() - 1);
-      for (int64_t t = 0; t < k; ++t) {
-        rv[t] = t < m ? buf[t].v : none.v;
-        ri[t] = t < m ? buf[t].i : none.i;
-      }
-    }
-  });
-}
-
 // Rows at least this long sort by radix: a comparison sort of random scores mispredicts about every other branch.
 constexpr int64_t kRadixMin = 256;
 
@@ -125,6 +75,67 @@ void radix_order(const Cand<T>* c, int64_t n, std::vector<uint64_t>& a, std::vec
   }
 }
 
+// The order of n candidates, better first, as positions into c (written to a[0..n)): by radix where n is large.
+template <typename T>
+void order_candidates(const Cand<T>* c, int64_t n, std::vector<uint64_t>& a, std::vector<uint64_t>& b) {
+  if (n >= kRadixMin && n <= std::numeric_limits<uint32_t>::max()) return radix_order(c, n, a, b);
+  a.resize(static_cast<size_t>(n));
+  for (int64_t t = 0; t < n; ++t) a[t] = static_cast<uint64_t>(t);
+  // A lambda, so that the comparison inlines (a function pointer is called per comparison).
+  std::sort(a.begin(), a.end(), [c](uint64_t x, uint64_t y) { return better(c[x], c[y]); });
+}
+
+template <typename T>
+void launch_topk_update(const T* s, int64_t rows, int64_t cols, int64_t stride_row, int64_t c0,
+                        const int64_t* cand_idx, int64_t k, T* vals, int64_t* idx) {
+  if (k <= 0) return;
+  const int64_t grain = std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(cols + k, 1));
+  parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
+    const Cand<T> none{-std::numeric_limits<T>::infinity(), -1};
+    std::vector<Cand<T>> cand, merged(static_cast<size_t>(k));
+    cand.reserve(static_cast<size_t>(std::min(cols, 2 * k) + 1));
+    std::vector<uint64_t> a, b;
+    for (int64_t i = begin; i < end; ++i) {
+      T* rv = vals + i * k;
+      int64_t* ri = idx + i * k;
+      // The running set is sorted with its empty slots last; when full, a candidate must beat its last entry. The
+      // bar only rises: candidates are collected until 2k (or 64) are held, then cut back to their best k, whose
+      // worst becomes the bar if it is higher, so most of a wide tile is rejected by one comparison.
+      int64_t held = k;
+      while (held > 0 && ri[held - 1] < 0) --held;
+      Cand<T> bar = held == k ? Cand<T>{rv[k - 1], ri[k - 1]} : none;
+      const size_t cap = static_cast<size_t>(std::max<int64_t>(2 * k, 64));
+      cand.clear();
+      const T* row = s + i * stride_row;
+      for (int64_t j = 0; j < cols; ++j) {
+        const Cand<T> c{row[j], cand_idx ? cand_idx[i * cols + j] : c0 + j};
+        if (std::isnan(c.v) || !better(c, bar)) continue;
+        cand.push_back(c);
+        if (cand.size() >= cap) {
+          std::nth_element(cand.begin(), cand.begin() + (k - 1), cand.end(), better<T>);
+          cand.resize(static_cast<size_t>(k));
+          if (better(cand.back(), bar)) bar = cand.back();
+        }
+      }
+      if (cand.empty()) continue;
+      // The candidates in order, then merged with the running set: the best k of both, sorted.
+      const int64_t n = static_cast<int64_t>(cand.size());
+      order_candidates(cand.data(), n, a, b);
+      int64_t r = 0, e = 0, m = 0;
+      for (; m < k && (r < held || e < n); ++m) {
+        const bool take_run = e == n || (r < held && better(Cand<T>{rv[r], ri[r]}, cand[a[e] & 0xffffffffu]));
+        merged[m] = take_run ? Cand<T>{rv[r], ri[r]} : cand[a[e] & 0xffffffffu];
+        r += take_run;
+        e += !take_run;
+      }
+      for (int64_t t = 0; t < k; ++t) {
+        rv[t] = t < m ? merged[t].v : none.v;
+        ri[t] = t < m ? merged[t].i : none.i;
+      }
+    }
+  });
+}
+
 template <typename T>
 void launch_topk_sort(T* vals, int64_t* idx, int64_t rows, int64_t k) {
   if (k <= 1) return;
@@ -135,21 +146,15 @@ void launch_topk_sort(T* vals, int64_t* idx, int64_t rows, int64_t k) {
     for (int64_t i = begin; i < end; ++i) {
       T* rv = vals + i * k;
       int64_t* ri = idx + i * k;
-      for (int64_t t = 0; t < k; ++t) buf[t] = {rv[t], ri[t]};
-      if (k >= kRadixMin && k <= std::numeric_limits<uint32_t>::max()) {
-        radix_order(buf.data(), k, a, b);
-        for (int64_t t = 0; t < k; ++t) {
-          const Cand<T>& c = buf[a[t] & 0xffffffffu];
-          rv[t] = c.v;
-          ri[t] = c.i;
-        }
-        continue;
-      }
-      // A lambda, so that the comparison inlines (a function pointer is called per comparison).
-      std::sort(buf.begin(), buf.end(), [](const Cand<T>& x, const Cand<T>& y) { return better(x, y); });
-      for (int64_t t = 0; t < k; ++t) {
-        rv[t] = buf[t].v;
-        ri[t] = buf[t].i;
+      int64_t t = 1;  // a row already in order (launch_topk_update leaves its rows so) is left as it is
+      while (t < k && !better(Cand<T>{rv[t], ri[t]}, Cand<T>{rv[t - 1], ri[t - 1]})) ++t;
+      if (t == k) continue;
+      for (t = 0; t < k; ++t) buf[t] = {rv[t], ri[t]};
+      order_candidates(buf.data(), k, a, b);
+      for (t = 0; t < k; ++t) {
+        const Cand<T>& c = buf[a[t] & 0xffffffffu];
+        rv[t] = c.v;
+        ri[t] = c.i;
       }
     }
   });

@@ -7,15 +7,18 @@
 
 namespace vlk {
 
-// Running top-k per row, merged with one tile of candidates. vals/idx (rows x k) hold the current selection in any
-// order with its worst entry last (idx -1 = empty). Candidate (i, j) has score s[i*stride_row + j] and gallery index
-// cand_idx[i*cols + j] when cand_idx is given, else c0 + j. NaN scores are skipped (how exclusions are marked).
-// Order: score descending, then index ascending: deterministic whatever the tiling.
+// Running top-k per row, merged with one tile of candidates. vals/idx (rows x k) hold the current selection sorted,
+// empty slots (idx -1) last, as this leaves it (a new selection: all empty). Candidate (i, j) has score
+// s[i*stride_row + j] and gallery index cand_idx[i*cols + j] when cand_idx is given, else c0 + j. NaN scores are
+// skipped (how exclusions are marked). Order: score descending, then index ascending: deterministic whatever the
+// tiling. The tile's candidates are sorted (by radix) and merged with the selection, so the rows stay sorted and
+// launch_topk_sort has nothing left to do for them.
 template <typename T>
 void launch_topk_update(const T* s, int64_t rows, int64_t cols, int64_t stride_row, int64_t c0,
                         const int64_t* cand_idx, int64_t k, T* vals, int64_t* idx);
 
-// Sorts each row of (vals, idx) (rows x k) in place: score descending, then index ascending, empty slots last.
+// Sorts each row of (vals, idx) (rows x k) in place: score descending, then index ascending, empty slots last (a row
+// already in that order is only read).
 template <typename T>
 void launch_topk_sort(T* vals, int64_t* idx, int64_t rows, int64_t k);
 
