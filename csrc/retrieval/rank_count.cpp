@@ -75,14 +75,20 @@ void radix_order(const Cand<T>* c, int64_t n, std::vector<uint64_t>& a, std::vec
   }
 }
 
-// The order of n candidates, better first, as positions into c (written to a[0..n)): by radix where n is large.
+// Sorts c[0..n) in place, better first: by radix where n is large (through the positions' order and a copy), else
+// by comparison.
 template <typename T>
-void order_candidates(const Cand<T>* c, int64_t n, std::vector<uint64_t>& a, std::vector<uint64_t>& b) {
-  if (n >= kRadixMin && n <= std::numeric_limits<uint32_t>::max()) return radix_order(c, n, a, b);
-  a.resize(static_cast<size_t>(n));
-  for (int64_t t = 0; t < n; ++t) a[t] = static_cast<uint64_t>(t);
+void sort_candidates(Cand<T>* c, int64_t n, std::vector<uint64_t>& a, std::vector<uint64_t>& b,
+                     std::vector<Cand<T>>& tmp) {
+  if (n >= kRadixMin && n <= std::numeric_limits<uint32_t>::max()) {
+    radix_order(c, n, a, b);
+    tmp.resize(static_cast<size_t>(n));
+    for (int64_t t = 0; t < n; ++t) tmp[t] = c[a[t] & 0xffffffffu];
+    std::copy(tmp.begin(), tmp.end(), c);
+    return;
+  }
   // A lambda, so that the comparison inlines (a function pointer is called per comparison).
-  std::sort(a.begin(), a.end(), [c](uint64_t x, uint64_t y) { return better(c[x], c[y]); });
+  std::sort(c, c + n, [](const Cand<T>& x, const Cand<T>& y) { return better(x, y); });
 }
 
 template <typename T>
@@ -92,7 +98,7 @@ void launch_topk_update(const T* s, int64_t rows, int64_t cols, int64_t stride_r
   const int64_t grain = std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(cols + k, 1));
   parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
     const Cand<T> none{-std::numeric_limits<T>::infinity(), -1};
-    std::vector<Cand<T>> cand, merged(static_cast<size_t>(k));
+    std::vector<Cand<T>> cand, tmp, merged(static_cast<size_t>(k));
     cand.reserve(static_cast<size_t>(std::min(cols, 2 * k) + 1));
     std::vector<uint64_t> a, b;
     for (int64_t i = begin; i < end; ++i) {
@@ -120,11 +126,11 @@ void launch_topk_update(const T* s, int64_t rows, int64_t cols, int64_t stride_r
       if (cand.empty()) continue;
       // The candidates in order, then merged with the running set: the best k of both, sorted.
       const int64_t n = static_cast<int64_t>(cand.size());
-      order_candidates(cand.data(), n, a, b);
+      sort_candidates(cand.data(), n, a, b, tmp);
       int64_t r = 0, e = 0, m = 0;
       for (; m < k && (r < held || e < n); ++m) {
-        const bool take_run = e == n || (r < held && better(Cand<T>{rv[r], ri[r]}, cand[a[e] & 0xffffffffu]));
-        merged[m] = take_run ? Cand<T>{rv[r], ri[r]} : cand[a[e] & 0xffffffffu];
+        const bool take_run = e == n || (r < held && better(Cand<T>{rv[r], ri[r]}, cand[e]));
+        merged[m] = take_run ? Cand<T>{rv[r], ri[r]} : cand[e];
         r += take_run;
         e += !take_run;
       }
@@ -141,7 +147,7 @@ void launch_topk_sort(T* vals, int64_t* idx, int64_t rows, int64_t k) {
   if (k <= 1) return;
   const int64_t grain = std::max<int64_t>(1, (1 << 14) / k);
   parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
-    std::vector<Cand<T>> buf(static_cast<size_t>(k));
+    std::vector<Cand<T>> buf(static_cast<size_t>(k)), tmp;
     std::vector<uint64_t> a, b;
     for (int64_t i = begin; i < end; ++i) {
       T* rv = vals + i * k;
@@ -150,11 +156,10 @@ void launch_topk_sort(T* vals, int64_t* idx, int64_t rows, int64_t k) {
       while (t < k && !better(Cand<T>{rv[t], ri[t]}, Cand<T>{rv[t - 1], ri[t - 1]})) ++t;
       if (t == k) continue;
       for (t = 0; t < k; ++t) buf[t] = {rv[t], ri[t]};
-      order_candidates(buf.data(), k, a, b);
+      sort_candidates(buf.data(), k, a, b, tmp);
       for (t = 0; t < k; ++t) {
-        const Cand<T>& c = buf[a[t] & 0xffffffffu];
-        rv[t] = c.v;
-        ri[t] = c.i;
+        rv[t] = buf[t].v;
+        ri[t] = buf[t].i;
       }
     }
   });
