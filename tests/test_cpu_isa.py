@@ -53,7 +53,7 @@ for d in (9, 37, 515):
         out = torch.empty(13, 29, dtype=torch.float64)
         _ext.load().exact_tile(torch.from_numpy(q).double(), torch.from_numpy(g).double(), out, dt == np.float32)
         assert np.array_equal(out.numpy().view(np.int64), exact_scores_ref(q, g).view(np.int64)), (d, dt)
-        for k in (3, 10):  # the screened path, then the dense one (k >= gallery / 6)
+        for k in (3, 10):  # the screened path, then the dense one (k >= gallery / 4)
             got, want = topk(torch.from_numpy(q), torch.from_numpy(g), k), topk_ref(q, g, k)
             assert torch.equal(got[1], want[1]) and torch.equal(got[0], want[0].to(got[0].dtype)), (d, dt, k)
 """

@@ -144,12 +144,12 @@ VLK_INLINE void exact_dots4(const double* xd, const Y* col_data, int64_t stride_
   out[3] = lane_tree(a3);
 }
 
-// Exact scores of row x against columns js[0..n) of fp32 data (Y = float) or of the same data widened once
-// (Y = double), four columns at a time (the next four requested while these are summed: scattered columns would
-// otherwise wait on memory); the last 1-3 columns through the same four-column pass, the last one repeated.
-template <bool kFma, typename Y>
-VLK_INLINE void exact_dots_f32(const double* xd, const Y* col_data, int64_t stride_c, int64_t dim, const int64_t* js,
-                               int64_t n, double* out) {
+// Exact scores of row x against columns js[0..n) of fp32 data, four columns at a time (the next four requested
+// while these are summed: scattered columns would otherwise wait on memory); the last 1-3 columns through the same
+// four-column pass, the last one repeated.
+template <bool kFma>
+VLK_INLINE void exact_dots_f32(const double* xd, const float* col_data, int64_t stride_c, int64_t dim,
+                               const int64_t* js, int64_t n, double* out) {
   int64_t e = 0;
   for (; e + 4 <= n; e += 4) {
     const int64_t nx = std::min(e + 4, n - 1);
@@ -577,7 +577,9 @@ VLK_INLINE S kth_lower_bound(const S* s, int64_t n, int64_t k, std::vector<S>& m
 // time, so the block's data stays in cache while every row of the group reads it (k in the thousands re-checks
 // nearly every pair). The block is as wide as gives each row about kTopkPerBlock candidates in it (at least
 // kTopkCols columns): narrower, a row's few candidates per block would be padded to the four-column pass and its
-// widened data reloaded block after block (at k = 100 that cost more than the scores themselves).
+// columns reloaded block after block (at k = 100 that cost more than the scores themselves). The fp32 columns are
+// widened pair by pair in registers: a float64 copy of each block, made once for the group, measured slower at every
+// density (k = 600-2,000 of 5,000: the copy and its reads from beyond L2 cost more than the conversions it saves).
 constexpr int64_t kTopkRows = 64;
 constexpr int64_t kTopkCols = 64;
 constexpr int64_t kTopkPerBlock = 16;
@@ -606,9 +608,8 @@ VLK_INLINE int64_t certified_topk_impl(const TileArgs<S, T>& a, int64_t c0, int6
   std::vector<Cand> cand;
   std::vector<std::vector<int64_t>> js(kTopkRows);
   std::vector<std::vector<double>> ex(kTopkRows);
-  std::vector<double> fls(kTopkRows), xd(static_cast<size_t>(kTopkRows * a.dim)), yd;
+  std::vector<double> fls(kTopkRows), xd(static_cast<size_t>(kTopkRows * a.dim));
   std::vector<size_t> at(kTopkRows);
-  std::vector<int64_t> in_blk;
   int64_t rechecked = 0;
   for (int64_t r0 = 0; r0 < a.rows; r0 += kTopkRows) {
     check_interrupt();
@@ -695,14 +696,6 @@ VLK_INLINE int64_t certified_topk_impl(const TileArgs<S, T>& a, int64_t c0, int6
         in_block += e - at[g];
       }
       if (in_block == 0) continue;
-      // fp32 columns that many rows of the group read: widened to float64 once for the block.
-      const bool widen = std::is_same_v<T, float> && in_block >= static_cast<size_t>(2 * (b1 - b0));
-      if (widen) {
-        yd.resize(static_cast<size_t>((b1 - b0) * a.dim));
-        for (int64_t j = b0; j < b1; ++j)
-          for (int64_t d = 0; d < a.dim; ++d)
-            yd[(j - b0) * a.dim + d] = static_cast<double>(a.col_data[j * a.stride_c + d]);
-      }
       for (int64_t g = 0; g < nr; ++g) {
         const std::vector<int64_t>& rj = js[g];
         const size_t e0 = at[g];
@@ -713,13 +706,7 @@ VLK_INLINE int64_t certified_topk_impl(const TileArgs<S, T>& a, int64_t c0, int6
         const int64_t n = static_cast<int64_t>(e1 - e0);
         double* out = ex[g].data() + e0;
         if constexpr (std::is_same_v<T, float>) {
-          if (widen) {
-            in_blk.resize(static_cast<size_t>(n));  // block-relative columns of the widened copy
-            for (int64_t e = 0; e < n; ++e) in_blk[e] = rj[e0 + e] - b0;
-            exact_dots_f32<kFma>(xd.data() + g * a.dim, yd.data(), a.dim, a.dim, in_blk.data(), n, out);
-          } else {
-            exact_dots_f32<kFma>(xd.data() + g * a.dim, a.col_data, a.stride_c, a.dim, rj.data() + e0, n, out);
-          }
+          exact_dots_f32<kFma>(xd.data() + g * a.dim, a.col_data, a.stride_c, a.dim, rj.data() + e0, n, out);
         } else {
           const T* x = a.row_data + (r0 + g) * a.stride_r;
           for (int64_t e = 0; e < n; ++e) out[e] = exact_dot(x, a.col_data + rj[e0 + e] * a.stride_c, a.dim);
@@ -741,7 +728,8 @@ VLK_INLINE int64_t certified_topk_impl(const TileArgs<S, T>& a, int64_t c0, int6
         if (ri[t] >= 0) cand.push_back({rv[t], ri[t]});
       for (size_t e = 0; e < rj.size(); ++e) cand.push_back({ex[g][e], c0 + rj[e]});
       const int64_t m = std::min<int64_t>(k, static_cast<int64_t>(cand.size()));
-      std::nth_element(cand.begin(), cand.begin() + (m - 1), cand.end(), better);
+      if (static_cast<int64_t>(cand.size()) > k)  // else every candidate stays (a row's first tile, mostly)
+        std::nth_element(cand.begin(), cand.begin() + (k - 1), cand.end(), better);
       double worst = kInf;
       for (int64_t t = 0; t < k; ++t) {
         rv[t] = t < m ? cand[t].v : -kInf;

@@ -124,7 +124,7 @@ def choose(screen: str | None, dtype: torch.dtype) -> str:
 # Top-k with k at least 1/DENSE_SHARE of the gallery scores every pair exactly in dense blocked tiles (no screen):
 # the members alone would need exact scores for that many pairs, one scattered column at a time, on top of the
 # screen's GEMM (the measured crossover on a 2-core AVX2 machine: README "Dense exact top-k").
-DENSE_SHARE = 6
+DENSE_SHARE = 4
 
 
 def dense_topk(screen: str | None, k: int, n_gallery: int) -> bool:
