@@ -242,9 +242,8 @@ def test_non_finite_refused_by_name(bad):
 @pytest.mark.parametrize("kind", ["gauss", "duplicates", "ulp", "integers", "mixed_scale", "denormal"])
 def test_topk_large_k_and_many_row_groups_equals_exact_brute_force(kind, screen):
     """Top-k past one group of rows (64) and one block of columns of the C++ selection, k from a few to
-    nearly the whole gallery, with exclusions: the screened path (every member re-checked at large k, the
-    widened-column path) and, with the automatic screen at k >= 1/DENSE_SHARE of the gallery, the dense exact
-    tiles."""
+    nearly the whole gallery, with exclusions: the screened path (every member re-checked at large k) and, with the
+    automatic screen at k >= 1/DENSE_SHARE of the gallery, the dense exact tiles."""
     rng = np.random.default_rng(11)
     q = torch.from_numpy(_adversarial(kind, 150, 37, rng))
     g = torch.from_numpy(_adversarial(kind, 300, 37, rng))

@@ -13,8 +13,8 @@ REPO = Path(__file__).resolve().parent.parent
 CALLS = {
     "evaluate": "evaluate(img, txt, lab)",
     "topk": "topk(txt, img, 10)",
-    # k >= a sixth of the gallery: the dense exact tiles and the selection of 10,000 of 60,000 per query.
-    "topk_dense": "topk(txt[:2000], img, 10_000)",
+    # k >= a quarter of the gallery (screen.DENSE_SHARE): the dense exact tiles, and 15,000 of 60,000 kept per query.
+    "topk_dense": "topk(txt[:2000], img, 15_000)",
 }
 
 _SETUP = """

@@ -207,13 +207,51 @@ VLK_INLINE void exact_dots2x2(const double* x0, const double* x1, const double* 
 constexpr int64_t kDenseRows = 32;
 constexpr int64_t kDenseCols = 64;
 
+// The pairs of row blocks [b0, b1) of a tile, R rows by C columns at a time through Kern::run(x, y, dim, r) (r[C a +
+// c] = s(x[a], y[c])); a short last group repeats its last row or column, whose pair is then written twice, the same
+// bits.
+template <int R, int C, typename Kern>
+VLK_INLINE void exact_tile_groups(const double* q, int64_t stride_q, int64_t rows, const double* g, int64_t stride_g,
+                                  int64_t cols, int64_t dim, double* out, int64_t stride_out, int64_t b0, int64_t b1) {
+  double r[R * C];
+  for (int64_t b = b0; b < b1; ++b) {
+    check_interrupt();
+    const int64_t i0 = b * kDenseRows, i1 = std::min(rows, i0 + kDenseRows);
+    for (int64_t j0 = 0; j0 < cols; j0 += kDenseCols) {
+      const int64_t j1 = std::min(cols, j0 + kDenseCols);
+      for (int64_t i = i0; i < i1; i += R) {
+        int64_t is[R];
+        const double* x[R];
+        for (int a = 0; a < R; ++a) x[a] = q + (is[a] = std::min(i + a, i1 - 1)) * stride_q;
+        for (int64_t j = j0; j < j1; j += C) {
+          int64_t js[C];
+          const double* y[C];
+          for (int c = 0; c < C; ++c) y[c] = g + (js[c] = std::min(j + c, j1 - 1)) * stride_g;
+          Kern::run(x, y, dim, r);
+          for (int a = 0; a < R; ++a)
+            for (int c = 0; c < C; ++c) out[is[a] * stride_out + js[c]] = r[C * a + c];
+        }
+      }
+    }
+  }
+}
+
+// Two rows by two columns, products and sums rounded apart: any input without AVX2 + FMA.
+struct Dots2x2 {
+  static VLK_INLINE void run(const double* const* x, const double* const* y, int64_t dim, double* r) {
+    exact_dots2x2(x[0], x[1], y[0], y[1], dim, r);
+  }
+};
+
 #if VLK_X86_MULTIVERSION
-// Exact scores of four rows against three columns (float64, widened from fp32 inputs) with AVX2 + FMA, bit for bit
-// exact_dot: every product of fp32 values is exact, so the fused multiply-add rounds as the product and the sum do.
-// The eight lanes are summed in two passes, lanes 0-3 then lanes 4-7, so that twelve pairs fit the sixteen
-// registers (twelve accumulators, three column values, one row value): each row load serves three FMAs and each
-// column load four, and the FMA pipes stay busy through their latency. The passes end in the two halves of
-// lane_tree, ((a0 + a1) + (a2 + a3)) and ((a4 + a5) + (a6 + a7)), and their sum. out[3 r + c] = s(x[r], y[c]).
+// Exact scores of four rows against three columns (float64: the inputs widened exactly) with AVX2, bit for bit
+// exact_dot. kFma (fp32 inputs): every product is exact, so a fused multiply-add rounds as the product and the sum do;
+// else (fp64 inputs) the product is rounded first, as the definition does. The eight lanes are summed in two passes,
+// lanes 0-3 then lanes 4-7, so that twelve pairs fit the sixteen registers (twelve accumulators, three column values
+// and a row value or a product): each column load serves four rows, and the pipes stay busy through their latency.
+// The passes end in the two halves of lane_tree, ((a0 + a1) + (a2 + a3)) and ((a4 + a5) + (a6 + a7)), and their sum.
+// out[3 r + c] = s(x[r], y[c]).
+template <bool kFma>
 VLK_TARGET("avx2,fma")
 void exact_dots4x3_avx2(const double* const* x, const double* const* y, int64_t dim, double* out) {
   double half[2][12];
@@ -225,11 +263,17 @@ void exact_dots4x3_avx2(const double* const* x, const double* const* y, int64_t 
     for (int64_t d = 4 * h; d < full; d += kLanes) {
       const __m256d y0 = _mm256_loadu_pd(y[0] + d), y1 = _mm256_loadu_pd(y[1] + d), y2 = _mm256_loadu_pd(y[2] + d);
       for (int r = 0; r < 4; ++r) {
-        __m256d xv = _mm256_loadu_pd(x[r] + d);
-        __asm__("" : "+x"(xv));  // one load for three FMAs (the compiler would fold it into each)
-        acc[r][0] = _mm256_fmadd_pd(xv, y0, acc[r][0]);
-        acc[r][1] = _mm256_fmadd_pd(xv, y1, acc[r][1]);
-        acc[r][2] = _mm256_fmadd_pd(xv, y2, acc[r][2]);
+        if constexpr (kFma) {
+          __m256d xv = _mm256_loadu_pd(x[r] + d);
+          __asm__("" : "+x"(xv));  // one load for three FMAs (the compiler would fold it into each)
+          acc[r][0] = _mm256_fmadd_pd(xv, y0, acc[r][0]);
+          acc[r][1] = _mm256_fmadd_pd(xv, y1, acc[r][1]);
+          acc[r][2] = _mm256_fmadd_pd(xv, y2, acc[r][2]);
+        } else {  // the row value read by each product (no register is left for it beside the product)
+          acc[r][0] = _mm256_add_pd(acc[r][0], _mm256_mul_pd(y0, _mm256_loadu_pd(x[r] + d)));
+          acc[r][1] = _mm256_add_pd(acc[r][1], _mm256_mul_pd(y1, _mm256_loadu_pd(x[r] + d)));
+          acc[r][2] = _mm256_add_pd(acc[r][2], _mm256_mul_pd(y2, _mm256_loadu_pd(x[r] + d)));
+        }
       }
     }
     for (int r = 0; r < 4; ++r)
@@ -237,68 +281,29 @@ void exact_dots4x3_avx2(const double* const* x, const double* const* y, int64_t 
         double a[4];
         _mm256_storeu_pd(a, acc[r][c]);
         for (int l = 0; full + 4 * h + l < dim && l < 4; ++l)
-          a[l] = __builtin_fma(x[r][full + 4 * h + l], y[c][full + 4 * h + l], a[l]);
+          a[l] = madd<kFma>(x[r][full + 4 * h + l], y[c][full + 4 * h + l], a[l]);
         half[h][3 * r + c] = (a[0] + a[1]) + (a[2] + a[3]);
       }
   }
   for (int p = 0; p < 12; ++p) out[p] = half[0][p] + half[1][p];
 }
 
-// The pairs of row blocks [b0, b1) of a tile of fp32 inputs, four rows by three columns (a short last group repeats
-// its last row or column: the repeated pair's score is written twice, the same bits).
-VLK_TARGET("avx2,fma")
-void exact_tile_fma_avx2(const double* q, int64_t stride_q, int64_t rows, const double* g, int64_t stride_g,
-                         int64_t cols, int64_t dim, double* out, int64_t stride_out, int64_t b0, int64_t b1) {
-  double r[12];
-  for (int64_t b = b0; b < b1; ++b) {
-    check_interrupt();
-    const int64_t i0 = b * kDenseRows, i1 = std::min(rows, i0 + kDenseRows);
-    for (int64_t j0 = 0; j0 < cols; j0 += kDenseCols) {
-      const int64_t j1 = std::min(cols, j0 + kDenseCols);
-      for (int64_t i = i0; i < i1; i += 4) {
-        int64_t is[4];
-        const double* x[4];
-        for (int a = 0; a < 4; ++a) x[a] = q + (is[a] = std::min(i + a, i1 - 1)) * stride_q;
-        for (int64_t j = j0; j < j1; j += 3) {
-          int64_t js[3];
-          const double* y[3];
-          for (int c = 0; c < 3; ++c) y[c] = g + (js[c] = std::min(j + c, j1 - 1)) * stride_g;
-          exact_dots4x3_avx2(x, y, dim, r);
-          for (int a = 0; a < 4; ++a)
-            for (int c = 0; c < 3; ++c) out[is[a] * stride_out + js[c]] = r[3 * a + c];
-        }
-      }
-    }
+template <bool kFma>
+struct Dots4x3Avx2 {
+  static void run(const double* const* x, const double* const* y, int64_t dim, double* r) {
+    exact_dots4x3_avx2<kFma>(x, y, dim, r);
   }
+};
+
+// A tile with AVX2, four rows by three columns; kFma for fp32 inputs.
+template <bool kFma>
+VLK_TARGET("avx2,fma")
+void exact_tile_avx2(const double* q, int64_t stride_q, int64_t rows, const double* g, int64_t stride_g, int64_t cols,
+                     int64_t dim, double* out, int64_t stride_out, int64_t b0, int64_t b1) {
+  exact_tile_groups<4, 3, Dots4x3Avx2<kFma>>(q, stride_q, rows, g, stride_g, cols, dim, out, stride_out, b0, b1);
 }
 #endif
 
-// The pairs of row blocks [b0, b1) of a tile, two rows by two columns (an odd last row or column is paired with
-// itself and its duplicate result dropped): the loop for fp64 inputs, and for any input without AVX2 + FMA.
-VLK_INLINE void exact_tile_impl(const double* q, int64_t stride_q, int64_t rows, const double* g, int64_t stride_g,
-                                int64_t cols, int64_t dim, double* out, int64_t stride_out, int64_t b0, int64_t b1) {
-  double r[4];
-  for (int64_t b = b0; b < b1; ++b) {
-    check_interrupt();
-    const int64_t i0 = b * kDenseRows, i1 = std::min(rows, i0 + kDenseRows);
-    for (int64_t j0 = 0; j0 < cols; j0 += kDenseCols) {
-      const int64_t j1 = std::min(cols, j0 + kDenseCols);
-      for (int64_t i = i0; i < i1; i += 2) {
-        const int64_t ib = std::min(i + 1, i1 - 1);
-        for (int64_t j = j0; j < j1; j += 2) {
-          const int64_t jb = std::min(j + 1, j1 - 1);
-          exact_dots2x2(q + i * stride_q, q + ib * stride_q, g + j * stride_g, g + jb * stride_g, dim, r);
-          out[i * stride_out + j] = r[0];
-          if (jb != j) out[i * stride_out + jb] = r[1];
-          if (ib != i) {
-            out[ib * stride_out + j] = r[2];
-            if (jb != j) out[ib * stride_out + jb] = r[3];
-          }
-        }
-      }
-    }
-  }
-}
 
 // The smallest S >= v and the largest S <= v (S = float or double; v not NaN).
 template <typename S>
@@ -774,12 +779,6 @@ void exact_pairs_avx2(const TQ* q, int64_t stride_q, const TG* g, int64_t stride
                       const int64_t* gi, int64_t begin, int64_t end, double* out) {
   exact_pairs_impl(q, stride_q, g, stride_g, dim, qi, gi, begin, end, out);
 }
-// The unfused loop for fp64 inputs (their products must round) with AVX2.
-VLK_TARGET("avx2,fma")
-void exact_tile_avx2(const double* q, int64_t stride_q, int64_t rows, const double* g, int64_t stride_g, int64_t cols,
-                     int64_t dim, double* out, int64_t stride_out, int64_t b0, int64_t b1) {
-  exact_tile_impl(q, stride_q, rows, g, stride_g, cols, dim, out, stride_out, b0, b1);
-}
 inline bool use_avx2_fma() { return cpu_has_avx2() && __builtin_cpu_supports("fma"); }
 #endif
 
@@ -809,11 +808,11 @@ void launch_exact_tile(const double* q, int64_t stride_q, int64_t rows, const do
   parallel_for(blocks, 1, [&](int64_t b0, int64_t b1) {
 #if VLK_X86_MULTIVERSION
     if (avx2 && products_exact)
-      return exact_tile_fma_avx2(q, stride_q, rows, g, stride_g, cols, dim, out, stride_out, b0, b1);
-    if (avx2) return exact_tile_avx2(q, stride_q, rows, g, stride_g, cols, dim, out, stride_out, b0, b1);
+      return exact_tile_avx2<true>(q, stride_q, rows, g, stride_g, cols, dim, out, stride_out, b0, b1);
+    if (avx2) return exact_tile_avx2<false>(q, stride_q, rows, g, stride_g, cols, dim, out, stride_out, b0, b1);
 #endif
     // Without AVX2 + FMA: no fused multiply-add (fp64 products must round; for fp32 it could not change a bit).
-    exact_tile_impl(q, stride_q, rows, g, stride_g, cols, dim, out, stride_out, b0, b1);
+    exact_tile_groups<2, 2, Dots2x2>(q, stride_q, rows, g, stride_g, cols, dim, out, stride_out, b0, b1);
   });
 }
 
