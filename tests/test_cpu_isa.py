@@ -10,8 +10,8 @@ from forked import run_forked
 
 # count_above on ties, NaN, +-inf, -0.0 == 0.0, denormals and odd row lengths (vector tails) against the plain
 # reference; rle_encode, mask_iou and rle_iou against pycocotools; retrieval's exact scores (dense tiles, and top-k's
-# screened and dense paths) bit for bit against the float64 definition. Run in a child
-# process with the cap set, which has not loaded the extension yet (else the cap would not apply).
+# screened and dense paths) bit for bit against the float64 definition. Run in a child process with the cap set,
+# which has not loaded the extension yet (else the cap would not apply).
 CHILD = """
 import sys
 assert "vlkernels._C" not in sys.modules, "the extension was loaded before the cap was set"

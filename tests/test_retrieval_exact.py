@@ -56,10 +56,10 @@ def test_exact_pairs_bit_equal_to_definition(d, kind):
 @pytest.mark.parametrize("shape", [(1, 1, 1), (2, 3, 8), (33, 65, 9), (70, 131, 515)])
 @pytest.mark.parametrize("kind", KINDS)
 def test_exact_tile_bit_equal_to_definition(shape, kind):
-    """The dense blocked kernels (fp32 sources: four rows by three columns, the lanes in two passes, fused
-    multiply-adds; fp64 sources: two by two, unfused) give every pair of a tile the definition's score bit for bit,
-    short edges (rows and columns not a multiple of the block), D not a multiple of 8 and rows at a stride
-    included."""
+    """The dense blocked kernels (with AVX2 four rows by three columns, the lanes in two passes, fused multiply-adds
+    for fp32 sources and rounded products for fp64 ones; without it two by two, unfused) give every pair of a tile
+    the definition's score bit for bit, short edges (rows and columns not a multiple of the block), D not a multiple
+    of 8 and rows at a stride included."""
     C = _ext.load()
     r, c, d = shape
     rng = np.random.default_rng(r * 7 + len(kind))

@@ -176,32 +176,6 @@ VLK_INLINE void exact_pairs_impl(const TQ* q, int64_t stride_q, const TG* g, int
   }
 }
 
-// Exact scores of rows x0, x1 against columns y0, y1 (all float64: the inputs widened exactly), four pairs of
-// eight accumulator lanes, products and sums rounded apart, bit for bit exact_dot: out = {s(x0, y0), s(x0, y1),
-// s(x1, y0), s(x1, y1)}.
-VLK_INLINE void exact_dots2x2(const double* x0, const double* x1, const double* y0, const double* y1, int64_t dim,
-                              double* out) {
-  double a00[kLanes] = {}, a01[kLanes] = {}, a10[kLanes] = {}, a11[kLanes] = {};
-  int64_t d = 0;
-  for (; d + kLanes <= dim; d += kLanes)
-    for (int l = 0; l < kLanes; ++l) {
-      a00[l] = madd<false>(x0[d + l], y0[d + l], a00[l]);
-      a01[l] = madd<false>(x0[d + l], y1[d + l], a01[l]);
-      a10[l] = madd<false>(x1[d + l], y0[d + l], a10[l]);
-      a11[l] = madd<false>(x1[d + l], y1[d + l], a11[l]);
-    }
-  for (int l = 0; d + l < dim; ++l) {
-    a00[l] = madd<false>(x0[d + l], y0[d + l], a00[l]);
-    a01[l] = madd<false>(x0[d + l], y1[d + l], a01[l]);
-    a10[l] = madd<false>(x1[d + l], y0[d + l], a10[l]);
-    a11[l] = madd<false>(x1[d + l], y1[d + l], a11[l]);
-  }
-  out[0] = lane_tree(a00);
-  out[1] = lane_tree(a01);
-  out[2] = lane_tree(a10);
-  out[3] = lane_tree(a11);
-}
-
 // Rows and columns of a dense exact tile handled per block: 32 rows and 64 columns of D = 512 float64 are 384 KiB,
 // so both stay in L2 while every pair of the block is summed.
 constexpr int64_t kDenseRows = 32;
@@ -236,10 +210,16 @@ VLK_INLINE void exact_tile_groups(const double* q, int64_t stride_q, int64_t row
   }
 }
 
-// Two rows by two columns, products and sums rounded apart: any input without AVX2 + FMA.
+// Exact scores of two rows against two columns (float64: the inputs widened exactly), four pairs of eight
+// accumulator lanes, products and sums rounded apart, bit for bit exact_dot: any input without AVX2 + FMA.
+// r = {s(x0, y0), s(x0, y1), s(x1, y0), s(x1, y1)}.
 struct Dots2x2 {
   static VLK_INLINE void run(const double* const* x, const double* const* y, int64_t dim, double* r) {
-    exact_dots2x2(x[0], x[1], y[0], y[1], dim, r);
+    double a[4][kLanes] = {};
+    for (int64_t d = 0; d < dim; d += kLanes)
+      for (int l = 0; l < kLanes && d + l < dim; ++l)
+        for (int p = 0; p < 4; ++p) a[p][l] = madd<false>(x[p / 2][d + l], y[p % 2][d + l], a[p][l]);
+    for (int p = 0; p < 4; ++p) r[p] = lane_tree(a[p]);
   }
 };
 
@@ -303,7 +283,6 @@ void exact_tile_avx2(const double* q, int64_t stride_q, int64_t rows, const doub
   exact_tile_groups<4, 3, Dots4x3Avx2<kFma>>(q, stride_q, rows, g, stride_g, cols, dim, out, stride_out, b0, b1);
 }
 #endif
-
 
 // The smallest S >= v and the largest S <= v (S = float or double; v not NaN).
 template <typename S>
