@@ -7,6 +7,7 @@ import torch
 from pycocotools import _mask as coco_c
 from pycocotools import mask as coco_mask
 
+from vlkernels.boxes import coco_mask as vlk_mask
 from vlkernels.boxes import (
     fr_py_objects,
     rle_from_bboxes,
@@ -262,3 +263,30 @@ def test_zero_width_image_gives_a_valid_empty_rle():
     with pytest.raises(ValueError, match="runs sum to"):
         rle_decode(ref)
     assert fr_py_objects(box, 10, 0) == [{"size": [10, 0], "counts": b"0"}]
+
+
+@pytest.mark.parametrize(
+    "size",
+    [[2, 3], (2, 3), np.array([2, 3]), np.array([2, 3], dtype=np.uint8), [np.int64(2), np.uint32(3)], [2.0, 3.0]],
+    ids=["list", "tuple", "ndarray", "ndarray_uint8", "numpy_scalars", "integral_floats"],
+)
+def test_rle_size_forms_pycocotools_reads(size):
+    """An RLE's 'size' in every form pycocotools reads (np.array(mask.shape) is common) gives its answers."""
+    rle = {"size": size, "counts": b"132"}
+    plain = {"size": [2, 3], "counts": b"132"}
+    np.testing.assert_array_equal(vlk_mask.decode(rle), coco_mask.decode(plain))
+    np.testing.assert_array_equal(vlk_mask.area([rle]), coco_mask.area([rle]))
+    np.testing.assert_array_equal(vlk_mask.toBbox([rle]), coco_mask.toBbox([rle]))
+    np.testing.assert_array_equal(vlk_mask.iou([rle], [plain], [0]), coco_mask.iou([rle], [plain], [0]))
+    assert vlk_mask.merge([rle, plain]) == coco_mask.merge([rle, plain])
+    assert vlk_mask.frPyObjects([{"size": size, "counts": [1, 3, 2]}], 2, 3) == coco_mask.frPyObjects(
+        [{"size": size, "counts": [1, 3, 2]}], 2, 3
+    )
+
+
+@pytest.mark.parametrize("size", [["2", "3"], [2.5, 3], "23", np.array([[2, 3]]), [2], None])
+def test_rle_size_refused_by_name(size):
+    """Sizes that are not two integers are refused, naming the field: strings (pycocotools raises too), a fractional
+    height (pycocotools would truncate it), a 2-D array, one number, None."""
+    with pytest.raises(ValueError, match=r"rles\[0\]\['size'\]"):
+        vlk_mask.area([{"size": size, "counts": b"132"}])

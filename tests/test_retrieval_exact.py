@@ -303,6 +303,30 @@ def test_topk_dense_path_across_gallery_chunks_row_slices_and_fp64(k, max_chunk,
         assert torch.equal(plain[1], got[1]) and torch.equal(plain[0], got[0])
 
 
+@pytest.mark.parametrize("order", ["rising", "falling", "shuffled"])
+@pytest.mark.parametrize("k", [1, 7, 40])
+def test_topk_stream_with_floors_equals_exact_brute_force(order, k):
+    """Rows holding k members are scanned at their floor before any maxima: a gallery whose scores rise chunk after
+    chunk (every later chunk beats the floor: the scan keeps many and the maxima pass runs), fall (almost nothing
+    reaches the floor) or come shuffled, with near-ties and exclusions, equals the float64 brute force."""
+    rng = np.random.default_rng(31 + k)
+    d, n_g = 24, 600
+    base = rng.standard_normal(d)
+    steps = np.linspace(0.0, 1.0, n_g)
+    if order == "falling":
+        steps = steps[::-1]
+    elif order == "shuffled":
+        steps = rng.permutation(steps)
+    g = steps[:, None] * base + 1e-3 * rng.standard_normal((n_g, d))
+    g[1::7] = g[::7][: len(g[1::7])]  # duplicates: exact ties across chunks
+    q = base + 0.05 * rng.standard_normal((50, d))
+    q, g = torch.from_numpy(q.astype(np.float32)), torch.from_numpy(g.astype(np.float32))
+    ex = Positives.from_pairs(np.arange(50), rng.integers(0, n_g, 50), 50, n_g, queries=[])
+    got = topk(q, g, k, ex, chunk_queries=32, chunk_gallery=64, screen="fp32")
+    rv, ri = topk_ref(q, g, k, exclude=ex)
+    assert torch.equal(got[1], ri) and torch.equal(got[0], rv.float())
+
+
 @pytest.mark.parametrize("k", [5, 100, 300, 700])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_topk_update_merges_tiles_into_sorted_rows(k, dtype):

@@ -614,9 +614,29 @@ VLK_INLINE int64_t certified_topk_impl(const TileArgs<S, T>& a, int64_t c0, int6
         if (kth > -std::numeric_limits<S>::infinity())
           thr = std::max(thr, lower<S>(lower<double>(static_cast<double>(kth), bmax), bmax));
       };
-      raise(kth_lower_bound(srow, a.cols, k, maxima));
-      // NaN (excluded) compares false.
-      int64_t nb = candidates_at_least<kFma>(srow, a.cols, thr, buf.data());
+      // The buffer's first nb candidates cut to those at or above thr (in column order); NaN (excluded) compares
+      // false throughout.
+      auto keep_at_threshold = [&](int64_t nb) {
+        int64_t kept = 0;
+        for (int64_t e = 0; e < nb; ++e) {
+          buf[kept] = buf[e];
+          kept += srow[buf[e]] >= thr;
+        }
+        return kept;
+      };
+      int64_t nb = 0;
+      if (fl == -kInf) {
+        raise(kth_lower_bound(srow, a.cols, k, maxima));
+        nb = candidates_at_least<kFma>(srow, a.cols, thr, buf.data());
+      } else {
+        // A row with a floor (k members from earlier tiles) is scanned at it first: later in a stream few scores
+        // reach it, and the maxima pass is taken only when many do.
+        nb = candidates_at_least<kFma>(srow, a.cols, thr, buf.data());
+        if (nb > std::max<int64_t>(4 * k, a.cols / 16)) {
+          raise(kth_lower_bound(srow, a.cols, k, maxima));
+          nb = keep_at_threshold(nb);
+        }
+      }
       const bool kept_any = std::any_of(ri, ri + k, [](int64_t j) { return j >= 0; });
       if (nb >= k) {
         buf_v.resize(static_cast<size_t>(nb));
@@ -626,12 +646,7 @@ VLK_INLINE int64_t certified_topk_impl(const TileArgs<S, T>& a, int64_t c0, int6
         // With nothing kept yet the floor is k candidates' coarse lower bound (kth - bmax): the per-pair bounds
         // below would raise it by a fraction of the bound's spread, not worth a second selection.
         if (!kept_any) fl = std::max(fl, lower<double>(static_cast<double>(buf_v[k_sz - 1]), bmax));
-        int64_t kept = 0;
-        for (int64_t e = 0; e < nb; ++e) {
-          buf[kept] = buf[e];
-          kept += srow[buf[e]] >= thr;
-        }
-        nb = kept;
+        nb = keep_at_threshold(nb);
       }
       // The floor rises to the k-th largest of the kept exact scores and the candidates' own lower bounds: k
       // distinct candidates score at least that much, so anything whose upper bound is below it cannot enter.

@@ -3,6 +3,7 @@ one reader every RLE entry point (``rle.py``, ``rle_counts.py``, ``mask_api.py``
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -28,16 +29,31 @@ class _RleSet:
         return int(self.h.numel())
 
 
+def _integer(v: object) -> int | None:
+    """An integer, or an integral float (pycocotools accepts 2.0; it would truncate 2.5, which is refused here), else
+    None (strings among them: pycocotools refuses those too)."""
+    if isinstance(v, (str, bytes)):
+        return None
+    try:
+        return operator.index(v)
+    except TypeError:
+        pass
+    if isinstance(v, (float, np.floating)) and float(v).is_integer():
+        return int(v)
+    return None
+
+
 def _size_of(rle: object, name: str, k: int) -> tuple[int, int]:
     if not isinstance(rle, Mapping) or "size" not in rle or "counts" not in rle:
         raise ValueError(f"{name}[{k}] must be an RLE dict with 'size' and 'counts', got {type(rle).__name__}")
     size = rle["size"]
-    if not isinstance(size, Sequence) or len(size) != 2:
+    # pycocotools reads any pair it can index, a numpy array included (np.array(mask.shape) is common).
+    pair = size.tolist() if isinstance(size, np.ndarray) and size.ndim == 1 else size
+    if not isinstance(pair, Sequence) or isinstance(pair, (str, bytes)) or len(pair) != 2:
         raise ValueError(f"{name}[{k}]['size'] must be [height, width], got {size!r}")
-    try:
-        h, w = int(size[0]), int(size[1])
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}[{k}]['size'] must hold two integers, got {size!r}") from None
+    h, w = _integer(pair[0]), _integer(pair[1])
+    if h is None or w is None:
+        raise ValueError(f"{name}[{k}]['size'] must hold two integers, got {size!r}")
     if h < 0 or w < 0 or h * w > _MAX_PIXELS:
         raise ValueError(f"{name}[{k}]['size'] {size!r} must be non-negative with h*w < 2**32")
     return h, w
