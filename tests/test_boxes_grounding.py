@@ -60,6 +60,37 @@ def test_rec_accuracy_errors():
         rec_accuracy(p[:0], s[:0], g[:0])
     with pytest.raises(ValueError, match="last dimension 4"):
         rec_accuracy(p[..., :3], s, g)
+    with pytest.raises(ValueError, match="integers >= 1"):
+        rec_accuracy(p, s, g, k=(1.5,))
+    with pytest.raises(ValueError, match="thresholds"):
+        rec_accuracy(p, s, g, thresholds=(float("nan"),))
+    with pytest.raises(ValueError, match="scores hold NaN"):
+        rec_accuracy(p, torch.full((2, 3), float("nan")), g)
+    assert rec_accuracy(p, s, g, k=(2.0,)).keys() == {"P@2@0.5"}
+
+
+def _iou_f64(a, b):
+    """IoU of two xyxy boxes in float64 (the plain formula)."""
+    a, b = [float(v) for v in a], [float(v) for v in b]
+    iw, ih = max(0.0, min(a[2], b[2]) - max(a[0], b[0])), max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = iw * ih
+    return inter / ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter)
+
+
+@pytest.mark.parametrize(
+    "pred_dtype, gt_box",
+    [(torch.int64, [0.0, 0.0, 10.9, 10.9]), (torch.int32, [0.0, 0.0, 10.9, 10.9]), (torch.float16, [0, 0, 10.003, 10.003])],
+)
+def test_rec_accuracy_keeps_the_ground_truth_in_the_promoted_dtype(pred_dtype, gt_box):
+    """Integer or half-precision predictions against a float32 ground truth: the IoU is that of the boxes as given
+    (torch's type promotion), not of a ground truth truncated or rounded to the predictions' dtype."""
+    pred = torch.tensor([[[0, 0, 10, 10]]], dtype=pred_dtype)
+    gt = torch.tensor([gt_box], dtype=torch.float32)
+    iou = _iou_f64(pred[0, 0].tolist(), gt[0].tolist())
+    assert iou < 1.0
+    below, above = iou - 1e-4, iou + 1e-4
+    got = rec_accuracy(pred, torch.ones(1, 1), gt, thresholds=(below, above))
+    assert got == {f"P@1@{below:g}": 1.0, f"P@1@{above:g}": 0.0}
 
 
 def ris_case():

@@ -182,6 +182,11 @@ def test_box_iou_validation_errors():
         box_iou(a, proper_boxes(4), aligned=True)
     with pytest.raises(ValueError, match="valid1 counts"):
         box_iou(proper_boxes(2, 3), proper_boxes(2, 3), valid1=[1, 4])
+    # A boolean mask or fractional counts are not read as counts.
+    with pytest.raises(ValueError, match="valid1 has dtype bool"):
+        box_iou(proper_boxes(2, 3), proper_boxes(2, 3), valid1=[True, False])
+    with pytest.raises(ValueError, match="valid2 has dtype float"):
+        box_iou(proper_boxes(2, 3), proper_boxes(2, 3), valid2=[1.5, 2])
     with pytest.raises(ValueError, match="batch shape"):
         box_iou(proper_boxes(2, 3), proper_boxes(2, 3), valid2=[1, 2, 3])
     with pytest.raises(ValueError, match="torch.Tensor"):

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable
 
+import numpy as np
 import torch
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
@@ -11,6 +13,20 @@ FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 def _names(dtypes: Iterable[torch.dtype]) -> str:
     return ", ".join(str(d).replace("torch.", "") for d in dtypes)
+
+
+def as_integer(v: object) -> int | None:
+    """v as an int when it is one (numpy integers included) or an integral float (2.0), else None (2.5, strings,
+    None): for arguments and fields that hold counts or sizes, so a fraction is refused rather than truncated."""
+    if isinstance(v, (str, bytes)):
+        return None
+    try:
+        return operator.index(v)
+    except TypeError:
+        pass
+    if isinstance(v, (float, np.floating)) and float(v).is_integer():
+        return int(v)
+    return None
 
 
 def check_tensor(

@@ -26,18 +26,22 @@ def _pairs(oc):
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
 @pytest.mark.parametrize("scale_kind", ["0-dim fp32", "(1,) fp32", "float"])
-def test_losses_return_open_clips_dtype(backend, oc, dtype, scale_kind):
+@pytest.mark.parametrize("bias_kind", ["0-dim fp32", "(1,) fp32", "float"])
+def test_losses_return_open_clips_dtype(backend, oc, dtype, scale_kind, bias_kind):
+    """The loss's dtype is open_clip's: its logits' (scale times features under torch's promotion); the bias, added
+    in place there, never changes it."""
     x, y, s, b = contrastive_inputs(12, 16, 10.0, seed=1)
     scale = {"0-dim fp32": s.float(), "(1,) fp32": s.float().reshape(1), "float": 10.0}[scale_kind]
+    bias = {"0-dim fp32": b.float(), "(1,) fp32": b.float().reshape(1), "float": float(b)}[bias_kind]
     for _, theirs, ours in _pairs(oc):
         xd, yd = x.to(dtype), y.to(dtype)
         try:
-            want = theirs(xd, yd, scale, b.float()).dtype
+            want = theirs(xd, yd, scale, bias).dtype
         except RuntimeError:
             # open_clip multiplies `(scale * x) @ y.T`: a (1,) fp32 scale promotes x, then the matmul mixes dtypes.
             want = torch.promote_types(dtype, torch.float32)
-        got = ours(xd, yd, scale, b.float())
-        assert got.dtype == want, (type(ours).__name__, dtype, scale_kind)
+        got = ours(xd, yd, scale, bias)
+        assert got.dtype == want, (type(ours).__name__, dtype, scale_kind, bias_kind)
 
 
 def test_losses_float64_match_open_clip_in_float64(backend, oc):

@@ -3,12 +3,13 @@ retrieval (temporal spans), each with the convention of the evaluator it reprodu
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 
-from vlkernels._validate import check_tensor
+from vlkernels._validate import as_integer, check_tensor
 from vlkernels.boxes.iou import box_iou, segment_iou
 from vlkernels.boxes.masks import mask_inter_union
 
@@ -33,7 +34,8 @@ def rec_accuracy(
         \\big[\\max_{r < k} \\mathrm{crit}(\\hat b_{b, \\sigma_b(r)}, g_b) \\ge t\\big]
 
     Args:
-        pred_boxes: ``(B, P, 4)`` candidate boxes per expression (any float dtype).
+        pred_boxes: ``(B, P, 4)`` candidate boxes per expression (float or integer; the IoU is taken in the dtype
+            it promotes to with ``gt_boxes``).
         scores: ``(B, P)`` their scores; candidates are ranked by descending score.
         gt_boxes: ``(B, 4)`` one ground-truth box per expression.
         thresholds: IoU/GIoU thresholds (hit when ``>=``).
@@ -46,7 +48,8 @@ def rec_accuracy(
         ``{"P@{k}@{t:g}": fraction in [0, 1]}`` for every k and threshold (e.g. ``"P@1@0.5"``).
 
     Raises:
-        ValueError: wrong shapes, empty batch, non-positive k, unknown criterion; box errors as ``box_iou``.
+        ValueError: wrong shapes, empty batch, k not a positive integer, NaN scores or thresholds, unknown
+            criterion; box errors as ``box_iou``.
 
     Note:
         Score ties rank the lower candidate index first (stable sort). A NaN criterion (degenerate boxes, 0/0)
@@ -69,18 +72,27 @@ def rec_accuracy(
         raise ValueError(f"rec_accuracy needs at least one expression and one candidate, got pred_boxes {(b, p)}")
     if criterion not in ("iou", "giou"):
         raise ValueError(f"criterion must be 'iou' or 'giou', got {criterion!r}")
-    if any(int(kk) < 1 for kk in k):
-        raise ValueError(f"k values must be >= 1, got {tuple(k)}")
+    ks = [as_integer(kk) for kk in k]
+    if any(kk is None or kk < 1 for kk in ks):
+        raise ValueError(f"k values must be integers >= 1, got {tuple(k)}")
+    ts = [float(t) for t in thresholds]
+    if any(math.isnan(t) for t in ts):
+        raise ValueError(f"thresholds must be numbers, got {tuple(thresholds)}")
+    if bool(torch.isnan(scores.detach()).any()):
+        raise ValueError("scores hold NaN; every candidate needs a score to be ranked")
     order = torch.sort(scores.detach(), dim=1, descending=True, stable=True).indices
-    ranked = torch.gather(pred_boxes.detach(), 1, order[..., None].expand(b, p, 4))
-    gt = gt_boxes.detach().to(ranked.dtype)[:, None, :]
+    # Both box sets in their promoted dtype (as torchvision's arithmetic would take them): a float ground truth is
+    # neither truncated to integer predictions nor rounded to half-precision ones.
+    dtype = torch.promote_types(pred_boxes.dtype, gt_boxes.dtype)
+    ranked = torch.gather(pred_boxes.detach(), 1, order[..., None].expand(b, p, 4)).to(dtype)
+    gt = gt_boxes.detach().to(dtype)[:, None, :]
     crit = box_iou(ranked, gt, fmt=fmt, kind=criterion)[..., 0].double()  # (B, P)
     crit = torch.nan_to_num(crit, nan=-torch.inf)
     out = {}
-    for kk in k:
-        best = crit[:, : int(kk)].max(dim=1).values
-        for t in thresholds:
-            out[f"P@{int(kk)}@{float(t):g}"] = float((best >= float(t)).double().mean())
+    for kk in ks:
+        best = crit[:, :kk].max(dim=1).values
+        for t in ts:
+            out[f"P@{kk}@{t:g}"] = float((best >= t).double().mean())
     return out
 
 

@@ -136,7 +136,8 @@ def _check_valid(valid, name: str, batch_shape: torch.Size, limit: int, device: 
     if valid is None:
         return None
     if isinstance(valid, int) or (isinstance(valid, Sequence) and not isinstance(valid, torch.Tensor)):
-        valid = torch.as_tensor(valid, dtype=torch.int64)
+        # No dtype forced: a boolean mask ([True, False]) or fractional counts are refused below, not read as counts.
+        valid = torch.as_tensor(valid)
     check_tensor(valid, name, dtypes=(torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8))
     if tuple(valid.shape) != tuple(batch_shape):
         raise ValueError(f"{name} must have the batch shape {tuple(batch_shape)}, got {tuple(valid.shape)}")
@@ -217,8 +218,9 @@ def box_iou(
 
     Note:
         Degenerate boxes follow the formulas as torchvision does (zero/negative area, inverted corners; 0/0 ->
-        NaN when eps=0). Halves are upcast before any arithmetic. Integer boxes follow torchvision exactly: areas
-        and intersections in integers (8/16-bit upcast to int32), the divisions in fp32; they take the torch
+        NaN when eps=0). Halves are upcast before any arithmetic. Integer boxes follow torchvision's formula: areas
+        and intersections in integers, the divisions in fp32 (8/16-bit boxes are upcast to int32 first, so uint8
+        corners do not wrap around in the differences as they do in torchvision); they take the torch
         formula, not the C++ kernel (O(N·M) temporaries) and are not differentiable.
         Multithreaded C++ on CPU (the inner loop over ``boxes2`` vectorizes; no ``N x M x 2`` temporaries), one
         thread per pair on CUDA. Deterministic.

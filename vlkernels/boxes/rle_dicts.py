@@ -3,7 +3,6 @@ one reader every RLE entry point (``rle.py``, ``rle_counts.py``, ``mask_api.py``
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -11,6 +10,7 @@ import numpy as np
 import torch
 
 from vlkernels import _ext
+from vlkernels._validate import as_integer
 
 _MAX_PIXELS = 2**32 - 1  # pycocotools keeps sizes and runs in 32-bit unsigned integers
 RLE = dict  # {"size": [h, w], "counts": bytes | str | list[int]}
@@ -29,20 +29,6 @@ class _RleSet:
         return int(self.h.numel())
 
 
-def _integer(v: object) -> int | None:
-    """An integer, or an integral float (pycocotools accepts 2.0; it would truncate 2.5, which is refused here), else
-    None (strings among them: pycocotools refuses those too)."""
-    if isinstance(v, (str, bytes)):
-        return None
-    try:
-        return operator.index(v)
-    except TypeError:
-        pass
-    if isinstance(v, (float, np.floating)) and float(v).is_integer():
-        return int(v)
-    return None
-
-
 def _size_of(rle: object, name: str, k: int) -> tuple[int, int]:
     if not isinstance(rle, Mapping) or "size" not in rle or "counts" not in rle:
         raise ValueError(f"{name}[{k}] must be an RLE dict with 'size' and 'counts', got {type(rle).__name__}")
@@ -51,7 +37,7 @@ def _size_of(rle: object, name: str, k: int) -> tuple[int, int]:
     pair = size.tolist() if isinstance(size, np.ndarray) and size.ndim == 1 else size
     if not isinstance(pair, Sequence) or isinstance(pair, (str, bytes)) or len(pair) != 2:
         raise ValueError(f"{name}[{k}]['size'] must be [height, width], got {size!r}")
-    h, w = _integer(pair[0]), _integer(pair[1])
+    h, w = as_integer(pair[0]), as_integer(pair[1])
     if h is None or w is None:
         raise ValueError(f"{name}[{k}]['size'] must hold two integers, got {size!r}")
     if h < 0 or w < 0 or h * w > _MAX_PIXELS:

@@ -13,14 +13,14 @@ from vlkernels.contrastive.ops import lse_pair, siglip_fused
 FEATURE_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
-def loss_dtype(features: torch.Tensor, logit_scale, logit_bias) -> torch.dtype:
-    """The dtype open_clip's losses return: that of ``logit_scale * features @ features.T + logit_bias`` under
-    torch's promotion rules (a Python number or a 0-dim tensor does not promote a 2-D tensor of its category, so
-    fp16/bf16 features with a 0-dim fp32 scale give an fp16/bf16 loss; a ``(1,)``-shaped fp32 scale gives fp32)."""
+def loss_dtype(features: torch.Tensor, logit_scale) -> torch.dtype:
+    """The dtype open_clip's losses return: that of its logits ``logit_scale * features @ features.T`` under torch's
+    promotion rules (a Python number or a 0-dim tensor does not promote a 2-D tensor of its category, so fp16/bf16
+    features with a 0-dim fp32 scale give an fp16/bf16 loss; a ``(1,)``-shaped fp32 scale gives fp32). The bias is
+    added in place there (``logits += logit_bias``), so it never changes the dtype."""
     logits = torch.empty((1, 1), dtype=features.dtype, device="meta")
-    for v in (logit_scale, logit_bias):
-        if isinstance(v, torch.Tensor):
-            logits = logits * torch.empty(v.shape, dtype=v.dtype, device="meta")
+    if isinstance(logit_scale, torch.Tensor):
+        logits = logits * torch.empty(logit_scale.shape, dtype=logit_scale.dtype, device="meta")
     return logits.dtype
 
 
@@ -238,7 +238,7 @@ def info_nce_loss(
     if not 0.0 <= float(label_smoothing) < 1.0:
         raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
     loss = info_nce_shard(x, y, gx, gy, s, b, float(label_smoothing))
-    return loss.to(loss_dtype(x, logit_scale, logit_bias))
+    return loss.to(loss_dtype(x, logit_scale))
 
 
 def siglip_loss(
@@ -269,7 +269,8 @@ def siglip_loss(
         :func:`info_nce_loss`.
 
     Raises:
-        ValueError: as :func:`info_nce_loss`.
+        ValueError: as :func:`info_nce_loss`, except that groups without any positive pair are accepted: every pair
+            is then a negative, a defined loss (open_clip's negative-only chunks are that).
 
     Note:
         With gradients enabled the forward also forms the gradients (one streaming pass) and keeps them
@@ -283,7 +284,7 @@ def siglip_loss(
         image_features, text_features, logit_scale, logit_bias, image_groups, text_groups, check_finite
     )
     loss = siglip_fused(x, y, s, b, gx, gy, 0, 0, 1.0 / x.shape[0], needs_grad(x, y, s, b))
-    return loss.to(loss_dtype(x, logit_scale, logit_bias))
+    return loss.to(loss_dtype(x, logit_scale))
 
 
 def needs_grad(*tensors: torch.Tensor | None) -> bool:

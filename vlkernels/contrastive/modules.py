@@ -58,7 +58,7 @@ class _ContrastiveLoss(nn.Module):
         x, y, s, b, gx, gy = validate_pair(
             image_features, text_features, logit_scale, logit_bias, image_groups, text_groups, False
         )
-        loss = self._loss(x, y, s, b, gx, gy).to(loss_dtype(x, logit_scale, logit_bias))
+        loss = self._loss(x, y, s, b, gx, gy).to(loss_dtype(x, logit_scale))
         return {"contrastive_loss": loss} if output_dict else loss
 
 
