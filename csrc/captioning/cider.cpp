@@ -18,6 +18,16 @@ double logdf_of(const CiderOpts& o, uint32_t df) {
   return o.logdf[df];
 }
 
+// A TF-IDF weight squared as pycocoevalcap squares it, pow(v, 2) through the C library: that is not always v * v
+// (glibc's pow is not correctly rounded: pow(0.6694306539426305, 2) = 0.4481374004380579, the product
+// 0.44813740043805783), and the norms must be its bits. The exponent is read through a volatile so that the compiler
+// cannot fold the call into the product.
+volatile double g_two = 2.0;
+inline double pow2(double v) {
+  const double two = g_two;
+  return std::pow(v, two);
+}
+
 // Summed term frequency of the caption's bigrams: pycocoevalcap's "length" used by the length penalty.
 int64_t bigram_length(const ImageNgrams& im, int cap, int n) {
   if (n < 2) return 0;
@@ -46,7 +56,7 @@ void build_ref_vecs(const ImageNgrams& im, int ref_begin, int nref, int n, const
       double acc = 0.0;
       for (const auto* e = im.begin(cap, k); e != im.end(cap, k); ++e) {
         const double v = static_cast<double>(e->tf) * idf[e->local];
-        acc += v * v;
+        acc += pow2(v);
       }
       rv.norms[static_cast<size_t>(r) * kMaxN + k] = std::sqrt(acc);
     }
@@ -70,7 +80,7 @@ void score_candidates(const ImageNgrams& im, const int* cands, int ncand, int re
       double s = 0.0;
       for (const auto* e = im.begin(cands[j], k); e != im.end(cands[j], k); ++e) {
         const double v = static_cast<double>(e->tf) * idf[e->local];
-        s += v * v;
+        s += pow2(v);
       }
       a[k] = std::sqrt(s);
       cand_entries += im.end(cands[j], k) - im.begin(cands[j], k);
