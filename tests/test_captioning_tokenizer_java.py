@@ -45,6 +45,28 @@ def test_ptb_tokenize_matches_java_corpus():
     assert not bad, _report(bad, len(pairs))
 
 
+def test_code_points_the_java_lexer_classes_apart_from_unicode_14():
+    """Letters and digits assigned since the jar's lexer tables were made (deleted by Java as untokenizable) and the
+    two Mongolian letters Unicode 9.0 made marks, each inside a word, alone and between digits, as Java tokenized
+    them (tests/data/ptb_java_code_points.json, written by tools/ptb_differential.py --write-code-points)."""
+    pairs = json.loads((REPO / "tests" / "data" / "ptb_java_code_points.json").read_text(encoding="utf-8"))
+    got = ptb_tokenize([p[0] for p in pairs])
+    bad = [(r, w, g) for (r, w), g in zip(pairs, got) if w != g]
+    assert len(pairs) > 500
+    assert not bad, _report(bad, len(pairs))
+
+
+@needs_java
+def test_every_bmp_code_point_matches_java_live():
+    """Every BMP code point (surrogates and line breaks aside) inside a word, alone and between digits, against the
+    Java tokenizer run now: the lexer's character classes, which are not Unicode 14's everywhere."""
+    diff = _differential()
+    cases = diff.code_point_cases(diff.bmp_code_points())
+    want, got = diff.java_tokenize(cases), ptb_tokenize(cases)
+    bad = [(r, w, g) for r, w, g in zip(cases, want, got) if w != g]
+    assert not bad, _report(bad, len(cases))
+
+
 @pytest.mark.parametrize("text", ["1.c", "file 1.txt"])
 def test_number_dot_letters_and_file_names_in_every_context(text):
     """A number, a dot and letters and a file name, as Java tokenizes them in the committed corpus: followed by

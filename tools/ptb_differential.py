@@ -20,6 +20,7 @@ not generated: pycocoevalcap misaligns the captions after them, a documented del
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import datetime
 import json
 import os
@@ -253,6 +254,28 @@ def generate(seed: int, n: int) -> list[str]:
     return out
 
 
+def bmp_code_points() -> list[int]:
+    """Every code point of the Basic Multilingual Plane but the surrogates and the line breaks (LINE_BREAKS, '\n')."""
+    skip = set(map(ord, LINE_BREAKS + "\n"))
+    return [c for c in range(0x10000) if not 0xD800 <= c <= 0xDFFF and c not in skip]
+
+
+def code_point_cases(code_points: list[int]) -> list[str]:
+    """Each code point inside a word, alone and between digits, one caption a code point, then a plain caption (so
+    the last one has the trailing context of the others): the classes the Java lexer gives characters
+    (csrc/captioning/ptb/gen_ptb_tables.py)."""
+    return [f"a{chr(c)}b {chr(c)} 1{chr(c)}2 z" for c in code_points] + ["end"]
+
+
+def overridden_code_points() -> list[int]:
+    """The code points whose lexer class is not Unicode 14's (gen_ptb_tables.py's JAVA_UNKNOWN and JAVA_LETTERS)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "csrc", "captioning", "ptb", "gen_ptb_tables.py")
+    spec = importlib.util.spec_from_file_location("gen_ptb_tables", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return [c for a, b in mod.JAVA_UNKNOWN + mod.JAVA_LETTERS for c in range(a, b + 1)]
+
+
 def java_jar() -> str:
     import pycocoevalcap.tokenizer.ptbtokenizer as m
 
@@ -358,7 +381,16 @@ def main() -> None:
         help="write {'in_order': [[input, java_output], ...] (HARD_CASES + generated), 'alone': [...] (ALONE_CASES + "
         "every 50th generated string, each the whole file)} as JSON",
     )
+    ap.add_argument(
+        "--write-code-points",
+        help="write [[input, java_output], ...] of code_point_cases(overridden_code_points()) as JSON and exit",
+    )
     args = ap.parse_args()
+    if args.write_code_points:
+        caps = code_point_cases(overridden_code_points())
+        with open(args.write_code_points, "w", encoding="utf-8") as f:
+            json.dump([[c, w] for c, w in zip(caps, java_tokenize(caps))], f, ensure_ascii=True, indent=0)
+        return
     t0 = time.time()
     n, bad = run(args.n, args.seed, args.batch)
     java = subprocess.run(["java", "-version"], stderr=subprocess.PIPE, check=False).stderr.decode().splitlines()[0]

@@ -16,6 +16,12 @@ and the lower-case map: one-to-one str.lower() mappings (java.lang.String.toLowe
 special cases, U+0130 and final sigma, are handled in code).
 Only the Basic Multilingual Plane is tabulated: the Java lexer reads UTF-16 units, so a supplementary code point
 reaches it as two surrogates, which it never puts in a token.
+
+The lexer's own letter and digit classes were generated (by JFlex, into the jar) from a Unicode older than 7.0, so
+two lists below override Unicode 14 for them, both measured by running pycocoevalcap's Java tokenizer on every BMP
+code point in three contexts (inside a word, alone, between digits; tests/test_captioning_tokenizer_java.py):
+JAVA_UNKNOWN, letters and digits assigned since, which the lexer does not know (untokenizable: deleted), and
+JAVA_LETTERS, letters then that Unicode 9.0 made non-spacing marks.
 """
 
 import sys
@@ -34,13 +40,40 @@ CLASSES = [
 ]
 
 
+# (first, last) code points, inclusive.
+JAVA_UNKNOWN = [
+    (0x037F, 0x037F), (0x0528, 0x052F), (0x0560, 0x0560), (0x0588, 0x0588), (0x05EF, 0x05EF), (0x0860, 0x086A),
+    (0x0870, 0x0887), (0x0889, 0x088E), (0x08A1, 0x08A1), (0x08AD, 0x08C9), (0x0978, 0x0978), (0x0980, 0x0980),
+    (0x09FC, 0x09FC), (0x0AF9, 0x0AF9), (0x0C34, 0x0C34), (0x0C5A, 0x0C5A), (0x0C5D, 0x0C5D), (0x0C80, 0x0C80),
+    (0x0CDD, 0x0CDD), (0x0D04, 0x0D04), (0x0D54, 0x0D56), (0x0D5F, 0x0D5F), (0x0DE6, 0x0DEF), (0x0E86, 0x0E86),
+    (0x0E89, 0x0E89), (0x0E8C, 0x0E8C), (0x0E8E, 0x0E93), (0x0E98, 0x0E98), (0x0EA0, 0x0EA0), (0x0EA8, 0x0EA9),
+    (0x0EAC, 0x0EAC), (0x13F5, 0x13F5), (0x13F8, 0x13FD), (0x16F1, 0x16F8), (0x170D, 0x170D), (0x171F, 0x171F),
+    (0x1878, 0x1878), (0x191D, 0x191E), (0x19B0, 0x19C0), (0x19C8, 0x19C9), (0x1B4C, 0x1B4C), (0x1C80, 0x1C88),
+    (0x1C90, 0x1CBA), (0x1CBD, 0x1CBF), (0x1CF2, 0x1CF3), (0x1CFA, 0x1CFA), (0x2C2F, 0x2C2F), (0x2C5F, 0x2C5F),
+    (0x312E, 0x312F), (0x31BB, 0x31BF), (0x4DB6, 0x4DBF), (0x9FCD, 0x9FFF), (0xA698, 0xA69D), (0xA78F, 0xA78F),
+    (0xA794, 0xA79F), (0xA7AB, 0xA7CA), (0xA7D0, 0xA7D1), (0xA7D3, 0xA7D3), (0xA7D5, 0xA7D9), (0xA7F2, 0xA7F7),
+    (0xA8FD, 0xA8FE), (0xA9E0, 0xA9E4), (0xA9E6, 0xA9FE), (0xAA7E, 0xAA7F), (0xAB30, 0xAB5A), (0xAB5C, 0xAB69),
+    (0xAB70, 0xABBF),
+]  # fmt: skip
+JAVA_LETTERS = [(0x1885, 0x1886)]
+
+
+def _in(c: int, ranges) -> bool:
+    return any(a <= c <= b for a, b in ranges)
+
+
 def class_ranges():
     """[(lo, hi, bits)]: maximal runs of BMP code points (surrogates excluded) with the same non-empty class set."""
     out = []
     for c in range(0x10000):
         ch = chr(c)
         cat = unicodedata.category(ch)
-        bits = 0 if 0xD800 <= c <= 0xDFFF else sum(1 << k for k, (_, test) in enumerate(CLASSES) if test(cat, ch))
+        if 0xD800 <= c <= 0xDFFF or _in(c, JAVA_UNKNOWN):
+            bits = 0
+        elif _in(c, JAVA_LETTERS):
+            bits = 1  # kLetter (not cased)
+        else:
+            bits = sum(1 << k for k, (_, test) in enumerate(CLASSES) if test(cat, ch))
         if out and bits and out[-1][2] == bits and out[-1][1] == c - 1:
             out[-1][1] = c
         elif bits:
