@@ -46,6 +46,26 @@ def _same(gt, res, iou="bbox", setup=None):
     return P, V
 
 
+# --- image sizes: read only for masks -------------------------------------------------------------------------------
+
+
+def test_bbox_ground_truth_without_image_sizes_equals_pycocotools():
+    """Image 'height' / 'width' are read only to make masks: a bbox evaluation of a dataset without them gives
+    pycocotools' answers (hand-made bbox datasets often leave them out)."""
+    gt = _gt()
+    for img in gt["images"]:
+        del img["height"], img["width"]
+    _same(gt, [_det(1, 1, (11, 10, 30, 30)), _det(2, 2, (50, 40, 40, 22), 0.5), _det(2, 1, (0, 0, 5, 5), 0.7)])
+
+
+def test_segm_without_image_sizes_names_the_image():
+    gt = _gt(anns=[{"image_id": 1, "category_id": 1, "bbox": [0, 0, 4, 4], "segmentation": [[0, 0, 4, 0, 4, 4]]}])
+    del gt["images"][0]["height"]
+    res = [{"image_id": 1, "category_id": 1, "segmentation": [[0, 0, 4, 0, 4, 4]], "score": 0.9}]
+    with pytest.raises(ValueError, match=r"images\[0\] \(id 1\) needs a non-negative 'height' and 'width'"):
+        COCOeval(gt, res, "segm").evaluate()
+
+
 # --- h*w beyond COCO RLE's 32-bit sizes, on every segmentation path ---------------------------------------------
 
 

@@ -352,6 +352,23 @@ def test_mean_average_precision_segm_some_images_without_masks():
     _same(mean_average_precision(preds, target, iou_type="segm"), _torchmetrics(preds, target, "segm"))
 
 
+@pytest.mark.parametrize("iou_type", ["segm", ("bbox", "segm")])
+def test_mean_average_precision_images_without_targets_but_with_detections(iou_type):
+    """An image with no target but with detections: left out with segm alone, where torchmetrics skips an image
+    without masks; kept (its detections false positives) with ("bbox", "segm"), where it skips one only without
+    boxes too."""
+    preds, target = _batch(6, seed=17, masks=True)
+    h, w = target[3]["masks"].shape[-2:]
+    target[3] = {
+        "boxes": torch.zeros(0, 4),
+        "labels": torch.zeros(0, dtype=torch.int64),
+        "masks": torch.zeros(0, h, w, dtype=torch.uint8),
+        "iscrowd": torch.zeros(0, dtype=torch.int64),
+    }
+    assert preds[3]["labels"].numel() > 0
+    _same(mean_average_precision(preds, target, iou_type=iou_type), _torchmetrics(preds, target, iou_type))
+
+
 def test_mean_average_precision_torchmetrics_extended_summary_shapes():
     # test_for_extended_stats: precision / recall / scores of 4 images x 6 classes (no 'ious' here)
     res = mean_average_precision(_TM_INPUTS["preds"], _TM_INPUTS["target"], extended_summary=True)

@@ -206,7 +206,8 @@ def load_ground_truth(obj: object, lvis: bool = False) -> GroundTruth:
         if not isinstance(ds.get(key), list):
             raise ValueError(f"ground truth needs a list '{key}'")
     images, cats, anns = ds["images"], ds["categories"], ds["annotations"]
-    t = _table(images, [_id("id"), _id("height"), _id("width")], "images")
+    # Image sizes are optional (-1 when absent), as in pycocotools and lvis-api: only masks are made from them.
+    t = _table(images, [_id("id"), _id("height", -1), _id("width", -1)], "images")
     img_ids, heights, widths = t["id"].copy(), t["height"].copy(), t["width"].copy()
     _unique_ids(img_ids, "images")
     cat_ids = _table(cats, [_id("id")], "categories")["id"].copy()
@@ -339,6 +340,13 @@ def segmentations(anns: Anns, rows: np.ndarray, gt: GroundTruth, where: str, nee
     pos = order[np.searchsorted(gt.img_ids[order], anns.image_id[rows])]
     hs = np.ascontiguousarray(gt.heights[pos], dtype=np.int64)
     ws = np.ascontiguousarray(gt.widths[pos], dtype=np.int64)
+    bad = np.flatnonzero((hs < 0) | (ws < 0))
+    if bad.size:
+        k = int(pos[bad[0]])
+        raise ValueError(
+            f"images[{k}] (id {gt.img_ids[k]}) needs a non-negative 'height' and 'width' for a segm evaluation, got "
+            f"{gt.images[k].get('height')!r} x {gt.images[k].get('width')!r}"
+        )
     raw = anns.raw
 
     def convert(k: int, h: int, w: int) -> dict:

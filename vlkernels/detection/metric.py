@@ -162,8 +162,9 @@ def _anns(items: list[dict], i_type: str, box_format: str, pred: bool, micro: bo
 def _evaluate(preds, target, i_type, box_format, iou_thrs, rec_thrs, max_dets, micro, class_ids, types):
     n_img = len(target)
     keep = np.ones(n_img, dtype=bool)
-    if i_type == "segm":
-        # torchmetrics leaves out of the ground truth every image with no target mask (and so its detections).
+    if i_type == "segm" and "bbox" not in types:
+        # With segm alone torchmetrics leaves out of the ground truth every image with no target mask (and so its
+        # detections); with ("bbox", "segm") it keeps them (it skips an image only when it has no boxes either).
         keep = np.array([_n_masks(t) > 0 for t in target], dtype=bool)
     gt_anns = _anns(target, i_type, box_format, False, micro, keep, types)
     dt_anns = _anns(preds, i_type, box_format, True, micro, np.ones(len(preds), dtype=bool), types)
