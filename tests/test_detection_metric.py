@@ -369,6 +369,23 @@ def test_mean_average_precision_images_without_targets_but_with_detections(iou_t
     _same(mean_average_precision(preds, target, iou_type=iou_type), _torchmetrics(preds, target, iou_type))
 
 
+def test_micro_class_metrics_with_both_types_scores_each_type_micro():
+    """("bbox", "segm") with average="micro" and class_metrics: every summary value as torchmetrics gives it without
+    class_metrics, and bbox's per-class values as it gives them (torchmetrics scores the second type per category in
+    this one combination: README, "What differs on purpose")."""
+    preds, target = _batch(8, seed=18, masks=True)
+    both = ("bbox", "segm")
+    ours = mean_average_precision(preds, target, iou_type=both, average="micro", class_metrics=True)
+    plain = _torchmetrics(preds, target, both, average="micro")
+    full = _torchmetrics(preds, target, both, average="micro", class_metrics=True)
+    for k in plain:
+        want = full[k] if k.startswith("bbox_") and "per_class" in k else plain[k]
+        if "per_class" in k and not k.startswith("bbox_"):
+            continue
+        want = want.squeeze() if want.numel() == 1 else want
+        torch.testing.assert_close(ours[k], want, rtol=0, atol=0, msg=k)
+
+
 def test_mean_average_precision_torchmetrics_extended_summary_shapes():
     # test_for_extended_stats: precision / recall / scores of 4 images x 6 classes (no 'ious' here)
     res = mean_average_precision(_TM_INPUTS["preds"], _TM_INPUTS["target"], extended_summary=True)
