@@ -79,7 +79,11 @@ def _iou_f64(a, b):
 
 @pytest.mark.parametrize(
     "pred_dtype, gt_box",
-    [(torch.int64, [0.0, 0.0, 10.9, 10.9]), (torch.int32, [0.0, 0.0, 10.9, 10.9]), (torch.float16, [0, 0, 10.003, 10.003])],
+    [
+        (torch.int64, [0.0, 0.0, 10.9, 10.9]),
+        (torch.int32, [0.0, 0.0, 10.9, 10.9]),
+        (torch.float16, [0, 0, 10.003, 10.003]),
+    ],
 )
 def test_rec_accuracy_keeps_the_ground_truth_in_the_promoted_dtype(pred_dtype, gt_box):
     """Integer or half-precision predictions against a float32 ground truth: the IoU is that of the boxes as given

@@ -217,9 +217,11 @@ def test_norms_square_with_pow_as_pycocoevalcap():
     """pycocoevalcap squares each TF-IDF weight with pow(v, 2), which is not always v * v: here "the" (tf 3, df 8 of
     10 images) weighs v = 3 (log 10 - log 8) with pow(v, 2) one unit in the last place from v * v, and image 5's
     score shows it. Cider and the SCST CiderD (on pycocoevalcap's scorer with fixed df) equal it bit for bit."""
-    gts = {0: ["on the z a y dog cat"], 1: ["on a b the 1 y dog cat"], 2: [""], 3: ["on", "cat", "a 1 z b y dog the"],
-           4: ["1 cat a y", "dog", "z on", "b the"], 5: ["z y b cat on the the on the on 1 cat a dog"],
-           6: ["on dog"], 7: ["the dog on a y 1", "b"], 8: ["z on the 1 a b dog", "y"], 9: ["the a on y cat b"]}  # fmt: skip
+    gts = {
+        0: ["on the z a y dog cat"], 1: ["on a b the 1 y dog cat"], 2: [""], 3: ["on", "cat", "a 1 z b y dog the"],
+        4: ["1 cat a y", "dog", "z on", "b the"], 5: ["z y b cat on the the on the on 1 cat a dog"], 6: ["on dog"],
+        7: ["the dog on a y 1", "b"], 8: ["z on the 1 a b dog", "y"], 9: ["the a on y cat b"],
+    }  # fmt: skip
     res = {k: [""] for k in gts}
     res[5] = ["z"]
     v = np.float64(3) * (np.log(10.0) - np.log(8.0))

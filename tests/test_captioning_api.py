@@ -185,8 +185,54 @@ def test_evaluate_captions_bad_input(tmp_path):
         evaluate_captions({"images": []}, [], tokenize=False)
 
 
+@pytest.mark.skipif(shutil.which("java") is None, reason="pycocoevalcap's PTBTokenizer needs Java")
+def test_evaluate_captions_takes_cocoevalcap_image_order(tmp_path):
+    """Results listed in another order than the annotation file's images: COCOEvalCap's example flow evaluates in the
+    images' order (loadRes keeps it), and the PTB tokenizer reads each caption with the next as context ("by P."
+    ends a caption here), so both paths take that order and give its scores."""
+    import contextlib
+    import io
+
+    from pycocoevalcap.rouge.rouge import Rouge as PcRouge
+    from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
+    from pycocotools.coco import COCO
+
+    caps = ["a photo taken by P.", "A dog on the grass", "a cat on a mat", "Two men. On a boat"]
+    anns = {
+        "info": {},
+        "licenses": [],
+        "type": "captions",
+        "images": [{"id": i} for i in (3, 1, 4, 2)],
+        "annotations": [{"image_id": i + 1, "id": i + 1, "caption": c} for i, c in enumerate(caps)],
+    }
+    res = [{"image_id": i, "caption": c} for i, c in ((2, "a dog on grass"), (4, "two men on a boat"), (1, "by p"))]
+    a, r = _write(tmp_path, "ann.json", anns), _write(tmp_path, "res.json", res)
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        coco = COCO(str(a))
+        cres = coco.loadRes(str(r))
+        ids = cres.getImgIds()
+        gts = PTBTokenizer().tokenize({i: coco.imgToAnns[i] for i in ids})
+        rs = PTBTokenizer().tokenize({i: cres.imgToAnns[i] for i in ids})
+    assert ids == [1, 4, 2]
+    bleu = pc_bleu_scores(gts, rs)
+    want = {
+        "Bleu_4": bleu[3],
+        "ROUGE_L": PcRouge().compute_score(gts, rs)[0],
+        "CIDEr": Cider().compute_score(gts, rs)[0],
+    }
+    for got in (evaluate_captions(a, r), evaluate_captions(anns, res)):
+        assert list(got["per_image"]) == ids
+        for k, v in want.items():
+            assert got[k] == float(v), k
+
+
+def pc_bleu_scores(gts, res):
+    from pycocoevalcap.bleu.bleu import Bleu as PcBleu
+
+    return PcBleu(4).compute_score(gts, res, verbose=0)[0]
+
+
 @pytest.mark.slow
-@pytest.mark.skipif(shutil.which("java") is None, reason="the tokenizer fallback needs Java until the C++ one lands")
 def test_evaluate_captions_official_demo(shared_data, tmp_path):
     # The coco-caption demo: fakecap results against every val2014 caption print CIDEr 0.600 and BLEU counts
     # testlen 9893 / reflen 9855; raw captions, tokenized by the PTB tokenizer.

@@ -98,6 +98,34 @@ def test_file_path_equals_the_object_path(shared_data, tmp_path, monkeypatch, to
     assert files == objects and files["images"] == 280
 
 
+@pytest.mark.parametrize(
+    "images, want",
+    [
+        ([{"id": i} for i in (5, 2, 9, 1)], [5, 2, 9, 1, 7]),
+        ([{"id": 9}, "x", {"file_name": "a"}, {"id": 2.0}, {"id": 5}, None, {"id": 9}, {"id": "2"}], [9, 5, 1, 2, 7]),
+        ({"id": 3}, [1, 2, 5, 7, 9]),
+    ],
+    ids=["shuffled", "odd_entries", "not_a_list"],
+)
+@pytest.mark.parametrize("repeat", [False, True])
+def test_both_readers_take_the_images_order(tmp_path, images, want, repeat):
+    """The C++ reader and json.load + Python give the same image order (the images list's, then the captions'),
+    whatever the list holds: entries that are not dicts or have no int or str id are passed over, a repeated
+    "images" key keeps its last value."""
+    caps = {i: [f"a dog number {i}", f"a cat {i}"] for i in (1, 2, 5, 7, 9)}
+    body = json.dumps({"annotations": [{"image_id": i, "caption": c} for i, v in caps.items() for c in v]})[1:-1]
+    listed = json.dumps(images)
+    text = "{" + ('"images": [{"id": 7}], ' if repeat else "") + f'"images": {listed}, {body}}}'
+    anns = json.loads(text)  # a dict literal with a repeated key keeps its last value, as json.loads does
+    results = [{"image_id": i, "caption": f"a dog {i}"} for i in (7, 1, 9, 2, 5)]
+    a = tmp_path / "a.json"
+    a.write_text(text, encoding="utf-8")
+    files = evaluate_captions(a, _write(tmp_path, "r.json", results))
+    objects = evaluate_captions(anns, results)
+    assert files == objects
+    assert list(files["per_image"]) == want
+
+
 def _captions(rng: np.random.Generator, n: int, random_words: bool) -> list[str]:
     """n captions of 7-14 words: words of 3-9 random letters (nearly every word and n-gram distinct), or a small
     vocabulary, capitalized with a full stop. Vectorized: the big files take tens of millions of characters."""
@@ -323,7 +351,8 @@ def test_files_binding_sizes_its_outputs_and_scores_once(tmp_path):
         files.score(log_table(1), 0.0, *outs)
     with pytest.raises(ValueError, match="cider must have size 2"):
         files.score(log_table(2), 0.0, np.zeros(3), *outs[1:])
-    assert files.score(log_table(2), float(np.log(2.0)), *outs) == (True, [b"sx", b"i7"])
+    # The images in the references' order (their captions' first appearance), not the results'.
+    assert files.score(log_table(2), float(np.log(2.0)), *outs) == (True, [b"i7", b"sx"])
     assert outs[3].tolist() == [1.0, 1.0]  # ROUGE-L of identical captions
     with pytest.raises(ValueError, match="scored already"):
         files.score(log_table(2), 0.0, *outs)

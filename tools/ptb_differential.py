@@ -20,8 +20,8 @@ not generated: pycocoevalcap misaligns the captions after them, a documented del
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import datetime
+import importlib.util
 import json
 import os
 import random
@@ -269,7 +269,9 @@ def code_point_cases(code_points: list[int]) -> list[str]:
 
 def overridden_code_points() -> list[int]:
     """The code points whose lexer class is not Unicode 14's (gen_ptb_tables.py's JAVA_UNKNOWN and JAVA_LETTERS)."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "csrc", "captioning", "ptb", "gen_ptb_tables.py")
+    path = os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "csrc", "captioning", "ptb", "gen_ptb_tables.py"
+    )
     spec = importlib.util.spec_from_file_location("gen_ptb_tables", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -92,16 +92,34 @@ void coco_prepare(const std::string& refs_path, const std::string& preds_path, b
   for (int64_t i = 0; i < m; ++i) idx.at.emplace(preds.keys[i], i);
   CaptionRecords refs;
   read_file(refs_path, false, &keep_scored, &idx, refs);
-  // References grouped by the image's results position (counting sort: file order inside an image).
+  // The images in COCOEvalCap's order (the PTB tokenizer reads each caption with the next as context, and the means
+  // sum in it): the annotation file's "images" list when it has one (loadRes keeps that order), then the order their
+  // captions first appear in; results for images in neither follow in results order (they have no reference, an
+  // error below). result_at[p]: the result at evaluation position p; pos_of: its inverse.
+  std::vector<int64_t> result_at, pos_of(static_cast<size_t>(m), -1);
+  result_at.reserve(static_cast<size_t>(m));
+  auto place = [&](int64_t i) {
+    if (pos_of[i] >= 0) return;
+    pos_of[i] = static_cast<int64_t>(result_at.size());
+    result_at.push_back(i);
+  };
+  for (const std::vector<std::string>* keys : {&refs.listed, &refs.keys})
+    for (const std::string& k : *keys) {
+      const auto it = idx.at.find(k);
+      if (it != idx.at.end()) place(it->second);
+    }
+  for (int64_t i = 0; i < m; ++i) place(i);
+  std::vector<std::string>().swap(refs.listed);
+  // References grouped by their image's position (counting sort: file order inside an image).
   std::vector<int64_t> count(m + 1, 0);
   std::vector<int64_t> image_of_ref(static_cast<size_t>(refs.size()));
   for (int64_t c = 0; c < refs.size(); ++c) {
-    image_of_ref[c] = idx.at.at(refs.keys[refs.image[c]]);
+    image_of_ref[c] = pos_of[idx.at.at(refs.keys[refs.image[c]])];
     ++count[image_of_ref[c] + 1];
   }
   for (int64_t i = 0; i < m; ++i) {
     if (count[i + 1] == 0) {
-      const std::string& k = preds.keys[i];
+      const std::string& k = preds.keys[result_at[i]];
       // Same number and text as an id of the other type (1 vs "1"): say so.
       const std::string other = other_type(k);
       const bool has_other = idx.other_type_seen.count(k) != 0;
@@ -122,7 +140,7 @@ void coco_prepare(const std::string& refs_path, const std::string& preds_path, b
   for (int64_t c = 0; c < refs.size(); ++c) {
     const int64_t k = order[c], i = image_of_ref[k];
     if (utf8_invalid_offset(refs.text.data() + refs.off[k], refs.off[k + 1] - refs.off[k]) >= 0)
-      throw std::invalid_argument(refs_path + ": image " + shown_key(preds.keys[i]) + " reference " +
+      throw std::invalid_argument(refs_path + ": image " + shown_key(preds.keys[result_at[i]]) + " reference " +
                                   std::to_string(c - count[i]) + ": not valid UTF-8 (a lone surrogate escape)");
   }
   for (int64_t i = 0; i < m; ++i)
@@ -130,7 +148,8 @@ void coco_prepare(const std::string& refs_path, const std::string& preds_path, b
       throw std::invalid_argument(preds_path + ": image " + shown_key(preds.keys[i]) +
                                   " caption: not valid UTF-8 (a lone surrogate escape)");
   std::vector<int64_t>().swap(image_of_ref);
-  ev.keys = std::move(preds.keys);
+  ev.keys.resize(static_cast<size_t>(m));
+  for (int64_t p = 0; p < m; ++p) ev.keys[p] = std::move(preds.keys[result_at[p]]);
   ev.ref_off.assign(count.begin(), count.end());
   const int64_t n_refs = refs.size();
   ev.ref_caps.resize(static_cast<size_t>(n_refs));
@@ -141,8 +160,7 @@ void coco_prepare(const std::string& refs_path, const std::string& preds_path, b
   // or read where the parse left it.
   ev.views.resize(static_cast<size_t>(n_refs + m));
   if (ptb) {
-    std::vector<int64_t> pred_order(static_cast<size_t>(m));
-    std::iota(pred_order.begin(), pred_order.end(), int64_t{0});
+    const std::vector<int64_t>& pred_order = result_at;
     std::vector<int64_t> off{0};
     // Reserved with room to spare (untouched pages cost nothing; see read_caption_file).
     ev.text.reserve((refs.text.size() + preds.text.size()) * 3 / 2 + 64);
@@ -157,8 +175,10 @@ void coco_prepare(const std::string& refs_path, const std::string& preds_path, b
       const int64_t k = order[c];
       ev.views[c] = TextView{refs.text.data() + refs.off[k], refs.off[k + 1] - refs.off[k]};
     }
-    for (int64_t i = 0; i < m; ++i)
-      ev.views[n_refs + i] = TextView{preds.text.data() + preds.off[i], preds.off[i + 1] - preds.off[i]};
+    for (int64_t p = 0; p < m; ++p) {
+      const int64_t i = result_at[p];
+      ev.views[n_refs + p] = TextView{preds.text.data() + preds.off[i], preds.off[i + 1] - preds.off[i]};
+    }
     ev.records[0] = std::move(refs);
     ev.records[1] = std::move(preds);
   }

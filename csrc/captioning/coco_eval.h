@@ -14,8 +14,8 @@
 namespace vlk::cap {
 
 struct CocoEval {
-  // Images in results order; candidate cand[i], references ref_caps[ref_off[i] .. ref_off[i+1]) (indices into the
-  // token arrays: references first, then the candidates).
+  // Images in evaluation order (coco_prepare); candidate cand[i], references ref_caps[ref_off[i] .. ref_off[i+1])
+  // (indices into the token arrays: references first, then the candidates).
   std::vector<std::string> keys;  // "i<digits>" or "s<text>" (coco_json.h)
   std::vector<int64_t> cand, ref_off{0}, ref_caps;
   // The captions' (tokenized) text: caption c is views[c], held by `text` or `records`.

@@ -402,6 +402,46 @@ class Parser {
     }
   }
 
+  // A COCO file's "images" list: each entry's "id" key into out_.listed (other fields and entries skipped).
+  void image_list() {
+    ++p_;
+    if (closes(']')) return;
+    std::string field, key;
+    for (;;) {
+      ws();
+      if (p_ < end_ && *p_ == '{') {
+        ++p_;
+        bool has_id = false;
+        if (!closes('}')) {
+          for (;;) {
+            member_name(field);
+            if (p_ == end_) fail("malformed JSON: expecting value");
+            if (field == "id" && *p_ == '"') {
+              key.assign("s");
+              string(&key);
+              has_id = true;
+            } else if (field == "id" && (*p_ == '-' || (*p_ >= '0' && *p_ <= '9'))) {
+              std::string digits;
+              has_id = number(&digits) == Kind::kInt;
+              key = "i" + digits;
+            } else {
+              if (field == "id") has_id = false;  // a repeated "id" keeps its last value, as json.load does
+              skip_value(1);
+            }
+            if (more('}')) continue;
+            break;
+          }
+        }
+        if (has_id) out_.listed.push_back(key);
+        poll_.spend(32);
+      } else {
+        skip_value(1);
+      }
+      if (more(']')) continue;
+      return;
+    }
+  }
+
   // An object: a COCO annotation file ("annotations": [records]) or {image_id: [caption, ...]}. A repeated key
   // keeps its last value and its first position, as json.load builds the dict.
   void top_object() {
@@ -449,6 +489,14 @@ class Parser {
         } else if (results_) {
           annotations = annotations || field == "annotations";
           skip_value(1);
+        } else if (field == "images") {
+          // A COCO file (the {image_id: [captions]} layout has no "images"); a repeated key keeps its last value.
+          coco_fields = true;
+          out_.listed.clear();
+          if (peek('['))
+            image_list();
+          else
+            skip_value(1);
         } else {
           coco_fields = coco_fields || field == "images" || field == "info";
           auto [it, fresh] = key_at.emplace(field, layout_keys.size());

@@ -18,6 +18,9 @@ struct CaptionRecords {
   std::vector<int64_t> off{0};   // caption c = text[off[c] .. off[c+1])
   std::vector<int64_t> image;    // image (index into keys) of caption c
   std::vector<std::string> keys; // distinct image keys in order of first appearance
+  // A COCO annotation file's "images" list: the keys of its entries' "id"s, in order (COCOEvalCap evaluates images
+  // in that order); empty for the other layouts. Entries that are not a dict with an int or str "id" are left out.
+  std::vector<std::string> listed;
   int64_t size() const { return static_cast<int64_t>(image.size()); }
 };
 

@@ -69,6 +69,15 @@ def _references(obj: Any, name: str) -> dict[Any, list[str]]:
     return gts
 
 
+def _listed(obj: Any) -> list:
+    """The ids of a COCO annotation file's "images" list, in order (entries without an int or str "id" left out);
+    empty for the other layouts."""
+    if not isinstance(obj, Mapping) or "annotations" not in obj or not isinstance(obj.get("images"), list):
+        return []
+    ids = (im.get("id") for im in obj["images"] if isinstance(im, Mapping))
+    return [i for i in ids if isinstance(i, (int, str)) and not isinstance(i, bool)]
+
+
 def _results(obj: Any, name: str) -> list[tuple[Any, str]]:
     if isinstance(obj, Mapping):
         hint = " (this looks like an annotation file: pass it first)" if "annotations" in obj else ""
@@ -88,7 +97,9 @@ def evaluate_captions(
     """BLEU-1..4, ROUGE-L and CIDEr-D of COCO-format results, as pycocoevalcap's ``COCOEvalCap``.
 
     The images scored are those of ``results`` (as ``coco_eval.params['image_id'] = coco_result.getImgIds()`` in
-    pycocoevalcap's example); their references are every annotation with that ``image_id``.
+    pycocoevalcap's example); their references are every annotation with that ``image_id``. They are taken in
+    COCOEvalCap's order, which the PTB tokenizer's cross-caption context and the means' summation see: that of the
+    annotation file's ``images`` list (``loadRes`` keeps it), else the order the images' captions first appear in.
 
     Args:
         annotations: a COCO captions file (path, or its dict with ``"annotations"``), a list of
@@ -124,7 +135,8 @@ def evaluate_captions(
         scores["any_ref_words"], keys = files.score(log_table(m), ref_len_of(max(m, 1)), *scores.values())
         del files  # its token arrays: the report needs only the scores
         return _report(scores, [_key_image_id(k) for k in keys], per_image)
-    gts_all = _references(*_loaded(annotations, "annotations"))
+    annotations, name = _loaded(annotations, "annotations")
+    gts_all = _references(annotations, name)
     ress = _results(*_loaded(results, "results"))
     res: dict[Any, list[str]] = {}
     for img, cap in ress:
@@ -138,7 +150,9 @@ def evaluate_captions(
     del ress
     if not res:
         raise ValueError("results is empty: no image to evaluate")
-    gts = {k: gts_all[k] for k in res}
+    order = dict.fromkeys(k for k in [*_listed(annotations), *gts_all] if k in res)
+    gts = {k: gts_all[k] for k in order}
+    res = {k: res[k] for k in order}
     C = load()
     # One C++ call: read, PTB-tokenize (each dict as one batch, as COCOEvalCap), BLEU + ROUGE-L + CIDEr-D.
     scores = score_images(gts, res, C.CAP_CIDER | C.CAP_BLEU | C.CAP_ROUGE, tokenize=tokenize)
