@@ -44,6 +44,28 @@ def test_losses_return_open_clips_dtype(backend, oc, dtype, scale_kind, bias_kin
         assert got.dtype == want, (type(ours).__name__, dtype, scale_kind, bias_kind)
 
 
+def test_saturated_logits_gradients_from_consistent_log_sum_exps(backend, oc):
+    """Unnormalised features at scale 100 (logits in the thousands, every softmax saturated, some columns' sums
+    underflowing): the backward recomputes the logit tile, and the log-sum-exps it divides by come from the same
+    products, so a saturated entry's exp(t - lse) is exactly 1 and the gradients keep fp32's accuracy. Bound: the
+    sums behind each gradient entry, (D + M) roundings of u each, with a factor 8 of slack, relative to the largest
+    entry (an lse off by one ulp of a thousands-sized logit errs by ~2e-4)."""
+    torch.manual_seed(0)
+    x, y = torch.randn(2, 64) * 3, torch.randn(2, 64)
+    s = torch.tensor(100.0)
+
+    def grads(mod, *t):
+        t = [v.clone().requires_grad_() for v in t]
+        return torch.autograd.grad(mod(*t), t)
+
+    want = grads(oc.ClipLoss(), x.double(), y.double(), s.double())
+    got = grads(vlkernels.ClipLoss(), x, y, s)
+    bound = 8 * (64 + 2) * 2.0**-24
+    for name, g, w in zip(("image", "text"), got, want):
+        err = float((g.double() - w).abs().max() / w.abs().max())
+        assert err <= bound, (name, err, bound)
+
+
 def test_losses_float64_match_open_clip_in_float64(backend, oc):
     """float64 features are accepted and computed in float64 (the torch path on every device)."""
     x, y, s, b = contrastive_inputs(37, 48, 30.0, seed=2)

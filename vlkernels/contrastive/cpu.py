@@ -75,10 +75,12 @@ def lse_pair_fwd_cpu(
         peak = top.max()
         col_sum = torch.mv(p.t(), torch.exp(top - peak))
         part = peak + torch.log(col_sum)
-        # A column whose weighted sum fell below 1e-20 may have lost terms to underflow: recompute it exactly.
+        # A column whose weighted sum fell below 1e-20 may have lost terms to underflow: recompute it exactly, from
+        # the same GEMM as the tile (a product of other shapes rounds otherwise, and the backward, which recomputes
+        # this tile, would see its largest entry off its log-sum-exp by an ulp: e^(1 ulp) in a saturated gradient).
         small = col_sum < 1e-20
         if bool(small.any()):
-            part[small] = torch.logsumexp(torch.mm(xc, ys[small].t()), dim=0)
+            part[small] = torch.logsumexp(torch.mm(xc, ys.t())[:, small], dim=0)
         col = torch.logaddexp(col, part)
     return row, col, diag
 
