@@ -110,6 +110,8 @@ def test_vcr_accuracy_errors():
         vcr_accuracy(torch.zeros(3, 0), s, y, y)
     with pytest.raises(ValueError, match="is on meta"):
         vcr_accuracy(s, s, y.to("meta"), y)
+    with pytest.raises(ValueError, match="answer_scores must have 4 columns"):
+        vcr_accuracy(torch.randn(3, 3), s, y, y)
 
 
 def test_snli_ve_accuracy_confusion_and_per_class():
@@ -139,6 +141,11 @@ def test_snli_ve_accuracy_errors():
         snli_ve_accuracy(torch.tensor([0]), torch.tensor([0]), class_names=())
     with pytest.raises(ValueError, match="NaN/Inf"):
         snli_ve_accuracy(torch.tensor([[0.0, float("nan"), 1.0]]), torch.tensor([0]))
+    # per_class is keyed by the names: repeated names (or one string read as its letters) would merge classes.
+    with pytest.raises(ValueError, match="must be distinct"):
+        snli_ve_accuracy(torch.tensor([0, 1]), torch.tensor([0, 1]), class_names=("x", "x", "y"))
+    with pytest.raises(ValueError, match="sequence of names"):
+        snli_ve_accuracy(torch.tensor([0, 1]), torch.tensor([0, 1]), class_names="abc")
 
 
 @pytest.mark.parametrize("ties", ["pessimistic", "optimistic"])

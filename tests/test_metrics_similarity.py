@@ -208,6 +208,23 @@ def test_similarity_rejects_non_finite_embeddings(path, bad):
         clip_score(txt, img)
 
 
+def test_similarity_huge_finite_norms_named_as_such(path):
+    """Finite embeddings whose squared norms pass fp32's range are not called NaN/Inf: the error says what is wrong
+    and what to do; eps must be positive and finite."""
+    img = torch.tensor([[3e19, 4e19], [1.0, 2.0]], dtype=torch.float64)
+    txt = torch.tensor([[4e19, 3e19], [2.0, 1.0]], dtype=torch.float64)
+    with pytest.raises(ValueError, match="norms too large for fp32"):
+        clip_score(img, txt)
+    with pytest.raises(ValueError, match="norms too large for fp32"):
+        siglip_score(img, txt, 10.0, -5.0)
+    # Scaled down, the same directions score as torchmetrics' formula does: 100 * max(cos, 0) = 96.
+    # (fp32: the cast, the dot, two norms, two divisions: within 16 units of 2**-24.)
+    assert float(clip_score(img * 1e-19, txt * 1e-19).scores[0]) == pytest.approx(96.0, rel=16 * 2.0**-24)
+    for eps in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="eps must be a positive finite number"):
+            clip_score(img[1:], txt[1:], eps=eps)
+
+
 def test_clip_score_errors():
     with pytest.raises(ValueError, match="pair row by row"):
         clip_score(torch.randn(3, 4), torch.randn(2, 4))

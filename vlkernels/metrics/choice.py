@@ -190,7 +190,8 @@ def vcr_accuracy(
         :class:`VCRAccuracy` with ``q2a``, ``qa2r``, ``joint`` ``(N,)`` bool and their means.
 
     Raises:
-        ValueError: wrong dtypes or ranks, length mismatches, devices, or NaN/Inf scores.
+        ValueError: wrong dtypes or ranks, float scores without 4 columns, length mismatches, devices, or NaN/Inf
+            scores.
 
     Note:
         The prediction is the argmax; among tied maxima the lowest index wins (``torch.argmax``, like the
@@ -201,8 +202,8 @@ def vcr_accuracy(
         >>> vcr_accuracy(s, s, torch.tensor([1]), torch.tensor([2])).joint_acc
         0.0
     """
-    a_hat = _predictions(answer_scores, "answer_scores")
-    r_hat = _predictions(rationale_scores, "rationale_scores")
+    a_hat = _predictions(answer_scores, "answer_scores", n_classes=4)
+    r_hat = _predictions(rationale_scores, "rationale_scores", n_classes=4)
     n = a_hat.shape[0]
     if r_hat.shape[0] != n:
         raise ValueError(f"rationale_scores has {r_hat.shape[0]} rows but answer_scores has {n}")
@@ -248,7 +249,8 @@ def snli_ve_accuracy(
 
     Raises:
         ValueError: wrong dtypes or ranks, length mismatches, a score width other than ``len(class_names)``,
-            predictions or labels outside ``[0, C)``, or NaN/Inf scores.
+            class names that repeat (or one string in place of a list), predictions or labels outside ``[0, C)``,
+            or NaN/Inf scores.
 
     Note:
         Argmax with the lowest index among tied maxima. Overall accuracy over ``N = 0`` is NaN.
@@ -257,10 +259,14 @@ def snli_ve_accuracy(
         >>> snli_ve_accuracy(torch.tensor([[2.0, 1.0, 0.0]]), torch.tensor([0])).accuracy
         1.0
     """
+    if isinstance(class_names, (str, bytes)):
+        raise ValueError(f"class_names must be a sequence of names, got the string {class_names!r}")
     names = list(class_names)
     c = len(names)
     if c < 1:
         raise ValueError("class_names must name at least one class")
+    if len(set(names)) != c:
+        raise ValueError(f"class_names must be distinct (per_class is keyed by them), got {names}")
     pred = _predictions(scores, "scores", n_classes=c)
     n = pred.shape[0]
     y = _labels(labels, "labels", n, pred.device)

@@ -126,11 +126,19 @@ def _(x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor | None, eps: float, gr
 def _pair_cosine(
     x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor | None, eps: float, group: int | None = None
 ) -> torch.Tensor:
+    if not (isinstance(eps, (int, float)) and math.isfinite(eps) and eps > 0):
+        raise ValueError(f"eps must be a positive finite number, got {eps!r}")
     cos = _pair_cosine_op(x, y, idx, eps, group)
     # |cos| <= 1 wherever it is finite, so the sum is finite exactly when every cosine is: one pass, where
     # isfinite().all() takes five.
     if cos.numel() and not math.isfinite(float(cos.sum())):
         bad = int((~torch.isfinite(cos)).sum())
+        if bool(torch.isfinite(x).all()) and bool(torch.isfinite(y).all()):
+            # Finite inputs: a squared norm passed fp32's range (|x| > 1.8e19), where the cosines are computed.
+            raise ValueError(
+                f"image_emb/text_emb have norms too large for fp32 arithmetic ({bad} pair(s) affected; squared "
+                "norms must stay below 3.4e38): scale the embeddings down, the cosine does not depend on their scale"
+            )
         raise ValueError(f"image_emb/text_emb contain NaN/Inf values ({bad} pair(s) affected); inputs must be finite")
     return cos
 
@@ -231,7 +239,8 @@ def siglip_score(
     Raises:
         ValueError: wrong types, dtypes, ranks or devices; mismatched embedding sizes or pair counts; a bad
             ``frames`` (wrong length, out-of-range index, a caption without frames); non-finite or non-positive
-            ``logit_scale``, non-finite ``logit_bias``; NaN/Inf in the embeddings.
+            ``logit_scale``, non-finite ``logit_bias``; NaN/Inf in the embeddings, or norms whose squares pass fp32's
+            range (|x| > 1.8e19); an ``eps`` that is not positive and finite.
 
     Note:
         Computed in fp32 whatever the input dtype. On CUDA (and on CPU under ``TRITON_INTERPRET=1``) a Triton
@@ -306,7 +315,8 @@ def clip_score(
 
     Raises:
         ValueError: wrong types, dtypes, ranks or devices; different row counts or embedding sizes; a
-            non-positive weight; NaN/Inf in the embeddings.
+            non-positive weight; NaN/Inf in the embeddings, or norms whose squares pass fp32's range
+            (|x| > 1.8e19); an ``eps`` that is not positive and finite.
 
     Note:
         Same engine as :func:`siglip_score`: fp32 arithmetic, one pass, O(N) extra memory, Triton on CUDA.

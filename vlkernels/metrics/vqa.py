@@ -307,8 +307,8 @@ def vqa_evaluate(annotations: object, results: object, *, num_answers: int | Non
         The whole annotation set is evaluated; subset the annotations first to evaluate part of it.
 
     Example:
-        >>> ann = [{"question_id": 1, "answers": [{"answer": "dog"}] * 10, "answer_type": "other",
-        ...         "question_type": "what is"}]
+        >>> dogs = [{"answer": "dog", "answer_id": k} for k in range(1, 11)]
+        >>> ann = [{"question_id": 1, "answers": dogs, "answer_type": "other", "question_type": "what is"}]
         >>> vqa_evaluate(ann, [{"question_id": 1, "answer": "Dog."}]).overall
         1.0
     """
