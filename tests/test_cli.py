@@ -31,6 +31,23 @@ def test_bench_core_writes_json_and_plot(tmp_path, capsys):
     assert png.stat().st_size > 1000
 
 
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["selftest", "--quick", "--device", "cpu", "--json", "{d}"], "--json {d} is a directory"),
+        (["bench", "boxes", "--quick", "--json", "{d}"], "--json {d} is a directory"),
+        (["gpu-profile", "--json", "{d}"], "--json {d} is a directory"),
+        (["gpu-profile", "--docs", "{d}/missing.md"], "--docs {d}/missing.md: no such file"),
+    ],
+)
+def test_output_paths_refused_before_running(tmp_path, capsys, argv, match):
+    """An output path that is a directory (or a --docs file that is missing): one error line and exit 2, before any
+    work, not a traceback after it."""
+    assert main([a.format(d=tmp_path) for a in argv]) == 2
+    captured = capsys.readouterr()
+    assert match.format(d=tmp_path) in captured.err and "Traceback" not in captured.err
+
+
 def test_bench_unknown_family_fails(capsys):
     assert main(["bench", "nosuchfamily", "--quick"]) == 2
 

@@ -96,6 +96,12 @@ def test_one_direction_gt_names_derived_direction(tmp_path, capsys):
         ({"t2i": {"0": [{"a": 1}]}}, "must be an integer index"),
         ({"t2i": [[0]]}, "'t2i' must map query index"),
         ({"i2t": {"0": [99]}}, "'i2t'.*out of range"),
+        ({"t2i": {"0": [10**23]}}, r"'t2i'\['0'\]\[0\] = 100000000000000000000000\.\.\. is out of range"),
+        ({"t2i": {str(10**23): [0]}}, r"'t2i' key 100000000000000000000000\.\.\. is out of range"),
+        ({"t2i": {" 1 ": [0]}}, r"'t2i' key ' 1 ' is not an integer"),
+        ({"t2i": {"1_0": [0]}}, r"'t2i' key '1_0' is not an integer"),
+        ({"t2i": {"\u0661": [0]}}, r"'t2i' key '.' is not an integer"),
+        ({"text_to_image": [0] * 20, "t2i": {"0": [0]}}, "either 'text_to_image' or 't2i'/'i2t', not both"),
     ],
 )
 def test_cli_gt_labels_strict(tmp_path, capsys, gt, match):

@@ -44,6 +44,29 @@ def test_evaluate_from_memory_mapped_files(tmp_path, dtype, fmt):
     assert torch.equal(i, ri)
 
 
+def test_fortran_order_files_and_arrays_equal_the_reference(tmp_path):
+    """A Fortran-order .npy (np.save of a column-major array) and column-major in-memory arrays are plain matrices:
+    every entry point reads them row-major, with the reference's answers."""
+    img, txt, lab = _data()
+    np.save(tmp_path / "img.npy", np.asfortranarray(img.numpy()))
+    np.save(tmp_path / "txt.npy", np.asfortranarray(txt.numpy()))
+    assert np.load(tmp_path / "img.npy", mmap_mode="r").flags.f_contiguous
+    want = evaluate_ref(img, txt, lab)
+    assert evaluate(tmp_path / "img.npy", tmp_path / "txt.npy", lab) == want
+    assert evaluate(np.asfortranarray(img.numpy()), np.asfortranarray(txt.numpy()), lab) == want
+    from vlkernels.retrieval import evaluate_stream
+
+    assert dict(evaluate_stream(tmp_path / "img.npy", tmp_path / "txt.npy", lab, block_images=7)) == want
+    v, i = topk(tmp_path / "txt.npy", tmp_path / "img.npy", 5)
+    rv, ri = topk_ref(txt, img, 5)
+    assert torch.equal(i, ri) and torch.equal(v, rv.float())
+
+
+def _safetensors_with_header(path, header: str, data: bytes = b"") -> None:
+    raw = header.encode()
+    path.write_bytes(len(raw).to_bytes(8, "little") + raw + data)
+
+
 def test_bad_files(tmp_path):
     np.save(tmp_path / "int.npy", np.zeros((3, 4), dtype=np.int32))
     np.save(tmp_path / "vec.npy", np.zeros(4, dtype=np.float32))
@@ -61,7 +84,12 @@ def test_bad_files(tmp_path):
         ("long.safetensors", "dtype I64"),
         ("x.pt", "unsupported extension"),
         ("missing.npy", "does not exist"),
+        ("huge.safetensors", r"huge.safetensors is not a valid safetensors file: .*beyond any array"),
+        ("digits.safetensors", r"digits.safetensors is not a valid safetensors file: header is not UTF-8 JSON"),
     ]
+    huge = {"a": {"dtype": "F32", "shape": [0, 2**70], "data_offsets": [0, 0]}}
+    _safetensors_with_header(tmp_path / "huge.safetensors", json.dumps(huge))
+    _safetensors_with_header(tmp_path / "digits.safetensors", '{"a": ' + "9" * 5000 + "}")
     for name, match in cases:
         with pytest.raises(ValueError, match=match):
             Embeddings(tmp_path / name, "images")

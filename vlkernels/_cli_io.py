@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -17,6 +18,23 @@ def write_json(path: Path, obj) -> int:
         return 2
     print(f"wrote {path}")
     return 0
+
+
+def check_output(path: Path | None, flag: str = "--json", make_parents: bool = False) -> None:
+    """Refuse an unwritable output file before hours of computing, not after (ValueError naming the flag).
+    ``make_parents``: the command creates missing folders, so only an existing folder on the way must be writable."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise ValueError(f"{flag} {path} is a directory; give a file path")
+    parent = path.parent if str(path.parent) else Path(".")
+    if make_parents:
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+    if not parent.is_dir():
+        raise ValueError(f"{flag} {path}: folder {parent} does not exist")
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ValueError(f"{flag} {path}: not writable")
 
 
 def add_family_parser(subparsers, name: str, summary: str, doc: str | None) -> argparse.ArgumentParser:

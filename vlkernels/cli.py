@@ -66,9 +66,24 @@ def _count(minimum: int):
     return parse
 
 
+def _outputs_writable(*checks: tuple) -> bool:
+    """check_output for each (path, flag) the command creates folders for; prints the error and returns False."""
+    from vlkernels._cli_io import check_output
+
+    try:
+        for path, flag in checks:
+            check_output(path, flag, make_parents=True)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return False
+    return True
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     import torch
 
+    if not _outputs_writable((args.json, "--json"), (args.plot, "--plot")):
+        return 2
     if args.device == "cuda" and not torch.cuda.is_available():
         print("error: --device cuda but no CUDA device is visible", file=sys.stderr)
         return 2
@@ -88,14 +103,22 @@ def cmd_gpu_profile(args: argparse.Namespace) -> int:
     if args.docs is not None:  # the generated tables (profile rows, roofline model) of a markdown file
         from vlkernels import roofline
 
+        if not args.docs.is_file():
+            print(f"error: --docs {args.docs}: no such file", file=sys.stderr)
+            return 2
+
         args.docs.write_text(roofline.render_docs(args.docs.read_text()))
         return 0
+    if not _outputs_writable((args.json, "--json")):
+        return 2
     return profile.run(args.json, families, cuda=not args.no_cuda, jobs=args.jobs, reuse=args.reuse)
 
 
 def cmd_selftest(args: argparse.Namespace) -> int:
     from vlkernels import selftest
 
+    if not _outputs_writable((args.json, "--json")):
+        return 2
     return selftest.main(args.device or ("cuda" if _cuda_visible() else "cpu"), args.quick, args.json)
 
 

@@ -2,7 +2,7 @@
 retrieval in both directions, and top-K search with exclusions, without the N x M score matrix."""
 
 from vlkernels.retrieval.functional import RetrievalResult, evaluate, rank_metrics, topk
-from vlkernels.retrieval.io import Embeddings, load_array
+from vlkernels.retrieval.io import Embeddings
 from vlkernels.retrieval.metrics import Ranks, metrics_from_ranks
 from vlkernels.retrieval.positives import Positives
 from vlkernels.retrieval.stateful import RetrievalMetric
@@ -16,7 +16,6 @@ __all__ = [
     "RetrievalResult",
     "evaluate",
     "evaluate_stream",
-    "load_array",
     "metrics_from_ranks",
     "rank_metrics",
     "topk",

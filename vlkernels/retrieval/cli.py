@@ -19,20 +19,33 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
 import numpy as np
 
-from vlkernels._cli_io import add_family_parser, write_json
+from vlkernels._cli_io import add_family_parser, check_output, write_json
 
 
 def _int(v, where: str) -> int:
-    """A JSON integer (bools and floats refused: 0.5 must not become 0)."""
+    """A JSON integer (bools and floats refused: 0.5 must not become 0), within int64 (the range check against the
+    matrices' sizes comes later)."""
     if isinstance(v, bool) or not isinstance(v, int):
         raise ValueError(f"{where} must be an integer index, got {json.dumps(v)[:60]}")
+    if not -(2**63) <= v < 2**63:
+        raise ValueError(f"{where} = {str(v)[:40]}... is out of range")
     return v
+
+
+def _key_index(key: str, where: str) -> int:
+    """A JSON object key holding a query index: ASCII digits with an optional '-', as json.dumps writes an int (not
+    ' 1 ', '1_0' or other scripts' digits, which int() would take)."""
+    digits = key[1:] if key.startswith("-") else key
+    if not (digits.isascii() and digits.isdigit()):
+        raise ValueError(f"{where} key {key[:40]!r} is not an integer query index")
+    if len(digits) > 19:
+        raise ValueError(f"{where} key {key[:40]}... is out of range")
+    return _int(int(key), f"{where} key")
 
 
 def _positives(spec, nq: int, ng: int, name: str, path: Path):
@@ -42,10 +55,7 @@ def _positives(spec, nq: int, ng: int, name: str, path: Path):
         raise ValueError(f"{path}: '{name}' must map query index -> list of gallery indices, got {type(spec).__name__}")
     qs, gs, queries = [], [], []
     for key, items in spec.items():
-        try:
-            q = int(key)
-        except ValueError:
-            raise ValueError(f"{path}: '{name}' key {key!r} is not an integer query index") from None
+        q = _key_index(key, f"{path}: '{name}'")
         if not isinstance(items, list):
             raise ValueError(f"{path}: '{name}'[{key!r}] must be a list of gallery indices, got {type(items).__name__}")
         queries.append(q)
@@ -63,12 +73,14 @@ def read_gt(path: Path, n_img: int, n_txt: int) -> dict:
     """Parse GT.json into evaluate() keyword arguments; errors name the file and the key."""
     try:
         gt = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, ValueError) as e:  # ValueError: not UTF-8, not JSON, an integer of over 4,300 digits
         raise ValueError(f"cannot read ground truth {path}: {e}") from e
     except RecursionError:
         raise ValueError(f"cannot read ground truth {path}: JSON nested too deeply") from None
     if not isinstance(gt, dict):
         raise ValueError(f"{path}: expected a JSON object with 'text_to_image' or 't2i'/'i2t'")
+    if "text_to_image" in gt and ("t2i" in gt or "i2t" in gt):
+        raise ValueError(f"{path}: give either 'text_to_image' or 't2i'/'i2t', not both")
     if "text_to_image" in gt:
         labels = gt["text_to_image"]
         if not isinstance(labels, list):
@@ -84,27 +96,15 @@ def read_gt(path: Path, n_img: int, n_txt: int) -> dict:
     return out
 
 
-def _check_output(path: Path | None, flag: str = "--json") -> None:
-    """Refuse an unwritable output file before hours of computing, not after."""
-    if path is None:
-        return
-    parent = path.parent if str(path.parent) else Path(".")
-    if path.is_dir():
-        raise ValueError(f"{flag} {path} is a directory; give a file path")
-    if not parent.is_dir():
-        raise ValueError(f"{flag} {path}: folder {parent} does not exist")
-    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise ValueError(f"{flag} {path}: not writable")
-
-
 def cmd_retrieval(args: argparse.Namespace) -> int:
     from vlkernels.retrieval.functional import evaluate, topk
     from vlkernels.retrieval.io import Embeddings
     from vlkernels.retrieval.stream import evaluate_stream
 
+    images = texts = None
     try:
-        _check_output(args.json)
-        _check_output(args.topk_out, "--topk-out")
+        check_output(args.json)
+        check_output(args.topk_out, "--topk-out")
         if args.topk_out is not None and not args.text_topk:
             raise ValueError("--topk-out needs --text-topk K (the number of images kept per text)")
         if args.text_topk is not None and args.text_topk < 1:
@@ -126,6 +126,10 @@ def cmd_retrieval(args: argparse.Namespace) -> int:
                 top = topk(texts, images, args.text_topk, backend=args.backend, device_chunk=args.device_chunk)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except MemoryError:
+        shapes = ", ".join(f"{m.name} {m.shape}" for m in (images, texts) if m is not None)
+        print(f"error: not enough memory for this evaluation ({shapes or 'reading the inputs'})", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

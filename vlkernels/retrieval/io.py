@@ -37,7 +37,7 @@ class Embeddings:
         self.array: np.ndarray | None = None
         self.bf16 = False
         if isinstance(source, (str, Path)):
-            source = load_array(source, name, key)
+            source = _load_array(source, name, key)
             if isinstance(source, tuple):  # bf16 safetensors: raw uint16 view, widened per chunk
                 source, self.bf16 = source[0], True
         if isinstance(source, torch.Tensor):
@@ -72,8 +72,9 @@ class Embeddings:
         dtype = dtype or self.compute_dtype
         if self.tensor is not None:
             return self.tensor[start:stop].to(dtype).contiguous()
-        # A copy: file pages are read-only and torch wants writable memory.
-        raw = np.array(self.array[start:stop], copy=True)
+        # A copy: file pages are read-only and torch wants writable memory; row-major whatever the file's order
+        # (a Fortran-order .npy is a plain matrix too).
+        raw = np.array(self.array[start:stop], copy=True, order="C")
         _release_pages(self.array, start, stop)
         if self.bf16:
             return torch.from_numpy(raw.view(np.int16)).view(torch.bfloat16).to(dtype)
@@ -83,6 +84,8 @@ class Embeddings:
         return self.chunk(0, self.shape[0], dtype)
 
     def check_finite(self, chunk_rows: int = 1 << 16) -> None:
+        if self.shape[1] == 0:  # nothing to read (a header may claim 2**40 zero-width rows)
+            return
         for a in range(0, self.shape[0], chunk_rows):
             c = self.chunk(a, min(self.shape[0], a + chunk_rows))
             # One reduction settles the common case: a finite sum means no NaN/Inf (they propagate into it). On one
@@ -127,8 +130,10 @@ def _release_pages(arr: np.ndarray, start: int, stop: int) -> None:
         mm.madvise(mmap.MADV_DONTNEED, begin, end - begin)
 
 
-def load_array(path, name: str = "embeddings", key: str | None = None):
-    """Memory-map a 2-D float matrix from ``.npy`` (never pickle) or ``.safetensors`` (one tensor, or ``key``).
+def _load_array(path, name: str = "embeddings", key: str | None = None):
+    """Memory-map a 2-D float matrix from ``.npy`` (never pickle) or ``.safetensors`` (one tensor, or ``key``): the
+    array, or for BF16 (which numpy lacks) ``(uint16 array of the bits, True)``. Files are opened through
+    :class:`Embeddings`, which widens bf16 chunk by chunk.
 
     Raises:
         ValueError: a missing file, an unsupported extension, or a malformed file (truncated, a bad header, offsets
@@ -173,7 +178,7 @@ def _mmap_safetensors(path: Path, name: str, key: str | None):
         raw = f.read(hlen)
     try:
         header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except ValueError as e:  # not UTF-8, not JSON, or an integer of over 4,300 digits
         raise bad(f"header is not UTF-8 JSON ({e})") from None
     except RecursionError:
         raise bad("header JSON nested too deeply") from None
@@ -196,6 +201,8 @@ def _mmap_safetensors(path: Path, name: str, key: str | None):
         raise bad(f"tensor {key!r} has shape {shape!r}; expected a list of non-negative integers")
     if len(shape) != 2:
         raise ValueError(f"{name}: tensor {key!r} in {path} has shape {tuple(shape)}; expected a 2-D (N, D) matrix")
+    if any(v >= 2**62 for v in shape):
+        raise bad(f"tensor {key!r} has shape {tuple(shape)}, beyond any array")
     if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_count(v) for v in offsets):
         raise bad(f"tensor {key!r} has data_offsets {offsets!r}; expected [begin, end]")
     begin, end = offsets
