@@ -62,6 +62,20 @@ def test_fortran_order_files_and_arrays_equal_the_reference(tmp_path):
     assert torch.equal(i, ri) and torch.equal(v, rv.float())
 
 
+@pytest.mark.parametrize("dtype", [">f2", ">f4", ">f8"])
+def test_big_endian_files_equal_the_reference(tmp_path, dtype):
+    """numpy reads big-endian .npy files; so do the readers, chunk by chunk in the native byte order."""
+    img, txt, lab = _data()
+    np.save(tmp_path / "img.npy", img.numpy().astype(dtype))
+    np.save(tmp_path / "txt.npy", txt.numpy().astype(dtype))
+    native = np.dtype(dtype).newbyteorder("=")
+    img_n, txt_n = (torch.from_numpy(x.numpy().astype(native)) for x in (img, txt))
+    assert Embeddings(tmp_path / "img.npy").dtype == img_n.dtype
+    assert evaluate(tmp_path / "img.npy", tmp_path / "txt.npy", lab) == evaluate_ref(img_n, txt_n, lab)
+    _, i = topk(tmp_path / "txt.npy", tmp_path / "img.npy", 5)
+    assert torch.equal(i, topk_ref(txt_n, img_n, 5)[1])
+
+
 def _safetensors_with_header(path, header: str, data: bytes = b"") -> None:
     raw = header.encode()
     path.write_bytes(len(raw).to_bytes(8, "little") + raw + data)

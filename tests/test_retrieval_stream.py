@@ -128,6 +128,8 @@ def test_cli_streams_metrics_and_topk(tmp_path, capsys):
         (["--text-topk", "0"], "--text-topk must be a positive integer"),
         (["--block-images", "0"], "block_images must be a positive integer"),
         (["--text-topk", "2", "--topk-out", str(tmp_path)], "is a directory"),
+        (["--text-topk", "2"], "--text-topk K needs --topk-out"),
+        (["--images-key", "emb"], "--images-key names a tensor of a .safetensors file"),
     ]:
         assert cli_main([*argv, *extra]) == 2
         assert match in capsys.readouterr().err

@@ -109,6 +109,14 @@ def cmd_retrieval(args: argparse.Namespace) -> int:
             raise ValueError("--topk-out needs --text-topk K (the number of images kept per text)")
         if args.text_topk is not None and args.text_topk < 1:
             raise ValueError(f"--text-topk must be a positive integer, got {args.text_topk}")
+        if args.text_topk and args.topk_out is None:
+            raise ValueError("--text-topk K needs --topk-out FILE.npz (where the top-K is written)")
+        for flag, key, path in (
+            ("--images-key", args.images_key, args.images),
+            ("--texts-key", args.texts_key, args.texts),
+        ):
+            if key is not None and Path(path).suffix != ".safetensors":
+                raise ValueError(f"{flag} names a tensor of a .safetensors file; {path} is not one")
         images = Embeddings(args.images, "images", args.images_key)
         texts = Embeddings(args.texts, "texts", args.texts_key)
         gt = read_gt(args.gt, len(images), len(texts))

@@ -52,12 +52,13 @@ class Embeddings:
         elif isinstance(source, np.ndarray):
             if source.ndim != 2:
                 raise ValueError(f"{name} must be a 2-D (N, D) matrix, got shape {source.shape}")
-            if not self.bf16 and source.dtype not in (np.float16, np.float32, np.float64):
+            native = source.dtype.newbyteorder("=")
+            if not self.bf16 and native not in (np.float16, np.float32, np.float64):
                 raise ValueError(f"{name} has dtype {source.dtype}; expected float16, bfloat16, float32 or float64")
             self.array = source
             self.shape = tuple(source.shape)
             self.device = torch.device("cpu")
-            self.dtype = torch.bfloat16 if self.bf16 else getattr(torch, str(source.dtype))
+            self.dtype = torch.bfloat16 if self.bf16 else getattr(torch, str(native))
         else:
             raise ValueError(f"{name} must be a torch.Tensor, numpy array or a .npy/.safetensors path")
 
@@ -74,7 +75,7 @@ class Embeddings:
             return self.tensor[start:stop].to(dtype).contiguous()
         # A copy: file pages are read-only and torch wants writable memory; row-major whatever the file's order
         # (a Fortran-order .npy is a plain matrix too).
-        raw = np.array(self.array[start:stop], copy=True, order="C")
+        raw = np.array(self.array[start:stop], dtype=self.array.dtype.newbyteorder("="), copy=True, order="C")
         _release_pages(self.array, start, stop)
         if self.bf16:
             return torch.from_numpy(raw.view(np.int16)).view(torch.bfloat16).to(dtype)
@@ -151,7 +152,8 @@ def _load_array(path, name: str = "embeddings", key: str | None = None):
             raise ValueError(f"{name}: {path} is not a plain numeric .npy file ({type(e).__name__}: {e})") from None
         if not isinstance(arr, np.ndarray):
             raise ValueError(f"{name}: {path} is not a plain numeric .npy file (an archive?)")
-        if arr.dtype not in (np.float16, np.float32, np.float64):
+        # Either byte order: chunks are read in the native one.
+        if arr.dtype.newbyteorder("=") not in (np.float16, np.float32, np.float64):
             raise ValueError(f"{name}: {path} holds dtype {arr.dtype}; expected float16, float32 or float64")
         if arr.ndim != 2:
             raise ValueError(f"{name}: {path} holds shape {arr.shape}; expected a 2-D (N, D) matrix")
