@@ -208,6 +208,8 @@ def test_similarity_rejects_non_finite_embeddings(path, bad):
         clip_score(txt, img)
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 def test_similarity_huge_finite_norms_named_as_such(path):
     """Finite embeddings whose squared norms pass fp32's range are not called NaN/Inf: the error says what is wrong
     and what to do; eps must be positive and finite."""
@@ -217,6 +219,9 @@ def test_similarity_huge_finite_norms_named_as_such(path):
         clip_score(img, txt)
     with pytest.raises(ValueError, match="norms too large for fp32"):
         siglip_score(img, txt, 10.0, -5.0)
+    # One side alone (its cosine would be a finite dot over an infinite norm: 0, not an error).
+    with pytest.raises(ValueError, match="norms too large for fp32"):
+        clip_score(img, torch.tensor([[3.0, 4.0], [2.0, 1.0]], dtype=torch.float64))
     # Scaled down, the same directions score as torchmetrics' formula does: 100 * max(cos, 0) = 96.
     # (fp32: the cast, the dot, two norms, two divisions: within 16 units of 2**-24.)
     assert float(clip_score(img * 1e-19, txt * 1e-19).scores[0]) == pytest.approx(96.0, rel=16 * 2.0**-24)

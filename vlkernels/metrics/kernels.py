@@ -41,4 +41,6 @@ def _pair_cosine_fwd_kernel(
         yy += tl.sum(b_y * b_y, axis=1)
     # Same eps rule as F.normalize: a zero row has cosine 0 with everything.
     norm = tl.maximum(tl.sqrt(xx), eps) * tl.maximum(tl.sqrt(yy), eps)
-    tl.store(out_ptr + offs_p, dot / norm, mask=mask_p)
+    # A squared norm past fp32's range would make a finite dot's cosine 0: NaN instead, which the caller reports.
+    overflow = (xx > 3.4028234663852886e38) | (yy > 3.4028234663852886e38)
+    tl.store(out_ptr + offs_p, tl.where(overflow, float("nan"), dot / norm), mask=mask_p)

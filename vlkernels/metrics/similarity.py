@@ -98,6 +98,9 @@ def pair_cosine_chunked(
         norms = gram.diagonal(dim1=1, dim2=2).sqrt()
         norm_x, norm_y = norms[:, 0].clamp_min_(eps), norms[:, 1].clamp_min_(eps)
         torch.div(gram[:, 0, 1], norm_x, out=out[a:b]).div_(norm_y)
+        # A squared norm past fp32's range would make a finite dot's cosine 0: NaN instead, which the caller reports
+        # (as the kernel does).
+        out[a:b].masked_fill_(torch.isinf(norm_x) | torch.isinf(norm_y), float("nan"))
     return out
 
 
