@@ -479,7 +479,8 @@ def topk(
         group: torch.distributed group sharding the gallery; shard results are merged by all_gather.
 
     Returns:
-        ``(values, indices)``: ``(Q, min(k, M))`` scores (fp32; fp64 on CPU when either input is fp64) and int64
+        ``(values, indices)``: ``(Q, min(k, M))`` scores (CPU: fp32, fp64 when either input is fp64; the Triton
+        and torch device paths: the float64 exact scores) and int64
         gallery indices, best first; when exclusions leave fewer candidates a row is padded with ``-inf`` / ``-1``
         (faiss's convention; faiss also pads k > M, where this clamps). CPU: the order is that of the exact scores
         and the values are the exact scores rounded to the output dtype. The tuple's ``.meta`` as in
