@@ -58,11 +58,47 @@ def test_bbox_ground_truth_without_image_sizes_equals_pycocotools():
     _same(gt, [_det(1, 1, (11, 10, 30, 30)), _det(2, 2, (50, 40, 40, 22), 0.5), _det(2, 1, (0, 0, 5, 5), 0.7)])
 
 
+@pytest.mark.parametrize("iou", ["bbox", "segm"])
+def test_rle_masks_without_image_sizes_equal_pycocotools(iou):
+    """RLE ground truths and segmentation-only results on images without sizes: an RLE carries its own size. For
+    bbox pycocotools evaluates them (boxes from toBbox) and so does this; for segm its annToRLE reads the image size
+    first and raises KeyError, where this evaluates the masks as pycocotools does once the sizes are given."""
+    from pycocotools import mask as coco_mask
+
+    def rle(y0, x0, y1, x1):
+        m = np.zeros((20, 30), dtype=np.uint8, order="F")
+        m[y0:y1, x0:x1] = 1
+        r = coco_mask.encode(m)
+        return {"size": r["size"], "counts": r["counts"].decode()}
+
+    gt = _gt(anns=[{"image_id": 1, "category_id": 1, "bbox": [2, 2, 10, 8]}, {"image_id": 2, "category_id": 2,
+                                                                                "bbox": [5, 5, 6, 6]}])  # fmt: skip
+    gt["annotations"][0]["segmentation"] = rle(2, 2, 10, 12)
+    gt["annotations"][1]["segmentation"] = rle(5, 5, 11, 11)
+    for img in gt["images"]:
+        del img["height"], img["width"]
+    res = [
+        {"image_id": 1, "category_id": 1, "segmentation": rle(2, 3, 10, 12), "score": 0.9},
+        {"image_id": 2, "category_id": 2, "segmentation": rle(4, 5, 11, 12), "score": 0.8},
+        {"image_id": 2, "category_id": 1, "segmentation": rle(0, 0, 3, 3), "score": 0.7},
+    ]
+    if iou == "bbox":
+        _same(gt, res, iou)
+        return
+    sized = copy.deepcopy(gt)
+    for img in sized["images"]:
+        img.update(height=20, width=30)
+    P, V = _anchor(sized, res, iou), _ours(gt, res, iou)
+    for k in ("precision", "recall", "scores"):
+        np.testing.assert_array_equal(P.eval[k], V.eval[k], err_msg=k)
+    np.testing.assert_array_equal(P.stats, V.stats)
+
+
 def test_segm_without_image_sizes_names_the_image():
     gt = _gt(anns=[{"image_id": 1, "category_id": 1, "bbox": [0, 0, 4, 4], "segmentation": [[0, 0, 4, 0, 4, 4]]}])
     del gt["images"][0]["height"]
     res = [{"image_id": 1, "category_id": 1, "segmentation": [[0, 0, 4, 0, 4, 4]], "score": 0.9}]
-    with pytest.raises(ValueError, match=r"images\[0\] \(id 1\) needs a non-negative 'height' and 'width'"):
+    with pytest.raises(ValueError, match=r"images\[0\] \(id 1\) needs a non-negative 'height' and 'width' to make"):
         COCOeval(gt, res, "segm").evaluate()
 
 

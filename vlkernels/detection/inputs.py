@@ -340,14 +340,22 @@ def segmentations(anns: Anns, rows: np.ndarray, gt: GroundTruth, where: str, nee
     pos = order[np.searchsorted(gt.img_ids[order], anns.image_id[rows])]
     hs = np.ascontiguousarray(gt.heights[pos], dtype=np.int64)
     ws = np.ascontiguousarray(gt.widths[pos], dtype=np.int64)
-    bad = np.flatnonzero((hs < 0) | (ws < 0))
-    if bad.size:
-        k = int(pos[bad[0]])
-        raise ValueError(
-            f"images[{k}] (id {gt.img_ids[k]}) needs a non-negative 'height' and 'width' for a segm evaluation, got "
-            f"{gt.images[k].get('height')!r} x {gt.images[k].get('width')!r}"
-        )
     raw = anns.raw
+    # An image without its size: an RLE carries its own (as pycocotools' annToRLE reads it); polygons and boxes
+    # cannot be rasterised without one.
+    for i in np.flatnonzero((hs < 0) | (ws < 0)).tolist():
+        seg = raw[rows[i]].get("segmentation") if isinstance(raw[rows[i]], Mapping) else None
+        if isinstance(seg, Mapping) and "size" in seg and "counts" in seg:
+            from vlkernels.boxes.rle_dicts import _size_of
+
+            hs[i], ws[i] = _size_of(seg, f"{where}[{rows[i]}]['segmentation']", 0)
+            continue
+        k = int(pos[i])
+        raise ValueError(
+            f"images[{k}] (id {gt.img_ids[k]}) needs a non-negative 'height' and 'width' to make a mask of "
+            f"{where}[{rows[i]}] (a polygon or a box), got {gt.images[k].get('height')!r} x "
+            f"{gt.images[k].get('width')!r}"
+        )
 
     def convert(k: int, h: int, w: int) -> dict:
         if not isinstance(raw[k], Mapping) or "segmentation" not in raw[k]:
