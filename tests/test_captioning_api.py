@@ -144,6 +144,18 @@ def test_ciderd_load_bad_files(tmp_path):
         CiderD.from_document_frequency({"a": 1}, 0)
     with pytest.raises(ValueError, match="n-gram must hold 1 to 4 words"):
         CiderD.from_document_frequency({"a b c d e": 1}, 3)
+    # Layouts that would raise TypeError / OverflowError, or load as something else, are named.
+    fmt = "vlkernels.cider_document_frequency"
+    for doc, match in [
+        ({"n": 4, "num_docs": 3, "ngrams": [["a", "b"]], "df": [1]}, "expected space-joined n-gram strings"),
+        ({"n": 4, "num_docs": 3, "ngrams": ["a"], "df": [float("inf")]}, "expected a whole number"),
+        ({"n": True, "num_docs": 3, "ngrams": ["a"], "df": [1]}, "n must be an int"),
+        ({"n": 4, "num_docs": 3, "ngrams": ["a b", "a  b"], "df": [1, 2]}, "are the same n-gram"),
+        ({"n": 4, "num_docs": 3, "ngrams": ["a", "a"], "df": [1, 2]}, "more than once"),
+    ]:
+        (tmp_path / "bad.json").write_text(json.dumps(dict(doc, format=fmt)))
+        with pytest.raises(ValueError, match=match):
+            CiderD.load(tmp_path / "bad.json")
 
 
 def _write(tmp_path, name, obj):

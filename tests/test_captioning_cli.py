@@ -126,6 +126,26 @@ def test_both_readers_take_the_images_order(tmp_path, images, want, repeat):
     assert list(files["per_image"]) == want
 
 
+def test_files_from_a_pipe_equal_regular_files(tmp_path):
+    """A FIFO (or a shell's process substitution) has no size to map: it is read as json.load reads it, with the
+    regular file's answers."""
+    import os
+    import threading
+
+    anns = {"annotations": [{"image_id": 1, "caption": "a dog on the grass"}, {"image_id": 2, "caption": "a cat"}]}
+    results = [{"image_id": 1, "caption": "a dog on grass"}, {"image_id": 2, "caption": "the cat"}]
+    want = evaluate_captions(_write(tmp_path, "a.json", anns), _write(tmp_path, "r.json", results))
+    fifo = tmp_path / "refs.fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_text(json.dumps(anns)))
+    writer.start()
+    try:
+        got = evaluate_captions(fifo, tmp_path / "r.json")
+    finally:
+        writer.join(timeout=10)
+    assert got == want
+
+
 def _captions(rng: np.random.Generator, n: int, random_words: bool) -> list[str]:
     """n captions of 7-14 words: words of 3-9 random letters (nearly every word and n-gram distinct), or a small
     vocabulary, capitalized with a full stop. Vectorized: the big files take tens of millions of characters."""

@@ -49,7 +49,7 @@ class Cider:
     _cider_d = True
 
     def __init__(self, n: int = 4, sigma: float = 6.0, *, tokenize: bool = False, stem: bool = False) -> None:
-        if not isinstance(n, int) or not 1 <= n <= 4:
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 4:
             raise ValueError(f"n must be an int in [1, 4], got {n!r}")
         self._n = n
         self._sigma = float(sigma)
@@ -202,7 +202,7 @@ class CiderD:
     """
 
     def __init__(self, refs: Any = None, *, n: int = 4, sigma: float = 6.0, eos: int | None = 0) -> None:
-        if not isinstance(n, int) or not 1 <= n <= 4:
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 4:
             raise ValueError(f"n must be an int in [1, 4], got {n!r}")
         self.sigma = float(sigma)
         _check_sigma(self.sigma)
@@ -273,7 +273,7 @@ class CiderD:
     ) -> CiderD:
         """Builds the scorer from ``{ngram: df}`` (keys: tuples of words as in ruotianluo's pickled
         ``document_frequency``, or space-joined strings) and the number of documents (its ``ref_len``)."""
-        if not isinstance(n, int) or not 1 <= n <= 4:
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 4:
             raise ValueError(f"n must be an int in [1, 4], got {n!r}")
         if isinstance(num_docs, bool) or not isinstance(num_docs, (int, np.integer)) or not 1 <= num_docs < 2**32:
             raise ValueError(f"num_docs must be an int in [1, 2**32), got {num_docs!r}")
@@ -285,7 +285,8 @@ class CiderD:
                 k = " ".join(k)
             if not isinstance(k, str):
                 raise ValueError(f"document_frequency key {k!r}: expected a tuple of words or a str")
-            if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or v != v:
+            bad_type = isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating))
+            if bad_type or v != v or v in (float("inf"), float("-inf")):
                 raise ValueError(f"document_frequency[{k!r}] = {v!r}: expected a whole number in [0, num_docs]")
             if float(v) != int(v) or not 0 <= v <= num_docs:
                 raise ValueError(
@@ -293,9 +294,14 @@ class CiderD:
                 )
             ngrams.append(k)
             counts.append(int(v))
+        seen = {}
         for k in ngrams:
-            if not 1 <= len(k.split()) <= n:
+            words = k.split()
+            if not 1 <= len(words) <= n:
                 raise ValueError(f"document_frequency key {k!r}: an n-gram must hold 1 to {n} words")
+            # "a b" and "a  b" are one n-gram: two entries would merge silently (the later count winning).
+            if seen.setdefault(" ".join(words), k) != k:
+                raise ValueError(f"document_frequency keys {seen[' '.join(words)]!r} and {k!r} are the same n-gram")
         self = cls.__new__(cls)
         self.sigma = float(sigma)
         _check_sigma(self.sigma)
@@ -334,6 +340,11 @@ class CiderD:
                 raise ValueError(f"{path}: field {key!r} missing or not {typ.__name__}")
         if len(doc["ngrams"]) != len(doc["df"]):
             raise ValueError(f"{path}: 'ngrams' and 'df' differ in length")
+        bad = next((g for g in doc["ngrams"] if not isinstance(g, str)), None)
+        if bad is not None:
+            raise ValueError(f"{path}: 'ngrams' holds {json.dumps(bad)[:60]}; expected space-joined n-gram strings")
+        if len(set(doc["ngrams"])) != len(doc["ngrams"]):
+            raise ValueError(f"{path}: 'ngrams' lists an n-gram more than once")
         return cls.from_document_frequency(
             dict(zip(doc["ngrams"], doc["df"])), doc["num_docs"], n=doc["n"], sigma=sigma, eos=eos
         )

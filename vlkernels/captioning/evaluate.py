@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -127,7 +128,8 @@ def evaluate_captions(
         ...                   tokenize=False)["ROUGE_L"]
         1.0
     """
-    if isinstance(annotations, (str, os.PathLike)) and isinstance(results, (str, os.PathLike)):
+    paths = (annotations, results)
+    if all(isinstance(p, (str, os.PathLike)) and _mappable(p) for p in paths):
         # Two phases: the number of images (the outputs' size) is known once the files are read.
         files = load().cap_files_prepare(str(annotations), str(results), tokenize, _BLOCK_CAPTIONS)
         m = files.num_images
@@ -157,6 +159,16 @@ def evaluate_captions(
     # One C++ call: read, PTB-tokenize (each dict as one batch, as COCOEvalCap), BLEU + ROUGE-L + CIDEr-D.
     scores = score_images(gts, res, C.CAP_CIDER | C.CAP_BLEU | C.CAP_ROUGE, tokenize=tokenize)
     return _report(scores, list(gts), per_image)
+
+
+def _mappable(path: str | os.PathLike) -> bool:
+    """A regular file with a size, which the C++ reader memory-maps; pipes, process substitutions and the like (size
+    0 to stat) are read by json.load on the objects path."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return True  # the C++ reader names the missing file
+    return stat.S_ISREG(st.st_mode) and st.st_size > 0
 
 
 def _key_image_id(key: bytes) -> int | str:

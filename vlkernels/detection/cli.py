@@ -11,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from vlkernels._cli_io import add_family_parser, write_json
+from vlkernels._cli_io import add_family_parser, check_output, write_json
 
 _COCO_NAMES = ("AP", "AP50", "AP75", "APs", "APm", "APl", "AR1", "AR10", "AR100", "ARs", "ARm", "ARl")
 
@@ -20,6 +20,7 @@ def cmd_detection(args: argparse.Namespace) -> int:
     from vlkernels.detection import COCOeval, LVISEval
 
     try:
+        check_output(args.json)  # before the evaluation, not after it
         if args.lvis:
             E = LVISEval(str(args.gt), str(args.results), args.iou_type)
             E.run()
