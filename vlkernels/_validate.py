@@ -16,9 +16,10 @@ def _names(dtypes: Iterable[torch.dtype]) -> str:
 
 
 def as_integer(v: object) -> int | None:
-    """v as an int when it is one (numpy integers included) or an integral float (2.0), else None (2.5, strings,
-    None): for arguments and fields that hold counts or sizes, so a fraction is refused rather than truncated."""
-    if isinstance(v, (str, bytes)):
+    """v as an int when it is one (numpy integers included) or an integral float (2.0), else None (2.5, bools,
+    strings, None): for arguments and fields that hold counts or sizes, so a fraction is refused rather than
+    truncated."""
+    if isinstance(v, (str, bytes, bool, np.bool_)):
         return None
     try:
         return operator.index(v)

@@ -7,13 +7,13 @@ Rasterization is C++ (``csrc/boxes/rle_poly.cpp``); conventions and deliberate d
 from __future__ import annotations
 
 import numbers
-import operator
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
 
 from vlkernels import _ext
+from vlkernels._validate import as_integer
 from vlkernels.boxes.rle_dicts import _MAX_PIXELS, _counts_bytes, _parse, _run_lengths, _size_of, strings_buffer
 
 RLE = dict  # {"size": [h, w], "counts": bytes}
@@ -23,13 +23,9 @@ def _dim(v: object, name: str) -> int:
     """An image height or width: an integer (an integral float from JSON is accepted), non-negative."""
     if isinstance(v, bool):
         raise TypeError(f"{name} must be an integer, got bool")
-    try:
-        out = operator.index(v)
-    except TypeError:
-        if isinstance(v, numbers.Real) and float(v).is_integer():
-            out = int(v)
-        else:
-            raise TypeError(f"{name} must be an integer, got {v!r}") from None
+    out = as_integer(v)
+    if out is None:
+        raise TypeError(f"{name} must be an integer, got {v!r}")
     if out < 0:
         raise ValueError(f"{name} must be non-negative, got {out}")
     return out
