@@ -360,6 +360,40 @@ def test_topk_update_merges_tiles_into_sorted_rows(k, dtype):
         assert torch.equal(vals[r].view(bits), torch.tensor([v for v, _ in want], dtype=dtype).view(bits))
 
 
+@pytest.mark.parametrize("pattern", ["rising", "falling", "periodic_high", "periodic_low", "ties", "shuffled"])
+@pytest.mark.parametrize("k", [10, 300, 1500, 4000])
+def test_topk_update_cut_keeps_the_best_whatever_the_order(pattern, k):
+    """A tile far wider than k is cut at a threshold drawn from a strided sample of its scores before the sort: scores
+    rising or falling along the row, a period that puts only the highest (or only the lowest) scores where the sample
+    reads, one value repeated over most of the row, and shuffled scores; into an empty selection and into one already
+    full. Equal to Python's sort of everything seen."""
+    C = _ext.load()
+    rng = np.random.default_rng(k)
+    rows, cols = 3, 4096
+    j = np.arange(cols, dtype=np.float64)
+    base = {
+        "rising": j,
+        "falling": -j,
+        "periodic_high": np.where(j % 8 == 0, 1e4 + j, j),
+        "periodic_low": np.where(j % 8 == 0, -1e4 - j, j),
+        "ties": np.where(j % 5 == 0, j, 7.0),
+        "shuffled": rng.permutation(j),
+    }[pattern]
+    vals = torch.full((rows, k), float("-inf"), dtype=torch.float64)
+    idx = torch.full((rows, k), -1, dtype=torch.int64)
+    seen = [[] for _ in range(rows)]
+    for t, shift in enumerate((0.0, 0.5)):
+        s = np.stack([base + shift + r for r in range(rows)])
+        s[:, 1::97] = np.nan
+        C.topk_update(torch.from_numpy(s), t * cols, None, vals, idx)
+        for r in range(rows):
+            seen[r] += [(s[r, c], t * cols + c) for c in range(cols) if not np.isnan(s[r, c])]
+        for r in range(rows):
+            want = sorted(seen[r], key=lambda p: (-p[0], p[1]))[:k]
+            assert idx[r].tolist() == [i for _, i in want]
+            assert vals[r].tolist() == [v for v, _ in want]
+
+
 @pytest.mark.parametrize("kind", ["gauss", "huge", "tiny", "denormal", "dominant", "mixed_scale"])
 def test_norms_are_upper_bounds(kind):
     """fp32 norms from torch's fp32 norm, inflated: never below the float64 norm of the row, and above it by at most

@@ -406,9 +406,9 @@ def topk_stream(
         return top.vals, top.idx, _meta(set(), 0, 0)
     dense = dense_topk(screen, k, ng)
     if dense:
-        # A gallery chunk of 2k (up to DENSE_MAX_CHUNK): each chunk's selection then keeps every candidate of a
-        # gallery up to that size (no partial selection), and otherwise cuts 3k to k.
-        chunk_gallery = max(chunk_gallery, min(2 * k, DENSE_MAX_CHUNK))
+        # The widest gallery chunk: each chunk's selection cuts its candidates to about k and sorts those, whatever
+        # the chunk's width, so fewer chunks sort less.
+        chunk_gallery = max(chunk_gallery, DENSE_MAX_CHUNK)
     scr = Screen(choose(screen, queries.dtype), queries.shape[1])
     n_gc = -(-ng // chunk_gallery)
     if exclude is not None:
