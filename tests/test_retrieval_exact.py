@@ -327,6 +327,28 @@ def test_topk_stream_with_floors_equals_exact_brute_force(order, k):
     assert torch.equal(got[1], ri) and torch.equal(got[0], rv.float())
 
 
+@pytest.mark.parametrize("pattern", ["sampled_high", "rising", "shuffled"])
+@pytest.mark.parametrize("k", [300, 600])
+def test_screened_topk_at_large_k_equals_exact_brute_force(pattern, k):
+    """At k a large share of the gallery the screened path's first threshold comes from a strided sample of each row
+    (lowered until k scores reach it, else the maxima of strided sets): galleries whose sampled places hold the
+    highest scores (at k = 600 the sample runs out and the maxima take over), scores rising along the gallery, and
+    shuffled ones, with near-ties, equal the float64 brute force."""
+    rng = np.random.default_rng(k)
+    n_g, d = 2048, 16
+    j = np.arange(n_g, dtype=np.float64)
+    lead = {"sampled_high": np.where(j % 4 == 0, 10.0 + j / n_g, j / n_g), "rising": j / n_g}.get(
+        pattern, rng.permutation(j) / n_g
+    )
+    g = np.concatenate([lead[:, None], 1e-4 * rng.standard_normal((n_g, d - 1))], axis=1)
+    q = np.concatenate([np.ones((40, 1)), 1e-3 * rng.standard_normal((40, d - 1))], axis=1)
+    q, g = torch.from_numpy(q.astype(np.float32)), torch.from_numpy(g.astype(np.float32))
+    got = topk(q, g, k, screen="fp32")
+    assert got.meta["screen"] != "exact"
+    rv, ri = topk_ref(q, g, k)
+    assert torch.equal(got[1], ri) and torch.equal(got[0], rv.float())
+
+
 @pytest.mark.parametrize("k", [5, 100, 300, 700])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_topk_update_merges_tiles_into_sorted_rows(k, dtype):
