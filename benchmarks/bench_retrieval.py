@@ -129,6 +129,23 @@ def _coco5k_seed(n_img: int, device: str) -> Bench:
     return _seed_bench(img, txt, lab, "the reference script's reference at COCO 5K: about a minute per call on 2 cores")
 
 
+def _check_topk(out):
+    v, i = out["vlkernels"]
+    tv, ti = out["torch"]
+    assert_topk_equal(v, i, tv, ti, rtol=1e-4, atol=1e-4)
+
+
+def _faiss_flat_ip(gal: torch.Tensor):
+    """faiss's exact inner-product index over the gallery, or None without faiss."""
+    try:
+        import faiss
+    except ImportError:
+        return None
+    index = faiss.IndexFlatIP(gal.shape[1])
+    index.add(gal.numpy())
+    return index
+
+
 @register(
     "retrieval",
     "topk_cpu",
@@ -140,20 +157,11 @@ def _topk_cpu(n_q: int, n_g: int, d: int, k: int, device: str) -> list[Bench]:
     g = torch.Generator().manual_seed(1)
     q, gal = torch.randn(n_q, d, generator=g), torch.randn(n_g, d, generator=g)
     providers = {"vlkernels": lambda: topk(q, gal, k), "torch": lambda: torch.topk(q @ gal.T, k, dim=1)}
-    try:
-        import faiss
-
-        index = faiss.IndexFlatIP(d)
-        index.add(gal.numpy())
+    index = _faiss_flat_ip(gal)
+    if index is not None:
         providers["faiss"] = lambda: index.search(q.numpy(), k)
-    except ImportError:
-        pass
 
-    def check(out):
-        v, i = out["vlkernels"]
-        tv, ti = out["torch"]
-        assert_topk_equal(v, i, tv, ti, rtol=1e-4, atol=1e-4)
-
+    check = _check_topk
     big_k = 4096  # past faiss-gpu's 2048 cap
     providers_100 = {"vlkernels": lambda: topk(q, gal, 100), "torch": lambda: torch.topk(q @ gal.T, 100, dim=1)}
     q_big = q[:2000]
@@ -185,6 +193,38 @@ def _topk_cpu(n_q: int, n_g: int, d: int, k: int, device: str) -> list[Bench]:
             label=f"top-{big_k} search (2,000 queries)",
         ),
     ]
+
+
+@_long(
+    "retrieval_midk",
+    "topk_mid_k_cpu",
+    quick={"n_q": 500, "n_g": 5000},
+    full={"n_q": 2000, "n_g": 5000},
+    devices=("cpu",),
+)
+def _topk_mid_k(n_q: int, n_g: int, device: str) -> list[Bench]:
+    """Top-k with k from 6 % to 50 % of the gallery: the screened path's upper range and the dense path's lower,
+    where each member needs its exact score and torch's matmul + topk is the peer to beat."""
+    d = 512
+    g = torch.Generator().manual_seed(1)
+    q, gal = torch.randn(n_q, d, generator=g), torch.randn(n_g, d, generator=g)
+    index = _faiss_flat_ip(gal)
+    benches = []
+    for k in (300, 600, 1000, 1250, 1500, 2500):
+        providers = {"vlkernels": lambda k=k: topk(q, gal, k), "torch": lambda k=k: torch.topk(q @ gal.T, k, dim=1)}
+        if index is not None:
+            providers["faiss"] = lambda k=k: index.search(q.numpy(), k)
+        benches.append(
+            Bench(
+                providers=providers,
+                baseline="torch",
+                check=_check_topk,
+                flops=2.0 * n_q * n_g * d,
+                params={"k": k},
+                label=f"top-{k:,} of {n_g:,}",
+            )
+        )
+    return benches
 
 
 @_long("retrieval_200k", "streamed_200k_cpu", quick={"n": 20000}, full={"n": 200000}, devices=("cpu",))
