@@ -19,6 +19,7 @@
 
 #include "core/cpu_features.h"
 #include "core/parallel.h"
+#include "retrieval/sampled_bound.h"
 
 #if VLK_X86_MULTIVERSION
 #include <immintrin.h>
@@ -538,50 +539,20 @@ VLK_INLINE int64_t candidates_at_least(const S* s, int64_t n, S t, int64_t* out)
   return indices_at_least(s, int64_t{0}, n, t, out);
 }
 
-// Scores sampled for a lower bound of a row's k-th largest where k is a large share of the row.
-constexpr int64_t kKthSample = 512;
-
-// A value that at least k of s[0..n) reach (so a lower bound of the k-th largest), from a strided sample of
-// kKthSample: about two standard deviations below the sample's estimate of the k-th largest, lowered until k entries
-// are counted to reach it (NaN compares false). False when the sample runs out first (a row whose sampled places
-// hold its highest scores): the caller takes the maxima then.
-template <typename S>
-VLK_INLINE bool kth_lower_bound_sampled(const S* s, int64_t n, int64_t k, std::vector<S>& sample, S& bound) {
-  sample.clear();
-  for (int64_t t = 0; t < kKthSample; ++t) {
-    const S v = s[t * (n / kKthSample) + t * (n % kKthSample) / kKthSample];
-    if (!std::isnan(v)) sample.push_back(v);
-  }
-  const int64_t m = static_cast<int64_t>(sample.size());
-  const double expect = static_cast<double>(k) * static_cast<double>(m) / static_cast<double>(n);
-  int64_t r = static_cast<int64_t>(expect + 2.0 * std::sqrt(expect) + 1.0), lo = 0;
-  for (; r < m; lo = r + 1, r = 2 * r + 8) {
-    // Descending, so the r-th largest; the part before r was set aside by an earlier, smaller r.
-    std::nth_element(sample.begin() + lo, sample.begin() + r, sample.end(), std::greater<S>());
-    const S t = sample[r];
-    int64_t reach = 0;
-    for (int64_t j = 0; j < n; ++j) reach += s[j] >= t;  // vectorised
-    if (reach >= k) {
-      bound = t;
-      return true;
-    }
-  }
-  return false;
-}
-
 // A lower bound of the k-th largest of s[0..n) (NaN skipped; -inf when fewer than k numbers): the k-th largest of
 // the maxima of w >= 2k disjoint sets (the j with the same j mod w), as k distinct entries are at least that large.
 // Element-wise maxima over consecutive stretches of w, which the compiler vectorises, in place of a heap of the k best
 // updated entry by entry. Where k is 1/16 of the row or more and w past the sample's size, the sampled bound is as
 // tight (both land near the 1.2 k-th largest) and selects among 512 values rather than w: at k = 1,000 of 5,000 the
-// selection over 2,000 maxima was ~7 % of a top-k.
+// selection over 2,000 maxima was ~7 % of a top-k (csrc/retrieval/sampled_bound.h).
 template <typename S>
 VLK_INLINE S kth_lower_bound(const S* s, int64_t n, int64_t k, std::vector<S>& maxima) {
   constexpr S kNone = -std::numeric_limits<S>::infinity();
   if (k <= 0 || n < k) return kNone;
   const int64_t w = std::min(n, std::max<int64_t>(kColBlock, (2 * k + 7) / 8 * 8));
   S bound;
-  if (w > kKthSample && 16 * k >= n && kth_lower_bound_sampled(s, n, k, maxima, bound)) return bound;
+  if (w > kBoundSample && 16 * k >= n && sampled_kth_bound<S>(n, k, [s](int64_t j) { return s[j]; }, maxima, bound))
+    return bound;
   maxima.assign(static_cast<size_t>(w), kNone);
   S* m = maxima.data();
   int64_t j0 = 0;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <limits>
 #include <type_traits>
 #include <utility>
@@ -11,6 +10,7 @@
 #include "core/cpu_features.h"
 #include "core/parallel.h"
 #include "retrieval/order_key.h"
+#include "retrieval/sampled_bound.h"
 
 namespace vlk {
 namespace {
@@ -92,40 +92,19 @@ void sort_candidates(Cand<T>* c, int64_t n, std::vector<uint64_t>& a, std::vecto
   std::sort(c, c + n, [](const Cand<T>& x, const Cand<T>& y) { return better(x, y); });
 }
 
-// Candidates sampled to set a row's cut: enough that the cut keeps close to k, few enough that choosing it costs
-// little beside the pass over the candidates.
-constexpr int64_t kCutSample = 512;
-
-// Cuts c[0..n) (n > k) to a subset that holds its best k: the candidates at or above a threshold drawn from a strided
-// sample, set about two standard deviations below the sample's estimate of the k-th best score, so that usually
-// between k and ~1.15 k remain and the sort after the cut handles those rather than all n. A threshold that keeps
-// fewer than k is lowered; the sample is only an estimate, so whatever the order of the scores the kept set holds the
-// best k (the k-th best score is at or above any threshold that k candidates reach). Returns the number kept.
+// Cuts c[0..n) (n > k) to a subset that holds its best k: the candidates at or above sampled_kth_bound (usually
+// between k and ~1.15 k of them), so the sort after the cut handles those rather than all n. Returns the number kept
+// (n when the sample gives no bound).
 template <typename T>
 int64_t cut_to_best(Cand<T>* c, int64_t n, int64_t k, std::vector<T>& sample) {
-  const int64_t m = std::min(n, kCutSample);
-  sample.resize(static_cast<size_t>(m));
-  for (int64_t t = 0; t < m; ++t) sample[t] = c[t * (n / m) + (t * (n % m)) / m].v;
-  const double expect = static_cast<double>(k) * static_cast<double>(m) / static_cast<double>(n);
-  int64_t r = static_cast<int64_t>(expect + 2.0 * std::sqrt(expect) + 1.0), lo = 0;
-  while (r < m) {
-    // Descending, so the r-th largest; the part before r was set aside by an earlier, smaller r.
-    std::nth_element(sample.begin() + lo, sample.begin() + r, sample.end(), std::greater<T>());
-    const T thr = sample[r];
-    int64_t kept = 0;
-    for (int64_t t = 0; t < n; ++t) kept += c[t].v >= thr;
-    if (kept >= k) {
-      int64_t at = 0;
-      for (int64_t t = 0; t < n; ++t) {
-        c[at] = c[t];  // kept in place: at <= t
-        at += c[t].v >= thr;
-      }
-      return at;
-    }
-    lo = r + 1;
-    r = 2 * r + 8;
+  T thr;
+  if (!sampled_kth_bound<T>(n, k, [c](int64_t t) { return c[t].v; }, sample, thr)) return n;
+  int64_t at = 0;
+  for (int64_t t = 0; t < n; ++t) {
+    c[at] = c[t];  // kept in place: at <= t
+    at += c[t].v >= thr;
   }
-  return n;
+  return at;
 }
 
 template <typename T>
