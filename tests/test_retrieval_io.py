@@ -109,6 +109,33 @@ def test_bad_files(tmp_path):
             Embeddings(tmp_path / name, "images")
 
 
+@pytest.mark.parametrize(
+    "layout, match",
+    [
+        ({"e": [0, 32]}, "the tensors cover 32 of the 64 bytes"),  # trailing data: 4 rows stored, 2 declared
+        ({"e": [32, 64]}, "starts at byte 32 of the data section, where the tensors before it end at 0"),
+        ({"e": [0, 32], "f": [16, 48]}, "'f' starts at byte 16 .* end at 32 \\(a gap or an overlap\\)"),
+        ({"e": [0, 32], "f": [40, 64]}, "'f' starts at byte 40"),
+    ],
+)
+def test_safetensors_data_must_be_tiled_by_the_header(tmp_path, layout, match):
+    """A header that describes part of the data section (trailing bytes, a gap, an overlap) is refused as the
+    safetensors library's own reader refuses it, rather than read as fewer rows."""
+    from safetensors import SafetensorError, safe_open
+
+    header = {k: {"dtype": "F32", "shape": [2, 4], "data_offsets": v} for k, v in layout.items()}
+    path = tmp_path / "e.safetensors"
+    _safetensors_with_header(path, json.dumps(header), np.arange(16, dtype=np.float32).tobytes())
+    with pytest.raises(SafetensorError):
+        with safe_open(str(path), "np") as f:
+            f.get_tensor("e")
+    with pytest.raises(ValueError, match=f"not a valid safetensors file: .*{match}"):
+        Embeddings(path, "images", key="e")
+    _safetensors_with_header(path, json.dumps({"__metadata__": ["x"], **header}), b"")
+    with pytest.raises(ValueError, match="__metadata__ must be an object of strings"):
+        Embeddings(path, "images", key="e")
+
+
 def test_evaluate_rejects_bad_input():
     img, txt, lab = _data()
     nan_img = img.clone()
