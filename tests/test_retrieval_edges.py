@@ -102,6 +102,9 @@ def test_one_direction_gt_names_derived_direction(tmp_path, capsys):
         ({"t2i": {"1_0": [0]}}, r"'t2i' key '1_0' is not an integer"),
         ({"t2i": {"\u0661": [0]}}, r"'t2i' key '.' is not an integer"),
         ({"text_to_image": [0] * 20, "t2i": {"0": [0]}}, "either 'text_to_image' or 't2i'/'i2t', not both"),
+        # A misspelt direction was dropped, and that direction derived from the other one.
+        ({"t2i": {"0": [0]}, "I2T": {"0": [0]}}, r"unknown key\(s\) 'I2T'; expected 'text_to_image', or 't2i'"),
+        ({"text_to_image": [0] * 20, "texts_to_image": [0] * 20}, r"unknown key\(s\) 'texts_to_image'"),
     ],
 )
 def test_cli_gt_labels_strict(tmp_path, capsys, gt, match):

@@ -79,6 +79,11 @@ def read_gt(path: Path, n_img: int, n_txt: int) -> dict:
         raise ValueError(f"cannot read ground truth {path}: JSON nested too deeply") from None
     if not isinstance(gt, dict):
         raise ValueError(f"{path}: expected a JSON object with 'text_to_image' or 't2i'/'i2t'")
+    unknown = sorted(set(gt) - {"text_to_image", "t2i", "i2t"})
+    if unknown:  # a misspelt direction would otherwise be dropped and derived from the other one
+        raise ValueError(
+            f"{path}: unknown key(s) {', '.join(map(repr, unknown))}; expected 'text_to_image', or 't2i' and/or 'i2t'"
+        )
     if "text_to_image" in gt and ("t2i" in gt or "i2t" in gt):
         raise ValueError(f"{path}: give either 'text_to_image' or 't2i'/'i2t', not both")
     if "text_to_image" in gt:

@@ -189,24 +189,6 @@ def _mmap_safetensors(path: Path, name: str, key: str | None):
     meta = header.pop("__metadata__", None)
     if meta is not None and not (isinstance(meta, dict) and all(isinstance(v, str) for v in meta.values())):
         raise bad("__metadata__ must be an object of strings")
-    # As safetensors' own reader: the tensors tile the data section exactly (no gap, overlap or trailing bytes), so
-    # a header that describes part of the data is refused rather than read as fewer rows.
-    spans = []
-    for k, v in header.items():
-        offs = v.get("data_offsets") if isinstance(v, dict) else None
-        if not isinstance(offs, list) or len(offs) != 2 or not all(_is_count(x) for x in offs) or offs[0] > offs[1]:
-            raise bad(f"tensor {k!r} has data_offsets {offs!r}; expected [begin, end]")
-        spans.append((offs[0], offs[1], k))
-    covered, data_size = 0, size - 8 - hlen
-    for begin, end, k in sorted(spans):
-        if begin != covered:
-            raise bad(
-                f"tensor {k!r} starts at byte {begin} of the data section, where the tensors before it end at "
-                f"{covered} (a gap or an overlap)"
-            )
-        covered = end
-    if covered != data_size:
-        raise bad(f"the tensors cover {covered} of the {data_size} bytes of the data section")
     if key is None:
         if len(header) != 1:
             raise ValueError(f"{name}: {path} holds tensors {sorted(header)}; pass the key of the embeddings")
@@ -225,7 +207,29 @@ def _mmap_safetensors(path: Path, name: str, key: str | None):
         raise ValueError(f"{name}: tensor {key!r} in {path} has shape {tuple(shape)}; expected a 2-D (N, D) matrix")
     if any(v >= 2**62 for v in shape):
         raise bad(f"tensor {key!r} has shape {tuple(shape)}, beyond any array")
-    begin, end = offsets  # checked with every tensor's above
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_count(v) for v in offsets):
+        raise bad(f"tensor {key!r} has data_offsets {offsets!r}; expected [begin, end]")
+    begin, end = offsets
+    if not begin <= end <= size - 8 - hlen:
+        raise bad(f"tensor {key!r} data_offsets [{begin}, {end}] lie outside the {size - 8 - hlen}-byte data section")
+    # As safetensors' own reader: the tensors tile the data section exactly (no gap, overlap or trailing bytes), so
+    # a header that describes part of the data is refused rather than read as fewer rows.
+    spans = []
+    for k, v in header.items():
+        offs = v.get("data_offsets") if isinstance(v, dict) else None
+        if not isinstance(offs, list) or len(offs) != 2 or not all(_is_count(x) for x in offs) or offs[0] > offs[1]:
+            raise bad(f"tensor {k!r} has data_offsets {offs!r}; expected [begin, end]")
+        spans.append((offs[0], offs[1], k))
+    covered, data_size = 0, size - 8 - hlen
+    for b0, b1, k in sorted(spans):
+        if b0 != covered:
+            raise bad(
+                f"tensor {k!r} starts at byte {b0} of the data section, where the tensors before it end at "
+                f"{covered} (a gap or an overlap)"
+            )
+        covered = b1
+    if covered != data_size:
+        raise bad(f"the tensors cover {covered} of the {data_size} bytes of the data section")
     np_dtype = np.uint16 if dtype == "BF16" else _ST_DTYPES[dtype]
     if end - begin != shape[0] * shape[1] * np.dtype(np_dtype).itemsize:
         raise ValueError(f"{name}: tensor {key!r} in {path} has a data size that does not match its shape")
