@@ -414,6 +414,10 @@ def write_jsonl(rows: list[dict[str, Any]], env: dict[str, Any], path: Path) -> 
             f.write(json.dumps({**env, **row}) + "\n")
 
 
+# The --plot formats: matplotlib writes each on every backend.
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+
+
 def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     """One panel per family: horizontal bars of vlkernels' speedup over each row's anchor (log scale), the anchor
     named on the bar, a line at 1x (parity)."""
@@ -462,7 +466,7 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format=path.suffix[1:].lower())  # the file named, whatever matplotlib's default
     plt.close(fig)
 
 
@@ -505,8 +509,16 @@ def run(
             echo(format_rows(rows))
             all_rows += rows
             if json_path is not None:
-                write_jsonl(rows, env, json_path)
+                try:
+                    write_jsonl(rows, env, json_path)
+                except OSError as e:  # a full disk, a path that turned unwritable during the run
+                    print(f"error: cannot write {json_path}: {e}", file=sys.stderr)
+                    return 2
     echo(summary(all_rows))
     if plot_path is not None and all_rows:
-        plot(all_rows, plot_path, f"{env['device_name']} · {env['date']}")
+        try:
+            plot(all_rows, plot_path, f"{env['device_name']} · {env['date']}")
+        except OSError as e:
+            print(f"error: cannot write {plot_path}: {e}", file=sys.stderr)
+            return 2
     return 1 if failed else 0

@@ -3,6 +3,7 @@ per-family PNG, the CPU recorded; and the caption set shipped in the package tha
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -157,3 +158,18 @@ def test_generated_val2014_captions_follow_the_shipped_statistics(harness):
     for w, count in f_shipped.most_common(20):
         assert f_made[w] / n_made == pytest.approx(count / n_shipped, rel=0.1), w
     assert generated_captions(2000) == gen  # deterministic
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full") or not os.path.isdir("/proc"), reason="needs Linux's /dev/full")
+@pytest.mark.parametrize("which", ["json", "plot"])
+def test_bench_write_failure_is_one_error_line(harness, which, capsys):
+    """A results file or chart that cannot be written (a full disk; a folder where no file can be made, whoever
+    runs) ends the run with one error line and exit 2, not a traceback."""
+    if which == "plot":
+        pytest.importorskip("matplotlib")
+    _register_fake(harness)
+    lines = []
+    path = Path("/dev/full") if which == "json" else Path("/proc/vlkernels-bench.png")
+    paths = (path, None) if which == "json" else (None, path)
+    assert harness.run(["fake"], "cpu", True, *paths, echo=lines.append) == 2
+    assert capsys.readouterr().err.startswith(f"error: cannot write {path}: ")

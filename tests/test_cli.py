@@ -38,6 +38,9 @@ def test_bench_core_writes_json_and_plot(tmp_path, capsys):
         (["bench", "boxes", "--quick", "--json", "{d}"], "--json {d} is a directory"),
         (["gpu-profile", "--json", "{d}"], "--json {d} is a directory"),
         (["gpu-profile", "--docs", "{d}/missing.md"], "--docs {d}/missing.md: no such file"),
+        # matplotlib refused .txt only after the run, and wrote out.png for "out".
+        (["bench", "boxes", "--quick", "--plot", "{d}/out.txt"], "--plot {d}/out.txt: expected a .png, .svg, .pdf"),
+        (["bench", "boxes", "--quick", "--plot", "{d}/out"], "--plot {d}/out: expected a .png, .svg, .pdf file"),
     ],
 )
 def test_output_paths_refused_before_running(tmp_path, capsys, argv, match):

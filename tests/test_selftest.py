@@ -49,3 +49,13 @@ def test_selftest_cuda_without_a_gpu_is_an_error(capsys):
         pytest.skip("a GPU is present")
     assert selftest.main("cuda", quick=True) == 2
     assert "no CUDA device" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/dev/full"), reason="needs /dev/full")
+def test_selftest_json_write_failure_is_one_error_line(monkeypatch, capsys):
+    """A --json file that cannot be written (a full disk) is one error line and exit 2, not a traceback."""
+    monkeypatch.setattr(selftest, "run_checks", lambda device, quick: [])
+    from pathlib import Path
+
+    assert selftest.main("cpu", quick=True, json_path=Path("/dev/full")) == 2
+    assert "error: cannot write /dev/full: " in capsys.readouterr().err

@@ -88,6 +88,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print("error: --device cuda but no CUDA device is visible", file=sys.stderr)
         return 2
     harness = _benchmarks()
+    if args.plot is not None and args.plot.suffix.lower() not in harness.PLOT_SUFFIXES:
+        print(f"error: --plot {args.plot}: expected a {', '.join(harness.PLOT_SUFFIXES)} file", file=sys.stderr)
+        return 2
     return harness.run(
         args.families or None, args.device, args.quick, args.json, args.plot, load=args.load, rounds=args.rounds
     )
@@ -161,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--quick", action="store_true", help="small shapes, for a smoke run")
     bench.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     bench.add_argument("--json", type=Path, default=None, help="append results as JSON lines to this file")
-    bench.add_argument("--plot", type=Path, default=None, help="write a PNG bar chart of the medians")
+    bench.add_argument("--plot", type=Path, default=None, help="write a bar chart of the medians (.png, .svg or .pdf)")
     bench.add_argument(
         "--load", type=_count(0), default=0, metavar="N", help="also time every provider beside N busy processes"
     )

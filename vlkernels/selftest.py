@@ -18,7 +18,7 @@ the CPU build with ``-ffp-contract=off``), are compared bit for bit.
 
 from __future__ import annotations
 
-import json
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from vlkernels._cli_io import write_json
 from vlkernels._environment import environment
 
 
@@ -393,6 +394,11 @@ def main(device: str = "cpu", quick: bool = False, json_path: Path | None = None
     failed = [c for c in checks if not c.passed]
     echo(f"{len(checks) - len(failed)} passed, {len(failed)} failed. '% limit' = roofline MODEL lower bound / time.")
     if json_path is not None:
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps({"environment": env, "checks": [asdict(c) for c in checks]}, indent=1))
+        try:
+            json_path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            print(f"error: cannot write {json_path}: {e}", file=sys.stderr)
+            return 2
+        if write_json(json_path, {"environment": env, "checks": [asdict(c) for c in checks]}):
+            return 2
     return 1 if failed else 0
