@@ -159,6 +159,44 @@ def test_cocoeval_custom_params():
     _same_eval_imgs(P.evalImgs, V.evalImgs)
 
 
+def test_cocoeval_reads_reassigned_inputs_and_maxdets_arrays():
+    """pycocotools re-reads cocoGt and cocoDt on every evaluate(): results or a ground truth assigned after the first
+    evaluation are the ones evaluated (they were ignored: AP 1.0 where pycocotools gives 0.0). maxDets as a numpy
+    array evaluates as a list does; with useCats=0 catIds are left as given."""
+    gt, res = detection_data(n_images=10, seed=8)
+    gt2, res2 = copy.deepcopy(gt), copy.deepcopy(res)
+    for a in gt2["annotations"][::2]:
+        a["bbox"][0] += 0.3 * a["bbox"][2]
+    for r in res2[::3]:
+        r["bbox"][1] += 0.4 * r["bbox"][3]
+    P = pycoco.COCOeval(_coco(gt), _coco(gt).loadRes(copy.deepcopy(res)), "bbox")
+    V = COCOeval(copy.deepcopy(gt), copy.deepcopy(res), "bbox")
+    with contextlib.redirect_stdout(io.StringIO()):
+        for E in (P, V):
+            E.evaluate()
+        P.cocoDt, V.cocoDt = _coco(gt).loadRes(copy.deepcopy(res2)), copy.deepcopy(res2)
+        for E in (P, V):
+            E.evaluate()
+            E.accumulate()
+        np.testing.assert_array_equal(P.eval["precision"], V.eval["precision"])
+        P.cocoGt, V.cocoGt = _coco(gt2), copy.deepcopy(gt2)
+        for E in (P, V):
+            E.evaluate()
+            E.accumulate()
+        np.testing.assert_array_equal(P.eval["precision"], V.eval["precision"])
+
+    def setup(p):
+        p.maxDets = np.array([1, 10, 100])
+        p.useCats = 0
+        p.catIds = [int(c) for c in p.catIds]
+
+    P, V = _anchor(gt, res, "bbox", setup), _ours(gt, res, "bbox", setup)
+    np.testing.assert_array_equal(P.stats, V.stats)
+    assert all(type(c) is int for c in V.params.catIds)
+    with pytest.raises(AttributeError, match="evalImgs is read-only here"):
+        V.evalImgs = []
+
+
 def test_cocoeval_accepts_coco_objects_and_paths(tmp_path):
     gt, res = detection_data(n_images=10, seed=7)
     (tmp_path / "gt.json").write_text(json.dumps(gt))

@@ -106,3 +106,25 @@ def test_lvis_bad_input_raises():
         LVISEval(gt, r, "bbox")
     with pytest.raises(ValueError, match="iou_type"):
         LVISEval(gt, res, "keypoints")
+
+
+def test_lvis_params_changed_after_evaluate():
+    """eval_imgs follows the params evaluate() ran with, as lvis-api's (filled inside evaluate) does; accumulate()
+    refuses params whose thresholds, ranges or ids changed since (lvis-api raises IndexError or reads another
+    threshold's row: AP75 came out 1.0 where it is 0); ids stay Python ints, as lvis-api keeps them."""
+    logging.getLogger("lvis").setLevel(logging.ERROR)
+    gt, res = detection_data(n_images=6, n_cats=12, dets_per_image=15, lvis=True, seed=25)
+    L = _anchor(gt, res, "bbox")
+    V = LVISEval(gt, res, "bbox")
+    V.evaluate()
+    V.params.iou_thrs = np.array([0.5])
+    V.params.area_rng = [[0, 1e10]]
+    assert len(V.eval_imgs) == len(L.eval_imgs)
+    for x, y in zip(L.eval_imgs, V.eval_imgs):
+        assert (x is None) == (y is None)
+        if x is not None:
+            assert np.asarray(x["dt_matches"]).shape == np.asarray(y["dt_matches"]).shape
+            assert type(y["category_id"]) is int
+    with pytest.raises(ValueError, match=r"params.iou_thrs changed since evaluate\(\); run evaluate\(\) again"):
+        V.accumulate()
+    assert all(type(c) is int for c in V.params.cat_ids)

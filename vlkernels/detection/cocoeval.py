@@ -72,8 +72,10 @@ class COCOeval:
         self._evalImgs: engine.EvalImgs | list = []
         self._gt: inputs.GroundTruth | None = None
         self._dt: inputs.Anns | None = None
+        self._parsed = (None, None)  # the cocoGt and cocoDt objects _gt and _dt were read from
         if cocoGt is not None:
             self._gt = inputs.load_ground_truth(cocoGt)
+            self._parsed = (cocoGt, None)
             self.params.imgIds = sorted(self._gt.img_ids.tolist())
             self.params.catIds = sorted(self._gt.cat_ids.tolist())
 
@@ -90,17 +92,33 @@ class COCOeval:
     def evalImgs(self):
         return self._evalImgs
 
+    @evalImgs.setter
+    def evalImgs(self, value) -> None:
+        # pycocotools accumulates from whatever list is assigned (torchvision's distributed reference merges the
+        # processes' lists so); here accumulate() reads the evaluation itself, so an assigned list would be ignored.
+        raise AttributeError(
+            "evalImgs is read-only here: accumulate() reads the evaluation, not these entries. To merge results "
+            "from several processes, gather the detections and evaluate them in one COCOeval"
+        )
+
     def _eval_cat_ids(self) -> list:
         p = self._paramsEval
         return list(p.catIds) if p.useCats else [-1]
 
     def _load(self) -> None:
+        # As pycocotools re-reads cocoGt and cocoDt on every evaluate(): objects assigned since are read again.
+        gt_src, dt_src = self._parsed
+        if self.cocoGt is not None and self.cocoGt is not gt_src:
+            self._gt, self._dt = inputs.load_ground_truth(self.cocoGt), None
         if self._gt is None:
             raise ValueError("COCOeval needs cocoGt")
+        if self.cocoDt is not None and self.cocoDt is not dt_src:
+            self._dt = None
         if self._dt is None:
             if self.cocoDt is None:
                 raise ValueError("COCOeval needs cocoDt")
             self._dt = inputs.load_results(self.cocoDt, self._gt)
+        self._parsed = (self.cocoGt, self.cocoDt)
 
     def _run(self, full: bool) -> engine.Evaluated:
         """The C++ evaluation for self._paramsEval (``full``: with the matches, for evalImgs)."""
@@ -136,8 +154,6 @@ class COCOeval:
             p.catIds = list(np.unique(cat_ids))
         elif np.unique(cat_ids).size != cat_ids.size:
             raise ValueError("params.catIds holds repeated ids; with useCats=0 pycocotools would count them twice")
-        else:
-            p.catIds = list(cat_ids)
         p.maxDets = sorted(p.maxDets)
         self.params = p
         self._paramsEval = copy.deepcopy(p)
@@ -228,7 +244,7 @@ def _check_params(p: Params) -> None:
     rng = rng.reshape(0, 2) if rng.size == 0 else rng
     if rng.ndim != 2 or rng.shape[1] != 2 or np.isnan(rng).any():
         raise ValueError("params.areaRng must be a list of [low, high] pairs")
-    if not p.maxDets or any(int(m) != m or m < 0 for m in p.maxDets):
+    if np.asarray(p.maxDets).size == 0 or any(int(m) != m or m < 0 for m in p.maxDets):
         raise ValueError("params.maxDets must be non-negative integers")
 
 

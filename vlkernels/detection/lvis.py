@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import datetime
 from collections import OrderedDict
 
@@ -112,7 +113,7 @@ class LVISEval:
         return keep, extra
 
     def _run(self, full: bool) -> engine.Evaluated:
-        p = self.params
+        p = self._params_eval
         gt, dt = self._gt.anns, self._dt
         img_ids = np.asarray(p.img_ids, dtype=np.int64)
         cat_ids = np.asarray(p.cat_ids, dtype=np.int64)
@@ -146,12 +147,15 @@ class LVISEval:
         cat_ids = inputs.param_ids(p.cat_ids, "params.cat_ids")
         if np.unique(cat_ids).size != cat_ids.size:
             raise ValueError("params.cat_ids holds repeated ids")
-        p.cat_ids = list(cat_ids)
+        p.cat_ids = cat_ids.tolist()  # Python ints, as lvis-api keeps them
         for c in cat_ids.tolist():
             if c not in self._cats:
                 raise ValueError(f"params.cat_ids holds {c}, which is not a ground-truth category")
             if self._cats[c].get("frequency") not in p.img_count_lbl:
                 raise ValueError(f"category {c} has frequency {self._cats[int(c)].get('frequency')!r}, not r/c/f")
+        # The evaluation's own copy: eval_imgs (built on first access) and accumulate() follow what was evaluated,
+        # whatever is changed in self.params afterwards.
+        self._params_eval = copy.deepcopy(p)
         self._evaluated = self._run(full=False)
         self._cat_order = np.asarray(p.cat_ids, dtype=np.int64)
         # The engine's cells are keyed by a category's slot among the sorted ids.
@@ -159,11 +163,11 @@ class LVISEval:
         self.eval_imgs = engine.EvalImgs(self, "eval_imgs", _EVAL_IMG_KEYS)
 
     def _eval_imgs_shape(self) -> tuple[int, int, int]:
-        p = self.params
+        p = self._params_eval
         return len(self._cat_order), len(p.area_rng), len(p.img_ids)
 
     def _eval_img_head(self, k: int, a: int, i: int) -> tuple[int, dict]:
-        p = self.params
+        p = self._params_eval
         head = {"image_id": p.img_ids[i], "category_id": p.cat_ids[k], "area_rng": p.area_rng[a]}
         return int(self._cat_slot[k]) * len(p.img_ids) + i, head
 
@@ -171,7 +175,12 @@ class LVISEval:
         """precision [T, R, K, A] and recall [T, K, A] (-1 where a category has no ground truth)."""
         if self._evaluated is None:
             raise RuntimeError("Please run evaluate first.")
-        p = self.params
+        p, pe = self.params, self._params_eval
+        # lvis-api reads its per-image results by the positions of the current params (an IndexError, or another
+        # threshold's row, when they changed): what indexes the evaluation must be what was evaluated.
+        for name in ("iou_thrs", "area_rng", "img_ids", "cat_ids"):
+            if not np.array_equal(np.asarray(getattr(p, name)), np.asarray(getattr(pe, name))):
+                raise ValueError(f"accumulate(): params.{name} changed since evaluate(); run evaluate() again")
         cats = self._cat_order
         # Evaluated cells are keyed by sorted category; output slot = the category's position in params.cat_ids.
         cat_slot = np.argsort(cats, kind="stable")
