@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -43,6 +44,7 @@ def test_siglip_score_fixed_frames_per_caption(path, dtype):
     img, txt = _emb(m * k, 70, dtype), _emb(m, 70, dtype)
     got = siglip_score(img, txt, 10.0, -1.0, frames=k)
     torch.testing.assert_close(got.double(), siglip_score_ref(img, txt, 10.0, -1.0, frames=k), **FP32_TOL)
+    assert torch.equal(siglip_score(img, txt, 10.0, -1.0, frames=np.int64(k)), got)  # a numpy count, as an int
 
 
 @pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32])
@@ -181,6 +183,8 @@ def test_clip_score_matches_torchmetrics():
         ({"frames": 3}, "frames=3"),
         ({"frames": 0}, ">= 1"),
         ({"frames": 2.0}, "frames must be None, an int"),
+        ({"frames": True}, "frames must be None, an int"),
+        ({"frames": np.bool_(True)}, "frames must be None, an int"),
         ({"frames": torch.zeros(8)}, "int32/int64"),
         ({"frames": torch.zeros(7, dtype=torch.long)}, "7 entries"),
         ({"frames": torch.full((8,), 4)}, "outside"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 from typing import NamedTuple
 
 import torch
@@ -174,8 +175,13 @@ def _frame_index(
 ) -> tuple[torch.Tensor | None, int | None, torch.Tensor | None]:
     """Validate ``frames``. Returns ``(None, k, None)`` for k frames per caption, else ``(index, None, counts)``:
     the per-frame caption index (int64, on ``device``) and the number of frames of each caption."""
-    if isinstance(frames, bool) or not isinstance(frames, (int, torch.Tensor)):
-        raise ValueError(f"frames must be None, an int or a 1-D integer tensor, got {type(frames).__name__}")
+    if not isinstance(frames, torch.Tensor):
+        try:  # an int or a numpy integer; a bool or any float (2.0 included) is refused
+            if isinstance(frames, bool):
+                raise TypeError
+            frames = operator.index(frames)
+        except TypeError:
+            raise ValueError(f"frames must be None, an int or a 1-D integer tensor, got {frames!r}") from None
     if isinstance(frames, int):
         if frames < 1:
             raise ValueError(f"frames (frames per caption) must be >= 1, got {frames}")
