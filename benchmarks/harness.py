@@ -490,6 +490,9 @@ def run(
     if unknown:
         echo(f"unknown benchmark family {unknown}; known: {known}")
         return 2
+    if plot_path is not None and plot_path.suffix.lower() not in PLOT_SUFFIXES:
+        print(f"error: --plot {plot_path}: expected a {', '.join(PLOT_SUFFIXES)} file", file=sys.stderr)
+        return 2
     # The machine's load when the run started (1, 5, 15 min): other processes on the cores inflate every time.
     env = {**environment(device), "loadavg": [round(x, 2) for x in os.getloadavg()]}
     cpu = env["cpu"]

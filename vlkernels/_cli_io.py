@@ -10,8 +10,10 @@ from pathlib import Path
 
 
 def write_json(path: Path, obj) -> int:
-    """Write obj as indented JSON to path; returns the subcommand's exit status (2, with a message, if it fails)."""
+    """Write obj as indented JSON to path (its folders made); returns the subcommand's exit status (2, with a
+    message, if it fails)."""
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(obj, indent=2) + "\n")
     except OSError as e:
         print(f"error: cannot write {path}: {e}", file=sys.stderr)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from vlkernels import _ext
+from vlkernels.boxes.rle_dicts import _size_of
 
 
 @dataclass
@@ -346,8 +347,6 @@ def segmentations(anns: Anns, rows: np.ndarray, gt: GroundTruth, where: str, nee
     for i in np.flatnonzero((hs < 0) | (ws < 0)).tolist():
         seg = raw[rows[i]].get("segmentation") if isinstance(raw[rows[i]], Mapping) else None
         if isinstance(seg, Mapping) and "size" in seg and "counts" in seg:
-            from vlkernels.boxes.rle_dicts import _size_of
-
             hs[i], ws[i] = _size_of(seg, f"{where}[{rows[i]}]['segmentation']", 0)
             continue
         k = int(pos[i])

@@ -82,13 +82,13 @@ def as_positives(gt, num_queries: int, num_gallery: int, name: str, every_query:
             )
         return gt
     if isinstance(gt, tuple) and len(gt) == 2:
-        indptr = gt[0].detach().cpu().numpy() if isinstance(gt[0], torch.Tensor) else np.asarray(gt[0])
-        if indptr.shape != (num_queries + 1,):
+        shape = tuple(np.shape(gt[0]))
+        if shape != (num_queries + 1,):
             raise ValueError(
                 f"{name} as CSR (indptr, indices) needs indptr of {num_queries + 1} entries (one row per query, "
-                f"{num_queries} queries, and the end), got shape {indptr.shape}"
+                f"{num_queries} queries, and the end), got shape {shape}"
             )
-        return Positives.from_csr(indptr, gt[1], num_gallery, queries=queries, allow_empty=True)
+        return Positives.from_csr(gt[0], gt[1], num_gallery, queries=queries, allow_empty=True)
     if isinstance(gt, (np.ndarray, torch.Tensor)):
         a = gt.detach().cpu().numpy() if isinstance(gt, torch.Tensor) else gt
         if a.ndim != 2 or a.shape[1] != 2:
