@@ -243,6 +243,12 @@ def test_moment_retrieval_errors():
         moment_retrieval_metrics([[[0.0, np.nan]]], [[1.0]], [[[0.0, 1.0]]])
     with pytest.raises(ValueError, match="max_pred_windows"):
         moment_retrieval_metrics([[[0.0, 1.0]]], [[1.0]], [[[0.0, 1.0]]], max_pred_windows=0)
+    with pytest.raises(ValueError, match="max_pred_windows must be an integer"):  # 2.5 was truncated to 2
+        moment_retrieval_metrics([[[0.0, 1.0]]], [[1.0]], [[[0.0, 1.0]]], max_pred_windows=2.5)
+    # A NaN threshold gave {'R1@nan': 0.0, 'mAP@nan': 100.0}; no threshold gave mAP NaN.
+    for thresholds in ((float("nan"),), (0.5, float("inf")), ()):
+        with pytest.raises(ValueError, match="thresholds must be one or more finite"):
+            moment_retrieval_metrics([[[0.0, 1.0]]], [[1.0]], [[[0.0, 1.0]]], thresholds=thresholds)
     with pytest.raises(ValueError, match="at least one query"):
         moment_retrieval_metrics([], [], [])
 

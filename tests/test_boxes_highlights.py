@@ -89,6 +89,22 @@ def test_highlight_errors():
         highlight_metrics([[1.0]], [])
     with pytest.raises(ValueError, match="finite"):
         highlight_metrics([[float("nan")]], [np.zeros((1, 3))])
+    # Thresholds and names are paired: a fourth threshold was dropped by zip.
+    with pytest.raises(ValueError, match="pair one name with each threshold"):
+        highlight_metrics([[1.0]], [np.zeros((1, 3))], min_scores=(2, 3, 4, 1))
+
+
+def test_temporal_nms_refuses_non_finite_input():
+    """Moment-DETR suppresses nothing where an IoU or the threshold is NaN (its test is IoU > threshold), and a
+    NaN-valued comparison dropped every window here: both are refused by name, as the other functions refuse NaN."""
+    with pytest.raises(ValueError, match="iou_threshold must be a number"):
+        temporal_nms([[0, 1, 0.5], [0, 1, 0.4], [5, 6, 0.3]], float("nan"))
+    for bad in ([[0, float("inf"), 0.9], [0, 1, 0.8]], [[float("nan"), 2, 0.9], [0, 2, 0.8]], [[0, 1, float("nan")]]):
+        with pytest.raises(ValueError, match="finite numbers"):
+            temporal_nms(bad, 0.5)
+    for bad in (-1, 2.5, True):
+        with pytest.raises(ValueError, match="max_after_nms must be an integer"):
+            temporal_nms([[0, 1, 0.5]], 0.5, max_after_nms=bad)
 
 
 def _nms_ref(preds, thd, max_after=100):
@@ -159,3 +175,23 @@ def test_qvhighlights_eval_report_layout_and_ranges():
     with pytest.raises(ValueError, match="must match"):
         qvhighlights_eval(sub[:1], gt)
     assert qvhighlights_eval(sub[:1], gt, match_number=False)["full"]["MR-mAP"]["average"] == 100.0
+
+
+def test_qvhighlights_eval_names_a_missing_or_malformed_field():
+    """A record missing a field (or a window without its score) is a ValueError naming the record and the field, as
+    documented; it was a KeyError or an IndexError from inside the evaluation."""
+    gt = [{"qid": 1, "duration": 20, "relevant_windows": [[0, 6]], "relevant_clip_ids": [0], "saliency_scores": [[4]]}]
+    sub = [{"qid": 1, "pred_relevant_windows": [[0, 6, 0.9]], "pred_saliency_scores": [0.9] * 10}]
+    assert qvhighlights_eval(sub, gt)["full"]["MR-mAP"]["average"] == 100.0
+    cases = [
+        ([{k: v for k, v in sub[0].items() if k != "qid"}], gt, r"submission\[0\] \(qid '\?'\) has no 'qid'"),
+        (sub, [{k: v for k, v in gt[0].items() if k != "relevant_windows"}], "has no 'relevant_windows'"),
+        (sub, [{k: v for k, v in gt[0].items() if k != "duration"}], "has no 'duration'"),
+        ([{**sub[0], "pred_relevant_windows": [[0, 6]]}], gt, r"\[start, end, score\] rows, got shape \(1, 2\)"),
+        ([{**sub[0], "pred_relevant_windows": []}], gt, r"\[start, end, score\] rows, got shape \(0,\)"),
+        ([sub[0], {"qid": 2, "pred_saliency_scores": [0.1] * 10}], [*gt, {**gt[0], "qid": 2}], "no 'pred_relevant"),
+        (["qid 1"], gt, "must be a dict"),
+    ]
+    for s, g, match in cases:
+        with pytest.raises(ValueError, match=match):
+            qvhighlights_eval(s, g)

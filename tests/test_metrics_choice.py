@@ -75,6 +75,16 @@ def test_pairwise_margin_hand_and_errors():
         pairwise_margin(torch.zeros(2, dtype=torch.long), torch.zeros(2))
 
 
+@pytest.mark.parametrize(("dtype", "pos", "alt"), [(torch.bfloat16, 256.0, -1.875), (torch.float16, 60000.0, -60000.0)])
+def test_pairwise_margin_statistics_from_the_float64_inputs(dtype, pos, alt):
+    """Half-precision logits: the float64 statistics are those of the given values (the difference of the float64
+    inputs), not of the margin rounded (bf16 258 for 257.875) or overflowed (fp16 inf) in the inputs' dtype."""
+    res = pairwise_margin(torch.tensor([pos], dtype=dtype), torch.tensor([alt], dtype=dtype))
+    exact = float(torch.tensor(pos, dtype=dtype).double() - torch.tensor(alt, dtype=dtype).double())
+    assert res.mean_margin.tolist() == [exact] and res.win_rate.tolist() == [1.0]
+    assert res.margin.dtype == dtype  # the per-pair margin stays in the inputs' dtype, as documented
+
+
 def test_vcr_accuracy_matches_numpy():
     n = 257
     qa, qar = torch.randn(n, 4), torch.randn(n, 4)
@@ -108,6 +118,13 @@ def test_vcr_accuracy_errors():
         vcr_accuracy(torch.zeros(3), s, y, y)
     with pytest.raises(ValueError, match="no candidates"):
         vcr_accuracy(torch.zeros(3, 0), s, y, y)
+    # Integer predictions outside the four choices: a prediction 5 against a label 5 counted as correct.
+    with pytest.raises(ValueError, match=r"answer_scores: integer predictions must lie in \[0, 4\), got -1..5"):
+        vcr_accuracy(torch.tensor([5, -1]), torch.tensor([0, 0]), torch.tensor([5, -1]), torch.tensor([0, 0]))
+    with pytest.raises(ValueError, match=r"rationale_scores: integer predictions must lie in \[0, 4\)"):
+        vcr_accuracy(torch.tensor([0]), torch.tensor([4]), torch.tensor([0]), torch.tensor([4]))
+    # Labels out of range still simply never match (documented).
+    assert vcr_accuracy(torch.tensor([0]), torch.tensor([0]), torch.tensor([7]), torch.tensor([0])).q2a_acc == 0.0
     with pytest.raises(ValueError, match="is on meta"):
         vcr_accuracy(s, s, y.to("meta"), y)
     with pytest.raises(ValueError, match="answer_scores must have 4 columns"):

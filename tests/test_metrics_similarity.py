@@ -239,6 +239,12 @@ def test_clip_score_errors():
         clip_score(torch.randn(3, 4), torch.randn(2, 4))
     with pytest.raises(ValueError, match="weight must be > 0"):
         clip_score(torch.randn(3, 4), torch.randn(3, 4), weight=0.0)
+    # Finite but past fp32: weight 1e39 gave [nan, inf] (0 * inf), logit_scale 1e39 a RuntimeError from torch.
+    with pytest.raises(ValueError, match="weight must lie within fp32's range"):
+        clip_score(torch.randn(3, 4), torch.randn(3, 4), weight=1e39)
+    for kw in ({"logit_scale": 1e39, "logit_bias": 0.0}, {"logit_scale": 1.0, "logit_bias": -1e39}):
+        with pytest.raises(ValueError, match="must lie within fp32's range"):
+            siglip_score(torch.randn(3, 4), torch.randn(3, 4), **kw)
     assert math.isnan(float(clip_score(torch.empty(0, 4), torch.empty(0, 4)).mean))
 
 

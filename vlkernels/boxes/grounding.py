@@ -246,7 +246,8 @@ def moment_retrieval_metrics(
 
     Raises:
         ValueError: different numbers of queries, a query with no prediction or no ground truth (Moment-DETR
-            crashes or returns NaN there), wrong shapes, non-finite values, ``max_pred_windows < 1``.
+            crashes or returns NaN there), wrong shapes, non-finite values, no threshold or a non-finite one,
+            ``max_pred_windows`` not an integer >= 1.
 
     Note:
         IoUs come from ``segment_iou`` in float64, bit-identical to Moment-DETR's numpy formulas. Ties in score keep
@@ -264,9 +265,12 @@ def moment_retrieval_metrics(
         )
     if len(pred_windows) == 0:
         raise ValueError("moment_retrieval_metrics needs at least one query")
-    if int(max_pred_windows) < 1:
-        raise ValueError(f"max_pred_windows must be >= 1, got {max_pred_windows}")
+    keep = as_integer(max_pred_windows)
+    if keep is None or keep < 1:
+        raise ValueError(f"max_pred_windows must be an integer >= 1, got {max_pred_windows!r}")
     thds = [float(f"{float(t):.2f}") for t in thresholds]
+    if not thds or not all(math.isfinite(t) for t in thds):
+        raise ValueError(f"thresholds must be one or more finite IoU thresholds, got {list(thresholds)}")
     r1_iou = np.zeros(len(pred_windows))
     aps = np.zeros((len(pred_windows), len(thds)))
     for q, (pw, ps, gw) in enumerate(zip(pred_windows, pred_scores, gt_windows)):
@@ -282,7 +286,7 @@ def moment_retrieval_metrics(
         if sort_by_score:
             order = torch.sort(ps, descending=True, stable=True).indices
             pw, ps = pw[order], ps[order]
-        pw, ps = pw[: int(max_pred_windows)], ps[: int(max_pred_windows)]
+        pw, ps = pw[:keep], ps[:keep]
         # R1 uses the first window of the (ranked) list, before any re-sorting for AP.
         top1 = pw[:1]
         best_gt = int(np.argmax(segment_iou(top1, gw, union="sum").numpy()[0]))

@@ -4,10 +4,12 @@ window-length range plus highlights). Conventions and the quirks kept on purpose
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from vlkernels._validate import as_integer
 from vlkernels.boxes.grounding import moment_retrieval_metrics
 
 # Moment-DETR's saliency thresholds (annotator scores are 0..4) and their names.
@@ -82,12 +84,16 @@ def highlight_metrics(
         ``{"HL-min-Fair": {"HL-mAP": ..., "HL-Hit1": ...}, ...}`` rounded as Moment-DETR (``f"{100 * v:.2f}"``).
 
     Raises:
-        ValueError: different query counts, an empty query, non-finite scores, a matrix that is not 2-D.
+        ValueError: different query counts, an empty query, non-finite scores, a matrix that is not 2-D, thresholds
+            and names that do not pair up.
     """
     if len(pred_saliency) != len(gt_saliency):
         raise ValueError(f"pred_saliency has {len(pred_saliency)} queries but gt_saliency has {len(gt_saliency)}")
     if len(pred_saliency) == 0:
         raise ValueError("highlight_metrics needs at least one query")
+    min_scores, names = list(min_scores), list(names)
+    if not min_scores or len(min_scores) != len(names):
+        raise ValueError(f"min_scores and names must pair one name with each threshold, got {min_scores} and {names}")
     preds, gts = [], []
     for q, (p, g) in enumerate(zip(pred_saliency, gt_saliency)):
         p, g = np.asarray(p, dtype=np.float64), np.asarray(g, dtype=np.float64)
@@ -121,10 +127,20 @@ def temporal_nms(
     window removing the later ones whose hull IoU with it is ``> iou_threshold``; at most ``max_after_nms`` kept.
 
     Hull IoU = intersection / (max end - min start), 0 when that is 0. A single window is returned as is.
+
+    Raises:
+        ValueError: a window that is not three finite numbers, a NaN ``iou_threshold``, ``max_after_nms`` not an
+            integer >= 0.
     """
     rows = [list(map(float, w)) for w in windows]
-    if any(len(w) != 3 for w in rows):
-        raise ValueError("temporal_nms takes [start, end, score] windows")
+    if any(len(w) != 3 or not all(math.isfinite(v) for v in w) for w in rows):
+        raise ValueError("temporal_nms takes [start, end, score] windows of finite numbers")
+    if math.isnan(float(iou_threshold)):
+        raise ValueError("iou_threshold must be a number, got NaN")
+    limit = as_integer(max_after_nms)
+    if limit is None or limit < 0:
+        raise ValueError(f"max_after_nms must be an integer >= 0, got {max_after_nms!r}")
+    max_after_nms = limit
     if len(rows) <= 1:
         return rows
     pending = sorted(rows, key=lambda w: w[2], reverse=True)
@@ -144,10 +160,29 @@ def _hull_iou(a: Sequence[float], b: Sequence[float]) -> float:
     return 0.0 if hull == 0 else inter / hull
 
 
+def _field(record: Mapping, key: str, where: str, i: int):
+    """record[key], or a ValueError naming the record."""
+    if not isinstance(record, Mapping):
+        raise ValueError(f"{where}[{i}] must be a dict (a JSON object), got {type(record).__name__}")
+    if key not in record:
+        raise ValueError(f"{where}[{i}] (qid {record.get('qid', '?')!r}) has no {key!r} field")
+    return record[key]
+
+
+def _pred_windows(d: Mapping, i: int) -> np.ndarray:
+    w = np.asarray(_field(d, "pred_relevant_windows", "submission", i), dtype=np.float64)
+    if w.ndim != 2 or w.shape[1] != 3 or w.shape[0] == 0:
+        raise ValueError(
+            f"submission[{i}] (qid {d['qid']!r}): pred_relevant_windows must be one or more [start, end, score] "
+            f"rows, got shape {w.shape}"
+        )
+    return w
+
+
 def _mr_report(submission: list[Mapping], ground_truth: list[Mapping]) -> dict[str, dict[str, float]]:
     by_qid = {d["qid"]: d for d in ground_truth}
     qids = [d["qid"] for d in submission]
-    pred = [np.asarray(d["pred_relevant_windows"], dtype=np.float64) for d in submission]
+    pred = [_pred_windows(d, i) for i, d in enumerate(submission)]
     gts = [by_qid[q]["relevant_windows"] for q in qids]
     m = moment_retrieval_metrics(
         [p[:, :2] for p in pred], [p[:, 2] for p in pred], gts, sort_by_score=False, round_digits=2
@@ -174,7 +209,8 @@ def qvhighlights_eval(
             duplicated qid, or a record missing a field.
     """
     submission, ground_truth = list(submission), list(ground_truth)
-    pred_qids, gt_qids = [d["qid"] for d in submission], [d["qid"] for d in ground_truth]
+    pred_qids = [_field(d, "qid", "submission", i) for i, d in enumerate(submission)]
+    gt_qids = [_field(d, "qid", "ground_truth", i) for i, d in enumerate(ground_truth)]
     for name, qids in (("submission", pred_qids), ("ground_truth", gt_qids)):
         if len(set(qids)) != len(qids):
             raise ValueError(f"{name} lists a qid more than once")
@@ -193,6 +229,8 @@ def qvhighlights_eval(
     metrics: dict[str, dict] = {}
     brief: dict[str, float] = {}
     if "pred_relevant_windows" in submission[0]:
+        for i, d in enumerate(ground_truth):
+            _field(d, "relevant_windows", "ground_truth", i)
         for name, (lo, hi) in MR_LENGTH_RANGES.items():
             sub, gt = submission, ground_truth
             if (lo, hi) != (0, 150):
@@ -219,14 +257,19 @@ def qvhighlights_eval(
         )
         brief = dict(sorted(brief.items()))
     if "pred_saliency_scores" in submission[0]:
-        by_qid = {d["qid"]: d for d in ground_truth}
+        at = {d["qid"]: i for i, d in enumerate(ground_truth)}
         gt_mats = [
             highlight_gt_matrix(
-                by_qid[d["qid"]]["duration"], by_qid[d["qid"]]["relevant_clip_ids"], by_qid[d["qid"]]["saliency_scores"]
+                *(
+                    _field(ground_truth[at[d["qid"]]], key, "ground_truth", at[d["qid"]])
+                    for key in ("duration", "relevant_clip_ids", "saliency_scores")
+                )
             )
             for d in submission
         ]
-        hl = highlight_metrics([d["pred_saliency_scores"] for d in submission], gt_mats)
+        hl = highlight_metrics(
+            [_field(d, "pred_saliency_scores", "submission", i) for i, d in enumerate(submission)], gt_mats
+        )
         metrics.update(hl)
         brief.update({f"{k}-{sub.split('-')[1]}": v for k, m in hl.items() for sub, v in m.items()})
     return {"brief": brief, **dict(sorted(metrics.items()))}

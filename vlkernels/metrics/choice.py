@@ -122,7 +122,9 @@ def pairwise_margin(positive: torch.Tensor, alternatives: torch.Tensor) -> Pairw
     check_finite(positive, "positive")
     check_finite(alt, "alternatives")
     margin = positive.unsqueeze(1) - alt
-    m64 = margin.double()
+    # From the float64 inputs, not from the margin: a half-precision difference rounds or overflows (fp16 60000 -
+    # (-60000) is inf).
+    m64 = positive.double().unsqueeze(1) - alt.double()
     return PairwiseMargin(
         margin=margin,
         mean_margin=m64.mean(dim=0),
@@ -137,6 +139,10 @@ def _predictions(x: torch.Tensor, name: str, n_classes: int | None = None) -> to
     if x.dtype in _INT_DTYPES:
         if x.dim() != 1:
             raise ValueError(f"{name}: integer predictions must be 1-D (N,), got shape {tuple(x.shape)}")
+        if n_classes is not None and x.numel() and (int(x.min()) < 0 or int(x.max()) >= n_classes):
+            raise ValueError(
+                f"{name}: integer predictions must lie in [0, {n_classes}), got {int(x.min())}..{int(x.max())}"
+            )
         return x.long()
     if x.dim() != 2:
         raise ValueError(f"{name}: float scores must be 2-D (N, C), got shape {tuple(x.shape)}")
@@ -190,8 +196,8 @@ def vcr_accuracy(
         :class:`VCRAccuracy` with ``q2a``, ``qa2r``, ``joint`` ``(N,)`` bool and their means.
 
     Raises:
-        ValueError: wrong dtypes or ranks, float scores without 4 columns, length mismatches, devices, or NaN/Inf
-            scores.
+        ValueError: wrong dtypes or ranks, float scores without 4 columns, integer predictions outside
+            ``[0, 4)``, length mismatches, devices, or NaN/Inf scores.
 
     Note:
         The prediction is the argmax; among tied maxima the lowest index wins (``torch.argmax``, like the

@@ -167,6 +167,8 @@ def _scalar(value: float | torch.Tensor, name: str) -> float:
         raise ValueError(f"{name} must be a float or a one-element tensor, got {type(value).__name__}")
     if not math.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value}")
+    if abs(value) > torch.finfo(torch.float32).max:
+        raise ValueError(f"{name} must lie within fp32's range (|{name}| <= 3.4e38; scores are fp32), got {value}")
     return float(value)
 
 
