@@ -281,6 +281,15 @@ def test_coco_mask_layouts_pycocotools_refuses_are_read():
     ref = pycoco_mask.encode(m)
     assert coco_mask.encode(np.ascontiguousarray(m)) == ref  # C order: pycocotools raises "not Fortran contiguous"
     assert coco_mask.encode(m[:, ::-1][:, ::-1]) == ref  # negative strides (copied: torch views cannot hold them)
+    # A reversed length-1 axis: numpy calls the array contiguous and keeps the negative stride (it was refused).
+    one = np.zeros((1, 4), np.uint8)
+    one[0, 1] = 1
+    assert coco_mask.encode(np.asfortranarray(one[:, :, None])[::-1]) == pycoco_mask.encode(
+        np.asfortranarray(one[:, :, None])
+    )
+    assert coco_mask.encode(one[::-1]) == pycoco_mask.encode(np.asfortranarray(one))
+    box = np.array([[0, 0, 5, 5.0]])
+    assert coco_mask.frPyObjects(box[::-1], 10, 10) == pycoco_mask.frPyObjects(box, 10, 10)
     assert coco_mask.encode(np.ascontiguousarray(m[:, :, 1])) == ref[1]
     wide = np.ones((23, 31, 8), np.uint8, order="F")
     wide[:, :, ::2] = m

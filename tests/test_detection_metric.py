@@ -136,6 +136,12 @@ def test_mean_average_precision_bad_input_raises():
         mean_average_precision(p, t + t)
     with pytest.raises(ValueError, match=r"target\[0\]\['boxes'\] must be \(1, 4\)"):
         mean_average_precision(p, [{"boxes": torch.zeros(2, 4), "labels": torch.tensor([1])}])
+    # Labels with no boxes (torchmetrics: "different length"); a numpy broadcast error or an IndexError before.
+    for empty in (torch.zeros(0, 4), torch.zeros(0)):
+        with pytest.raises(ValueError, match=r"target\[0\]\['boxes'\] must be \(1, 4\)"):
+            mean_average_precision(p, [{"boxes": empty, "labels": torch.tensor([1])}])
+        with pytest.raises(ValueError, match=r"preds\[0\]\['boxes'\] must be \(1, 4\)"):
+            mean_average_precision([{**p[0], "boxes": empty}], t)
     with pytest.raises(ValueError, match="negative size"):
         mean_average_precision(p, [{"boxes": torch.tensor([[5.0, 5, 1, 1]]), "labels": torch.tensor([1])}])
     with pytest.raises(ValueError, match="iou_type"):

@@ -210,8 +210,8 @@ class TensorArg {
                                                            strides_str() + "; call .contiguous()");
       expect *= shape_[d];
     }
-    for (int64_t d = 0; d < t_.ndim; ++d) {
-      if (strides_[d] < 0) refuse("has a negative stride " + strides_str());
+    for (int64_t d = 0; d < t_.ndim; ++d) {  // a length-1 dimension's stride is never stepped (numpy may leave it < 0)
+      if (shape_[d] != 1 && strides_[d] < 0) refuse("has a negative stride " + strides_str());
     }
     return *this;
   }

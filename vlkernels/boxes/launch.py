@@ -23,7 +23,9 @@ def as_tensor_view(x: object) -> object:
     if not isinstance(x, np.ndarray):
         return x
     if any(s < 0 for s in x.strides):
-        x = np.ascontiguousarray(x)
+        # A copy even where numpy calls the array contiguous (a reversed length-1 axis keeps its negative stride
+        # through np.ascontiguousarray, and torch.from_numpy refuses it).
+        x = x.copy(order="C")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         return torch.from_numpy(x)

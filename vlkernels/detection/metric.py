@@ -83,7 +83,7 @@ def _check_item(item: dict, k: int, name: str, iou_type: tuple, pred: bool) -> i
             )
     if "bbox" in iou_type:
         b = item["boxes"]
-        if b.numel() and (b.dim() != 2 or b.shape != (n, 4)):
+        if (n or b.numel()) and (b.dim() != 2 or b.shape != (n, 4)):
             raise ValueError(f"{name}[{k}]['boxes'] must be ({n}, 4), got {tuple(b.shape)}")
         if b.numel() and not torch.isfinite(b).all():
             raise ValueError(f"{name}[{k}]['boxes'] must be finite")
