@@ -51,7 +51,7 @@ def test_bad_input_containers_and_parameters():
         Cider().compute_score({}, {})
     with pytest.raises(ValueError, match="every reference caption is empty"):
         Cider().compute_score({1: [""], 2: [" "]}, {1: ["a"], 2: ["b"]})
-    for bad in (0, 5, 2.0):
+    for bad in (0, 5, 2.0, True):  # Bleu(n=True) passed and failed later with a bare TypeError
         with pytest.raises(ValueError, match="n must be an int"):
             Cider(n=bad)
         with pytest.raises(ValueError, match="n must be an int"):
@@ -103,6 +103,18 @@ def test_ciderd_bad_input():
         scorer.score(["a", "b"], refs, ref_index=[0, 2])
     with pytest.raises(ValueError, match=r"refs\[1\]: no reference captions"):
         scorer.score(["a", "b"], [["a"], []])
+    # Every group empty: read as token ids, each was one empty caption ([0.] and a document added).
+    with pytest.raises(ValueError, match=r"refs\[0\]: no reference captions"):
+        scorer.score(["a dog runs"], [[]])
+    with pytest.raises(ValueError, match=r"refs\[0\]: no reference captions"):
+        CiderD([[], []])
+    with pytest.raises(ValueError, match=r"refs\[0\]: no reference captions"):
+        scorer.add_documents([[]])
+    assert scorer.num_docs == 2
+    # Group indices must be integers (1.99 was read as 1, True as 1).
+    for bad in ([1.99, 0.5], np.array([True, False])):
+        with pytest.raises(ValueError, match="ref_index must hold integers"):
+            scorer.score(["a", "b"], refs, ref_index=bad)
     with pytest.raises(ValueError, match=r"candidates\[1\]: expected str, got int"):
         scorer.score(["a", 3], refs)
     with pytest.raises(ValueError, match=r"candidates\[1\]: not valid UTF-8"):

@@ -164,13 +164,15 @@ def test_document_frequency_range_checked():
     assert CiderD.from_document_frequency({"a": top, "a b": 1}, top).document_frequency() == {"a": top, "a b": 1}
 
 
-@pytest.mark.parametrize("sigma", [0.0, float("nan"), -1.0])
+@pytest.mark.parametrize("sigma", [0.0, float("nan"), -1.0, 1e-200, 5e-324])
 def test_sigma_must_be_positive(sigma):
+    """Also a positive sigma whose 2 sigma^2 underflows to 0: pycocoevalcap divides by zero there, and the scores
+    were NaN here."""
     with pytest.raises(ValueError, match="sigma must be a positive number"):
         Cider(sigma=sigma)
     with pytest.raises(ValueError, match="sigma must be a positive number"):
         CiderD([["a b"]], sigma=sigma)
-    if sigma == 0:  # pycocoevalcap fails there too (it divides by 2 * sigma**2)
+    if sigma >= 0 and 2 * sigma * sigma == 0:  # pycocoevalcap fails there too (it divides by 2 * sigma**2)
         with pytest.raises(ZeroDivisionError):
             pc_cider.Cider(sigma=sigma).compute_score({1: ["a b c"]}, {1: ["a b"]})
     CiderOriginal(sigma=sigma)  # no length penalty: sigma is not used

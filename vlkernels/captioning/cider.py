@@ -115,9 +115,13 @@ class CiderOriginal(Cider):
 
 
 def _check_sigma(sigma: float) -> None:
-    # pycocoevalcap divides by 2 * sigma**2 (ZeroDivisionError at 0; NaN scores for NaN).
-    if not sigma > 0:
-        raise ValueError(f"sigma must be a positive number (the length penalty's standard deviation), got {sigma!r}")
+    # pycocoevalcap divides by 2 * sigma**2 (ZeroDivisionError at 0, also where the square underflows to 0 (sigma
+    # 1e-200); NaN scores for NaN).
+    if isinstance(sigma, bool) or not (sigma > 0 and 2 * sigma * sigma > 0):
+        raise ValueError(
+            f"sigma must be a positive number whose 2 sigma^2 is not 0 (the length penalty's standard deviation), "
+            f"got {sigma!r}"
+        )
 
 
 def _as_int_rows(x: Any, where: str) -> np.ndarray:
@@ -376,7 +380,10 @@ class CiderD:
         else:
             if hasattr(ref_index, "detach"):
                 ref_index = ref_index.detach().cpu().numpy()
-            index = np.ascontiguousarray(ref_index, dtype=np.int64).reshape(-1)
+            index = np.asarray(ref_index)
+            if index.size and not np.issubdtype(index.dtype, np.integer):  # 1.99 was read as 1, True as 1
+                raise ValueError(f"ref_index must hold integers (group indices), got dtype {index.dtype}")
+            index = np.ascontiguousarray(index, dtype=np.int64).reshape(-1)
             if index.shape[0] != b:
                 raise ValueError(f"ref_index has {index.shape[0]} entries for {b} candidates")
             if b and (index.min() < 0 or index.max() >= len(groups)):
@@ -408,6 +415,9 @@ class CiderD:
         else:
             rows = []
             for name, g in zip(names, groups):
+                if isinstance(g, (list, tuple)) and not g:  # no caption (a 1-D empty array is one empty caption)
+                    sizes.append(0)
+                    continue
                 r = _as_int_rows(g, f"{where}[{name!r}]")
                 rows.append(r)
                 sizes.append(r.shape[0])

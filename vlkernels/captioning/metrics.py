@@ -36,7 +36,7 @@ class Bleu:
     """
 
     def __init__(self, n: int = 4, *, tokenize: bool = False) -> None:
-        if not isinstance(n, int) or not 1 <= n <= 4:
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 4:
             raise ValueError(f"n must be an int in [1, 4], got {n!r}")
         self._n = n
         self._tokenize = tokenize
