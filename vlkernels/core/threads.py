@@ -19,8 +19,11 @@ def limit(num_threads: int) -> Iterator[None]:
         ValueError: ``num_threads`` is not a positive int.
 
     Example:
+        >>> import torch
+        >>> from vlkernels.ops import count_above
         >>> with limit(1):  # e.g. inside each worker of a thread pool that is itself the parallelism
-        ...     count_above(scores, thresholds)
+        ...     count_above(torch.tensor([[0.1, 0.9]]), torch.tensor([0.5]))
+        tensor([1])
     """
     if isinstance(num_threads, bool) or not isinstance(num_threads, int) or num_threads < 1:
         raise ValueError(f"num_threads must be a positive int, got {num_threads!r}")
