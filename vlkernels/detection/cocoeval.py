@@ -57,8 +57,8 @@ class COCOeval:
         ``ious`` (the per-cell IoU matrices) is not kept. Keypoints are not supported.
 
     Example:
-        >>> E = COCOeval("instances_val2017.json", "detections.json", "bbox")
-        >>> E.evaluate(); E.accumulate(); E.summarize()
+        >>> E = COCOeval("instances_val2017.json", "detections.json", "bbox")  # doctest: +SKIP
+        >>> E.evaluate(); E.accumulate(); E.summarize()  # doctest: +SKIP
     """
 
     def __init__(self, cocoGt=None, cocoDt=None, iouType: str = "segm"):
