@@ -282,6 +282,9 @@ def _bad_calls():
         "siglip empty": (lambda: vlkernels.siglip_loss(x[:0], y, s), "empty batch"),
         "horovod": (lambda: vlkernels.ClipLoss(use_horovod=True), "horovod"),
         "rank": (lambda: vlkernels.ClipLoss(rank=2, world_size=2), "rank"),
+        # Fractions were truncated (rank 0 of 1: a local loss), strings read by int().
+        "fractional world": (lambda: vlkernels.ClipLoss(rank=0.7, world_size=1.9), "need integers"),
+        "string rank": (lambda: vlkernels.SigLipLoss(rank="0", world_size=1), "need integers"),
         "dist_impl": (lambda: vlkernels.SigLipLoss(dist_impl="ring"), "dist_impl"),
         "module smoothing": (lambda: vlkernels.ClipLoss(label_smoothing=-0.1), "label_smoothing"),
         "no group": (lambda: vlkernels.ClipLoss(rank=1, world_size=2)(x, y, s), "process group"),

@@ -72,6 +72,13 @@ def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
         out[("oc_siglip", impl)] = _run(theirs, xl, yl, sf, bf)
     grouped = SigLipLoss(rank=rank, world_size=world, dist_impl="bidir")
     out["ours_siglip_groups"] = _run(grouped, xl, yl, sf, bf, image_groups=gl, text_groups=gl)
+    # Transposed text features through the ring (gloo receives only into contiguous buffers), then a second call on
+    # the same group: both must run.
+    yt = yl.t().contiguous().t()
+    for impl in ("shift", "bidir"):
+        loss = SigLipLoss(rank=rank, world_size=world, dist_impl=impl)
+        out[("transposed_siglip", impl)] = _run(loss, xl, yt, sf, bf)
+        out[("after_transposed_siglip", impl)] = _run(loss, xl, yl, sf, bf)
     try:
         ClipLoss(rank=(rank + 1) % world, world_size=world)(xl, yl, sf)
     except ValueError as e:
@@ -202,3 +209,16 @@ def test_losses_distributed_every_mode(world, tmp_path):
     _siglip_loss_distributed_groups(results)
     # A rank that disagrees with the process group is refused before any collective runs.
     assert all("do not match the process group" in r.get("rank_mismatch_error", "") for r in results[1])
+    _siglip_loss_distributed_transposed_text(results)
+
+
+def _siglip_loss_distributed_transposed_text(dist_results):
+    """Transposed text features through the ring (they raised, and left the ring out of step for the next call): the
+    same rule against the global batch as the contiguous runs."""
+    world, ranks = dist_results
+    ref = _global(open_clip_loss_module().SigLipLoss(), world)
+    bounds = _bounds("siglip", world)
+    for impl in ("shift", "bidir"):
+        for key in ("transposed_siglip", "after_transposed_siglip"):
+            ours = [r[(key, impl)] for r in ranks]
+            _check_ddp_rule(ours, ref, world, value_is_global=False, name=f"{key}({impl})", bounds=bounds)

@@ -33,8 +33,9 @@ class _AllGather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, t: torch.Tensor) -> torch.Tensor:
         ctx.rows = t.shape[0]
+        t = t.contiguous()
         parts = [torch.empty_like(t) for _ in range(dist.get_world_size())]
-        dist.all_gather(parts, t.contiguous())
+        dist.all_gather(parts, t)
         return torch.cat(parts)
 
     @staticmethod
@@ -56,8 +57,9 @@ def all_gather(t: torch.Tensor | None) -> torch.Tensor | None:
         return None
     if t.is_floating_point():
         return _AllGather.apply(t)
+    t = t.contiguous()
     parts = [torch.empty_like(t) for _ in range(dist.get_world_size())]
-    dist.all_gather(parts, t.contiguous())
+    dist.all_gather(parts, t)
     return torch.cat(parts)
 
 
@@ -90,7 +92,9 @@ def global_logsumexp(part: torch.Tensor) -> torch.Tensor:
 
 def _p2p(sends: list[tuple[torch.Tensor, int]], recvs: list[tuple[torch.Tensor, int]]) -> list[torch.Tensor]:
     """Post all sends and receives together (no ordering deadlock) and wait; recvs give (like, source rank)."""
-    out = [torch.empty_like(like) for like, _ in recvs]
+    # Receive buffers in the default layout: gloo receives only into contiguous tensors, and empty_like would copy a
+    # transposed input's strides (the send had then been posted, leaving the ring out of step for the next call).
+    out = [torch.empty(like.shape, dtype=like.dtype, device=like.device) for like, _ in recvs]
     ops = [dist.P2POp(dist.isend, t.contiguous(), peer) for t, peer in sends]
     ops += [dist.P2POp(dist.irecv, buf, peer) for buf, (_, peer) in zip(out, recvs)]
     for req in dist.batch_isend_irecv(ops):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from vlkernels._validate import as_integer
 from vlkernels.contrastive import distributed as vdist
 from vlkernels.contrastive.losses import info_nce_shard, loss_dtype, needs_grad, validate_pair
 from vlkernels.contrastive.ops import siglip_fused
@@ -12,9 +13,14 @@ from vlkernels.contrastive.ops import siglip_fused
 SIGLIP_DIST_IMPLS = ("bidir", "shift", "reduce", "gather")
 
 
-def _check_world(rank: int, world_size: int) -> None:
-    if int(world_size) < 1 or not 0 <= int(rank) < int(world_size):
-        raise ValueError(f"need world_size >= 1 and 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+def _check_world(rank: int, world_size: int) -> tuple[int, int]:
+    """(rank, world_size) as ints; a fraction or a string is refused (rank=0.7, world_size=1.9 read as a local loss)."""
+    r, w = as_integer(rank), as_integer(world_size)
+    if r is None or w is None or w < 1 or not 0 <= r < w:
+        raise ValueError(
+            f"need integers world_size >= 1 and 0 <= rank < world_size, got rank={rank!r}, world_size={world_size!r}"
+        )
+    return r, w
 
 
 class _ContrastiveLoss(nn.Module):
@@ -100,7 +106,7 @@ class ClipLoss(_ContrastiveLoss):
         label_smoothing: float = 0.0,
     ) -> None:
         super().__init__()
-        _check_world(rank, world_size)
+        rank, world_size = _check_world(rank, world_size)
         if use_horovod:
             raise ValueError("use_horovod=True is not supported; run the loss under torch.distributed instead")
         if not 0.0 <= float(label_smoothing) < 1.0:
@@ -108,8 +114,7 @@ class ClipLoss(_ContrastiveLoss):
         self.local_loss = local_loss
         self.gather_with_grad = gather_with_grad
         self.cache_labels = cache_labels
-        self.rank = int(rank)
-        self.world_size = int(world_size)
+        self.rank, self.world_size = rank, world_size
         self.use_horovod = use_horovod
         self.label_smoothing = float(label_smoothing)
 
@@ -155,13 +160,12 @@ class SigLipLoss(_ContrastiveLoss):
         self, cache_labels: bool = False, rank: int = 0, world_size: int = 1, dist_impl: str | None = None
     ) -> None:
         super().__init__()
-        _check_world(rank, world_size)
+        rank, world_size = _check_world(rank, world_size)
         impl = dist_impl or "bidir"
         if impl not in SIGLIP_DIST_IMPLS:
             raise ValueError(f"dist_impl must be one of {SIGLIP_DIST_IMPLS}, got {dist_impl!r}")
         self.cache_labels = cache_labels
-        self.rank = int(rank)
-        self.world_size = int(world_size)
+        self.rank, self.world_size = rank, world_size
         self.dist_impl = impl
 
     def _loss(self, x, y, s, b, gx, gy) -> torch.Tensor:
