@@ -197,6 +197,42 @@ def test_cocoeval_reads_reassigned_inputs_and_maxdets_arrays():
         V.evalImgs = []
 
 
+def test_cocoeval_reads_annotations_edited_in_place():
+    """The same COCO objects, their annotations edited between two evaluate() calls (scores swapped, then a ground
+    truth made crowd): pycocotools reads them again, and so does the drop-in (it kept its first read: AP 1.0 where
+    pycocotools gives 0.5, then -1)."""
+    gt = {
+        "images": [{"id": 1, "width": 100, "height": 100}],
+        "categories": [{"id": 1, "name": "a"}],
+        "annotations": [
+            {"id": 1, "image_id": 1, "category_id": 1, "bbox": [10, 10, 20, 20], "area": 400, "iscrowd": 0}
+        ],
+    }
+    res = [
+        {"image_id": 1, "category_id": 1, "bbox": [10, 10, 20, 20], "score": 0.9},
+        {"image_id": 1, "category_id": 1, "bbox": [60, 60, 20, 20], "score": 0.5},
+    ]
+    with contextlib.redirect_stdout(io.StringIO()):
+        pg, vg = _coco(gt), _coco(gt)
+        pd, vd = pg.loadRes(copy.deepcopy(res)), vg.loadRes(copy.deepcopy(res))
+        P, V = pycoco.COCOeval(pg, pd, "bbox"), COCOeval(vg, vd, "bbox")
+        aps = []
+        for edit in (None, "swap scores", "crowd"):
+            for g, d in ((pg, pd), (vg, vd)):
+                if edit == "swap scores":
+                    d.anns[1]["score"], d.anns[2]["score"] = d.anns[2]["score"], d.anns[1]["score"]
+                if edit == "crowd":
+                    g.anns[1]["iscrowd"] = 1
+            for E in (P, V):
+                E.evaluate()
+                E.accumulate()
+                E.summarize()
+            np.testing.assert_array_equal(P.eval["precision"], V.eval["precision"])
+            np.testing.assert_array_equal(P.stats, V.stats)
+            aps.append(float(P.stats[0]))
+    assert aps == pytest.approx([1.0, 0.5, -1.0])  # every edit changes the answer
+
+
 def test_cocoeval_accepts_coco_objects_and_paths(tmp_path):
     gt, res = detection_data(n_images=10, seed=7)
     (tmp_path / "gt.json").write_text(json.dumps(gt))

@@ -72,10 +72,10 @@ class COCOeval:
         self._evalImgs: engine.EvalImgs | list = []
         self._gt: inputs.GroundTruth | None = None
         self._dt: inputs.Anns | None = None
-        self._parsed = (None, None)  # the cocoGt and cocoDt objects _gt and _dt were read from
+        self._gt_read_here = None  # the cocoGt the constructor read, which serves the first evaluate()
         if cocoGt is not None:
             self._gt = inputs.load_ground_truth(cocoGt)
-            self._parsed = (cocoGt, None)
+            self._gt_read_here = cocoGt
             self.params.imgIds = sorted(self._gt.img_ids.tolist())
             self.params.catIds = sorted(self._gt.cat_ids.tolist())
 
@@ -106,19 +106,19 @@ class COCOeval:
         return list(p.catIds) if p.useCats else [-1]
 
     def _load(self) -> None:
-        # As pycocotools re-reads cocoGt and cocoDt on every evaluate(): objects assigned since are read again.
-        gt_src, dt_src = self._parsed
-        if self.cocoGt is not None and self.cocoGt is not gt_src:
-            self._gt, self._dt = inputs.load_ground_truth(self.cocoGt), None
+        # As pycocotools, cocoGt and cocoDt are read on every evaluate(), so objects assigned since and annotations
+        # edited in place count; the constructor's read of cocoGt serves the first one. (Evaluators built on parsed
+        # columns, _prebuilt, have neither and keep their columns.)
+        if self.cocoGt is not None:
+            if self.cocoGt is not self._gt_read_here:
+                self._gt = inputs.load_ground_truth(self.cocoGt)
+            self._gt_read_here = None
         if self._gt is None:
             raise ValueError("COCOeval needs cocoGt")
-        if self.cocoDt is not None and self.cocoDt is not dt_src:
-            self._dt = None
-        if self._dt is None:
-            if self.cocoDt is None:
-                raise ValueError("COCOeval needs cocoDt")
+        if self.cocoDt is not None:
             self._dt = inputs.load_results(self.cocoDt, self._gt)
-        self._parsed = (self.cocoGt, self.cocoDt)
+        if self._dt is None:
+            raise ValueError("COCOeval needs cocoDt")
 
     def _run(self, full: bool) -> engine.Evaluated:
         """The C++ evaluation for self._paramsEval (``full``: with the matches, for evalImgs)."""
