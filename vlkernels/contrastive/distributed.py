@@ -92,9 +92,9 @@ def global_logsumexp(part: torch.Tensor) -> torch.Tensor:
 
 def _p2p(sends: list[tuple[torch.Tensor, int]], recvs: list[tuple[torch.Tensor, int]]) -> list[torch.Tensor]:
     """Post all sends and receives together (no ordering deadlock) and wait; recvs give (like, source rank)."""
-    # Receive buffers in the default layout: gloo receives only into contiguous tensors, and empty_like would copy a
+    # Receive buffers in the default layout: gloo receives only into contiguous tensors, and plain empty_like copies a
     # transposed input's strides (the send had then been posted, leaving the ring out of step for the next call).
-    out = [torch.empty(like.shape, dtype=like.dtype, device=like.device) for like, _ in recvs]
+    out = [torch.empty_like(like, memory_format=torch.contiguous_format) for like, _ in recvs]
     ops = [dist.P2POp(dist.isend, t.contiguous(), peer) for t, peer in sends]
     ops += [dist.P2POp(dist.irecv, buf, peer) for buf, (_, peer) in zip(out, recvs)]
     for req in dist.batch_isend_irecv(ops):
