@@ -276,9 +276,9 @@ def snli_ve_accuracy(
     pred = _predictions(scores, "scores", n_classes=c)
     n = pred.shape[0]
     y = _labels(labels, "labels", n, pred.device)
-    for t, name in ((pred, "predictions"), (y, "labels")):
-        if n and (int(t.min()) < 0 or int(t.max()) >= c):
-            raise ValueError(f"{name} must lie in [0, {c}) for {c} classes")
+    # (Predictions are in range already: an argmax, or integers _predictions checked.)
+    if n and (int(y.min()) < 0 or int(y.max()) >= c):
+        raise ValueError(f"labels must lie in [0, {c}) for {c} classes")
     confusion = torch.bincount(y * c + pred, minlength=c * c).view(c, c)
     correct = pred == y
     per_true = confusion.sum(dim=1).double()
