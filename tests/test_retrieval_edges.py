@@ -105,6 +105,8 @@ def test_one_direction_gt_names_derived_direction(tmp_path, capsys):
         # A misspelt direction was dropped, and that direction derived from the other one.
         ({"t2i": {"0": [0]}, "I2T": {"0": [0]}}, r"unknown key\(s\) 'I2T'; expected 'text_to_image', or 't2i'"),
         ({"text_to_image": [0] * 20, "texts_to_image": [0] * 20}, r"unknown key\(s\) 'texts_to_image'"),
+        ({"text_to_image": [0] * 19 + [9]}, r"gt.json: text_to_image\[19\] = 9 is out of range \[0, 9\)"),
+        ({"text_to_image": [0] * 19}, r"gt.json: 'text_to_image' has 19 entries; expected one per text \(20\)"),
     ],
 )
 def test_cli_gt_labels_strict(tmp_path, capsys, gt, match):
@@ -116,6 +118,69 @@ def test_cli_gt_labels_strict(tmp_path, capsys, gt, match):
     assert cli_main([*argv, "--gt", str(tmp_path / "gt.json")]) == 2
 
     assert re.search(match, capsys.readouterr().err)
+
+
+@pytest.mark.parametrize(
+    "text,key",
+    [('{"t2i": {"0": [0], "0": [1]}}', "0"), ('{"t2i": {"0": [0]}, "t2i": {"1": [1]}}', "t2i")],
+)
+def test_cli_gt_repeated_key_refused(tmp_path, capsys, text, key):
+    """json.loads keeps the last of a repeated key: the first one's positives would vanish without a word."""
+    img, txt, _ = _data()
+    np.save(tmp_path / "img.npy", img.numpy())
+    np.save(tmp_path / "txt.npy", txt.numpy())
+    (tmp_path / "gt.json").write_text(text)
+    argv = ["retrieval", "--images", str(tmp_path / "img.npy"), "--texts", str(tmp_path / "txt.npy")]
+    assert cli_main([*argv, "--gt", str(tmp_path / "gt.json"), "--empty", "skip"]) == 2
+    assert f"key '{key}' appears more than once" in capsys.readouterr().err
+
+
+def test_cli_json_is_strict_json(tmp_path, capsys):
+    """A metric that is NaN (no query of a direction has a positive) is written as null, not a bare NaN token."""
+    img, txt, _ = _data()
+    np.save(tmp_path / "img.npy", img.numpy())
+    np.save(tmp_path / "txt.npy", txt.numpy())
+    (tmp_path / "gt.json").write_text(json.dumps({"t2i": {"0": []}}))
+    out = tmp_path / "o.json"
+    argv = ["retrieval", "--images", str(tmp_path / "img.npy"), "--texts", str(tmp_path / "txt.npy")]
+    assert cli_main([*argv, "--gt", str(tmp_path / "gt.json"), "--empty", "zero", "--json", str(out)]) == 0
+
+    def refuse(token):
+        raise AssertionError(f"non-standard JSON token {token}")
+
+    got = json.loads(out.read_text(), parse_constant=refuse)
+    assert got["text_to_image"]["MeanR"] is None and got["text_to_image"]["R@1"] == 0.0
+
+
+def test_positive_lists_and_indices_refused_by_name():
+    q = torch.eye(3)
+    for call in (
+        lambda: evaluate(q, q, t2i=[0, 1, 2]),
+        lambda: topk(q, q, 2, exclude=[0, 1, 2]),
+    ):
+        with pytest.raises(ValueError, match=r"one list of gallery indices per query; entry 0 is 0 \(int\)"):
+            call()
+    with pytest.raises(ValueError, match="past the int64 range"):
+        evaluate(q, q, np.array([0, 1, 2**64 - 1], dtype=np.uint64))
+    with pytest.raises(ValueError, match="past the int64 range"):
+        topk(q, q, 2, exclude=np.array([[0, 2**64 - 1]], dtype=np.uint64))
+
+
+@pytest.mark.parametrize("screen", ["auto", "fp32"])
+def test_fp64_scores_past_overflow_refused(screen):
+    """Finite fp64 inputs whose scores overflow float64 (1e200 * 1e200): the ranks of inf and -inf scores are not
+    defined by the inputs' order; refused on every path, while inputs just below the limit rank exactly."""
+    q = torch.tensor([[1e200]], dtype=torch.float64)
+    g = torch.tensor([[1e200], [1e100], [-1e200]], dtype=torch.float64)
+    with pytest.raises(ValueError, match="float64 scores could overflow"):
+        topk(q, g, 3, screen=screen)
+    with pytest.raises(ValueError, match="float64 scores could overflow"):
+        evaluate(g, q.expand(3, 1), [0, 1, 2])
+    big = torch.tensor([[1e153, 1e153]], dtype=torch.float64)
+    gal = torch.tensor([[1e153, 0.0], [1e153, 1e153], [-1e153, 1e153]], dtype=torch.float64)
+    v, i = topk(big, gal, 3, screen=screen)
+    rv, ri = topk_ref(big, gal, 3)
+    assert torch.equal(i, ri) and torch.equal(v, rv)
 
 
 def test_cli_nested_json_and_bad_output_path(tmp_path, capsys):

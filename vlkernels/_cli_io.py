@@ -4,22 +4,34 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
 
 
 def write_json(path: Path, obj) -> int:
-    """Write obj as indented JSON to path (its folders made); returns the subcommand's exit status (2, with a
-    message, if it fails)."""
+    """Write obj as indented JSON to path (its folders made), NaN and infinities as null (strict JSON has no token
+    for them); returns the subcommand's exit status (2, with a message, if it fails)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(obj, indent=2) + "\n")
+        path.write_text(json.dumps(_strict(obj), indent=2, allow_nan=False) + "\n")
     except OSError as e:
         print(f"error: cannot write {path}: {e}", file=sys.stderr)
         return 2
     print(f"wrote {path}")
     return 0
+
+
+def _strict(obj):
+    """obj with every non-finite float replaced by None."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _strict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_strict(v) for v in obj]
+    return obj
 
 
 def check_output(path: Path | None, flag: str = "--json", make_parents: bool = False) -> None:

@@ -69,10 +69,21 @@ def _positives(spec, nq: int, ng: int, name: str, path: Path):
         raise ValueError(f"{path}: '{name}': {e}") from None
 
 
+def _unique_keys(pairs: list) -> dict:
+    """A JSON object whose keys are all distinct (json.loads would keep the last of a repeated key and drop the
+    others' positives without a word)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set = set()
+        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise ValueError(f"key {dup[:40]!r} appears more than once in one object")
+    return out
+
+
 def read_gt(path: Path, n_img: int, n_txt: int) -> dict:
     """Parse GT.json into evaluate() keyword arguments; errors name the file and the key."""
     try:
-        gt = json.loads(Path(path).read_text())
+        gt = json.loads(Path(path).read_text(), object_pairs_hook=_unique_keys)
     except (OSError, ValueError) as e:  # ValueError: not UTF-8, not JSON, an integer of over 4,300 digits
         raise ValueError(f"cannot read ground truth {path}: {e}") from e
     except RecursionError:
@@ -90,7 +101,12 @@ def read_gt(path: Path, n_img: int, n_txt: int) -> dict:
         labels = gt["text_to_image"]
         if not isinstance(labels, list):
             raise ValueError(f"{path}: 'text_to_image' must be a list of image indices, got {type(labels).__name__}")
-        return {"text_to_image": np.array([_int(v, f"{path}: text_to_image[{i}]") for i, v in enumerate(labels)])}
+        if len(labels) != n_txt:
+            raise ValueError(f"{path}: 'text_to_image' has {len(labels)} entries; expected one per text ({n_txt})")
+        for i, v in enumerate(labels):
+            if not 0 <= _int(v, f"{path}: text_to_image[{i}]") < n_img:
+                raise ValueError(f"{path}: text_to_image[{i}] = {v} is out of range [0, {n_img}) (image rows)")
+        return {"text_to_image": np.array(labels, dtype=np.int64)}
     if "t2i" not in gt and "i2t" not in gt:
         raise ValueError(f"{path}: expected key 'text_to_image', or 't2i' and/or 'i2t'")
     out = {}
@@ -179,7 +195,7 @@ def register(subparsers) -> None:
     p.add_argument("--texts", type=Path, required=True, help="text embeddings (N_txt, D): .npy or .safetensors")
     p.add_argument("--gt", type=Path, required=True, help="ground truth JSON (format above)")
     p.add_argument("--k", type=int, nargs="+", default=[1, 5, 10], help="K of R@K (default 1 5 10)")
-    p.add_argument("--json", type=Path, default=None, help="write the metrics as JSON to this file")
+    p.add_argument("--json", type=Path, default=None, help="write the metrics as JSON to this file (NaN as null)")
     p.add_argument("--top-k", type=int, default=None, help="cut MRR, mAP, R-Precision and NDCG at rank k")
     p.add_argument(
         "--empty",

@@ -135,7 +135,20 @@ def _open(a, b, name_a: str, name_b: str, backend: str) -> tuple[Embeddings, Emb
         raise ValueError(f"backend='cpu' needs CPU tensors, got {next(iter(accel))}")
     ea.check_finite()
     eb.check_finite()
+    if torch.float64 in (ea.dtype, eb.dtype):
+        # Narrower inputs cannot get there: fp32's largest norms multiply to ~1e77 D.
+        na, nb = ea.max_norm(), eb.max_norm()
+        if na * nb >= SCORE_LIMIT:
+            raise ValueError(
+                f"float64 scores could overflow: the largest norms of {name_a} ({na:.3g}) and {name_b} ({nb:.3g}) "
+                f"multiply past {SCORE_LIMIT:.3g}; scale the embeddings down"
+            )
     return ea, eb, backend, device, forced
+
+
+# Largest |a||b| taken with float64 inputs: every partial sum of an exact score, and the bound terms beside it,
+# stay finite below it (float64's largest value is 2^1024 (1 - 2^-53)).
+SCORE_LIMIT = 2.0**1020
 
 
 # "auto": C++ engine for host inputs; on a device, Triton or the torch path as the backend switch decides.

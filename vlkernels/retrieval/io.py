@@ -100,6 +100,18 @@ class Embeddings:
                     f"{self.name} contains NaN/Inf values ({bad} in rows {a}..); embeddings must be finite"
                 )
 
+    def max_norm(self, chunk_rows: int = 1 << 16) -> float:
+        """The largest row norm (float64; each row divided by its largest magnitude first, so no square overflows or
+        underflows)."""
+        best = 0.0
+        for a in range(0, self.shape[0] if self.shape[1] else 0, chunk_rows):
+            c = self.chunk(a, min(self.shape[0], a + chunk_rows), torch.float64)
+            with single_threaded():
+                m = c.abs().amax(dim=1)
+                n = m * torch.linalg.vector_norm(c / torch.where(m > 0, m, 1.0)[:, None], dim=1)
+            best = max(best, float(n.max()))
+        return best
+
 
 def _release_pages(arr: np.ndarray, start: int, stop: int) -> None:
     """Unmap the file pages of rows start..stop of a memory-mapped matrix once they have been copied.

@@ -126,6 +126,12 @@ class Positives:
         cls, lists: Sequence[Sequence[int]], num_gallery: int, queries=None, *, allow_empty: bool = False
     ) -> Positives:
         """One list of gallery indices per query (``ground_truth_indices`` of the usual evaluation scripts)."""
+        for q, x in enumerate(lists):
+            if isinstance(x, (str, bytes)) or not hasattr(x, "__len__"):
+                raise ValueError(
+                    f"positives as lists need one list of gallery indices per query; entry {q} is {x!r} "
+                    f"({type(x).__name__}); one positive per query is [[i0], [i1], ...] (or text_to_image=labels)"
+                )
         counts = np.array([len(x) for x in lists], dtype=np.int64)
         flat = np.fromiter((_index(v) for x in lists for v in x), dtype=np.int64, count=int(counts.sum()))
         indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
@@ -170,6 +176,8 @@ def _int_array(x, name: str) -> np.ndarray:
     a = np.asarray(x)
     if a.size == 0:
         return a.reshape(-1).astype(np.int64)
+    if a.dtype.kind == "u" and a.max() > np.iinfo(np.int64).max:  # astype would wrap it to a negative index
+        raise ValueError(f"{name} holds {int(a.max())}, past the int64 range of indices")
     if a.dtype.kind not in "iu":
         if a.dtype.kind == "f" and np.all(np.isfinite(a)) and np.all(a == np.round(a)):
             a = a.astype(np.int64)
