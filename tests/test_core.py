@@ -156,6 +156,18 @@ def test_l2_normalize_triton_lowp(dtype):
     assert_close_lowp(out, ref, baseline)
 
 
+def test_l2_normalize_float64_and_tiny_eps_follow_torch():
+    """float64 rows are normalized in float64 (the fp32 kernel lost digits and gave NaN at a norm of 5e50); an eps
+    below fp32's normal range gives torch's result (the kernel's 1 / eps overflowed: a zero row became NaN)."""
+    x = torch.tensor([[1.0, 1e-9, 3.0], [3e50, 4e50, 0.0]], dtype=torch.float64)
+    torch.testing.assert_close(l2_normalize(x), torch.nn.functional.normalize(x, dim=-1), rtol=1e-15, atol=0)
+    y = torch.tensor([[0.0, 0.0], [3e-25, 4e-25], [3.0, 4.0]])
+    # fp32 as torch's: the squares of 3e-25 underflow, so that row divides by eps (3e15, 4e15).
+    want = torch.nn.functional.normalize(y, dim=-1, eps=1e-40)
+    assert torch.isfinite(want).all() and want[0].eq(0).all()
+    torch.testing.assert_close(l2_normalize(y, eps=1e-40), want, **FP32_TOL)
+
+
 def test_l2_normalize_grad_and_zero_row():
     x = torch.randn(9, 33, dtype=torch.float64)
     x[4] = 0

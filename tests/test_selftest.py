@@ -44,6 +44,19 @@ def test_selftest_reports_a_broken_op(monkeypatch):
     assert "FAIL" in table
 
 
+def test_selftest_reports_a_lost_gradient(monkeypatch):
+    """An op that stops passing a gradient to one input is a FAIL row of that input, not a crash of the run."""
+    import vlkernels
+
+    real = vlkernels.siglip_loss
+    monkeypatch.setattr(vlkernels, "siglip_loss", lambda x, y, s, b: real(x, y, s, b.detach()))
+    checks = selftest._loss_checks("cpu", [(5, 7)])
+    failed = [c for c in checks if not c.passed]
+    assert {c.op for c in failed} == {"siglip_loss d_bias"} and len(failed) == 2  # fp32 and bf16
+    assert all(c.detail == "no gradient reached this input" for c in failed)
+    assert "FAIL" in selftest.format_table(checks)
+
+
 def test_selftest_cuda_without_a_gpu_is_an_error(capsys):
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")

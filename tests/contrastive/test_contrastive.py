@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import os
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -79,6 +80,26 @@ def test_losses_low_precision_rule(backend, device, oc, loss_name, dtype):
         floor = 1e-3 * float(exact[k].abs().max()) + 1e-12
         assert_close_lowp(ours[k].cpu(), exact[k], base[k], floor=floor, name=name)
     assert ours[1].dtype == dtype and ours[2].dtype == dtype
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_info_nce_low_precision_confident_batch(backend, device, oc, dtype):
+    """A well-trained batch (each text next to its image, s = 30, loss ~1e-7): a feature's gradient is the small
+    difference of two large parts (log-sum-exp and positive logit). Rounding each part to fp16/bf16 before adding
+    them left an error hundreds of times the gradient; they must meet in fp32 and be rounded once."""
+    if backend != "cpu":
+        pytest.skip("the Triton kernels round the probability tile to the dtype (contrastive README, low precision)")
+    g = torch.Generator().manual_seed(9)
+    x = F.normalize(torch.randn(64, 32, generator=g, dtype=torch.float64), dim=1)
+    y = F.normalize(x + 0.03 * torch.randn(64, 32, generator=g, dtype=torch.float64), dim=1)
+    x, y = x.to(dtype).double(), y.to(dtype).double()  # the inputs as the low-precision run sees them
+    s, b = torch.tensor(30.0, dtype=torch.float64), torch.tensor(0.0, dtype=torch.float64)
+    exact = run(oc.ClipLoss(), x, y, s, b)
+    base = run(oc.ClipLoss(), x, y, s.float(), b.float(), dtype=dtype)
+    ours = run(vlkernels.ClipLoss(), x, y, s.float(), b.float(), dtype=dtype, device=device)
+    for k, name in ((1, "d image"), (2, "d text")):
+        # Errors relative to the gradient's largest element (most elements are far below it).
+        assert_close_lowp(ours[k].cpu(), exact[k], base[k], floor=float(exact[k].abs().max()), name=name)
 
 
 def test_info_nce_loss_groups_and_smoothing_vs_formula(backend, device):
@@ -210,18 +231,24 @@ def test_losses_scale_from_log_parameter(backend, device):
         assert_within_bounds(p.grad, q.grad, bound, f"{kind} d log-scale")
 
 
-@pytest.mark.parametrize("bad", ["nan_image", "inf_text", "nan_scale"])
+@pytest.mark.parametrize("bad", ["nan_image", "inf_text", "nan_scale", "nan_bias", "inf_bias"])
 def test_losses_non_finite_inputs_give_nan(backend, device, bad):
+    """NaN loss and NaN gradients (as open_clip's), so that AMP's GradScaler, which reads the gradients, skips the
+    step; InfoNCE's bias cancels in the value but must not leave finite gradients behind."""
     x, y, s, b = make_inputs(20, 24, 5.0, seed=13)
     if bad == "nan_image":
         x[3, 2] = float("nan")
     elif bad == "inf_text":
         y[0, 0] = float("inf")
-    else:
+    elif bad == "nan_scale":
         s = torch.tensor(float("nan"), dtype=torch.float64)
+    else:
+        b = torch.tensor(float("nan" if bad == "nan_bias" else "inf"), dtype=torch.float64)
     for fn in (vlkernels.info_nce_loss, vlkernels.siglip_loss):
-        loss, gx, gy, _, _ = run(fn, x, y, s.float(), b.float(), torch.float32, device)
+        loss, gx, gy, gs, gb = run(fn, x, y, s.float(), b.float(), torch.float32, device)
         assert torch.isnan(loss) and torch.isnan(gx).any() and torch.isnan(gy).any()
+        if "bias" in bad:
+            assert torch.isnan(gs) and torch.isnan(gb)
         with pytest.raises(ValueError, match="NaN/Inf"):
             fn(x.float(), y.float(), s.float(), b.float(), check_finite=True)
 
@@ -248,6 +275,46 @@ def test_losses_extreme_logits(backend, device, oc, spread):
     for kind, theirs, ours in _pairs(oc):
         actual = run(ours, x, y, s.float(), b.float(), torch.float32, device)
         check(kind, actual, run(theirs, x, y, s, b), x, y, s, b)
+
+
+def test_finite_bias_leaves_info_nce_unchanged():
+    """The bias cancels in InfoNCE: with any finite bias the loss and gradients equal those without one, bit for
+    bit, and the bias's gradient is exactly 0."""
+    x, y, s, _ = make_inputs(20, 24, 5.0, seed=17)
+
+    def grads(bias):
+        leaves = [t.float().requires_grad_() for t in (x, y, s)]
+        extra = [] if bias is None else [torch.tensor(bias, requires_grad=True)]
+        loss = vlkernels.info_nce_loss(*leaves, *extra)
+        loss.backward()
+        return [loss.detach()] + [t.grad for t in leaves + extra]
+
+    a = grads(None)
+    for bias in (-10.0, 3.5, -1e30):
+        got = grads(bias)
+        assert all(torch.equal(u, v) for u, v in zip(got[:4], a)) and got[4] == 0
+
+
+def test_siglip_double_backward_refused():
+    """siglip_loss's gradients are values computed in the forward: a gradient penalty through them (create_graph)
+    must raise, not give every second derivative as 0."""
+    x, y, s, b = (t.float() for t in make_inputs(6, 8, 5.0, seed=18))
+    x.requires_grad_()
+    loss = vlkernels.siglip_loss(x, y, s, b)
+    with pytest.raises(RuntimeError, match="not twice differentiable"):
+        torch.autograd.grad(loss, x, create_graph=True)
+    (gx,) = torch.autograd.grad(vlkernels.siglip_loss(x, y, s, b), x)  # first order still works
+    assert torch.isfinite(gx).all()
+
+
+def test_numpy_scalar_scale_and_bias_accepted():
+    x, y, s, b = (t.float() for t in make_inputs(6, 8, 5.0, seed=19))
+    for fn in (vlkernels.info_nce_loss, vlkernels.siglip_loss):
+        want = fn(x, y, 5.0, -2.0)
+        for kind in (np.float32, np.float64, np.int64):
+            assert torch.equal(fn(x, y, kind(5), kind(-2)), want)
+        with pytest.raises(ValueError, match="logit_scale must be a float"):
+            fn(x, y, np.bool_(True))
 
 
 def test_siglip_loss_without_grad_matches():

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 
+import numpy as np
 import torch
 
 from vlkernels._validate import check_finite, check_same_device, check_tensor
@@ -28,7 +30,7 @@ def _scalar(value, name: str, like: torch.Tensor) -> torch.Tensor:
     """A differentiable 0-dim view of a scalar parameter in the features' accumulation dtype (fp32, or float64 for
     float64 features); logit_scale arrives exp'd, logit_bias as is."""
     acc = acc_dtype(like.dtype)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_)):  # numpy scalars too
         return torch.tensor(float(value), dtype=acc, device=like.device)
     if not isinstance(value, torch.Tensor):
         raise ValueError(f"{name} must be a float or a one-element tensor, got {type(value).__name__}")
@@ -119,11 +121,21 @@ def info_nce_shard(
     row_offset, col_offset = offsets
     n, m = x.shape[0], y.shape[0]
     big_n, big_m = all_x.shape[0], all_y.shape[0]
-    row_lse, col_part, diag = lse_pair(x, all_y, s, row_offset)
+    # One fp32 copy of each feature matrix, used by every term: a feature's gradient parts (log-sum-exps and linear
+    # terms, which nearly cancel in a confident batch) then add up in fp32 and are rounded to its dtype once.
+    # Copies made twice would each round their share to fp16/bf16 first, leaving rounding noise hundreds of times
+    # the true gradient. The kernels still read x's dtype (lse_pair's compute_dtype).
+    # In a process group the gathered matrices take this process's rows from the same copies, so the gather's
+    # backward carries only the other processes' terms.
+    acc = acc_dtype(x.dtype)
+    xf, yf = x.to(acc), y.to(acc)
+    if everyone is None:
+        all_xf, all_yf = xf, yf
+    else:
+        all_xf, all_yf = _with_local(all_x, xf, row_offset), _with_local(all_y, yf, col_offset)
+    row_lse, col_part, diag = lse_pair(xf, all_yf, s, row_offset, x.dtype)
     col_all = col_part if combine_cols is None else combine_cols(col_part)
     col_lse = col_all[col_offset : col_offset + m]
-    acc = row_lse.dtype
-    xf, yf, all_xf, all_yf = x.to(acc), y.to(acc), all_x.to(acc), all_y.to(acc)
     if gx is None:
         # One positive per row and column: the same global index.
         t_row, w_row, n_valid = _rows(all_yf, row_offset, n), None, big_n
@@ -155,13 +167,23 @@ def info_nce_shard(
         # Target q = (1-ε)·uniform over the positives + ε/M over all columns.
         pos_row = (1 - smoothing) * pos_row + smoothing * s * torch.linalg.vecdot(xf, all_yf.mean(0))
         pos_col = (1 - smoothing) * pos_col + smoothing * s * torch.linalg.vecdot(yf, all_xf.mean(0))
-    # The bias enters both sides of the cross-entropy and cancels; (b - b) keeps it in the graph with a gradient of
-    # exactly 0 (open_clip's is rounding noise around 0).
-    zero = 0.0 if b is None else b - b
-    row_loss, col_loss = _non_negative(row_lse - pos_row + zero), _non_negative(col_lse - pos_col + zero)
+    row_ce, col_ce = row_lse - pos_row, col_lse - pos_col
+    if b is not None:
+        # The bias enters both sides of the cross-entropy and cancels. (b - b)·b keeps it in the graph: exactly 0
+        # with a gradient of exactly 0 for a finite bias (open_clip's is rounding noise around 0), NaN for a NaN/inf
+        # one, which the factor 1 + bad passes on to every gradient (as open_clip's NaN logits do).
+        bad = (b - b) * b
+        row_ce, col_ce = row_ce * (1 + bad) + bad, col_ce * (1 + bad) + bad
+    row_loss, col_loss = _non_negative(row_ce), _non_negative(col_ce)
     if w_row is not None:
         row_loss, col_loss = row_loss * w_row, col_loss * w_col
     return 0.5 * (row_loss.sum() / n_valid + col_loss.sum() / m_valid)
+
+
+def _with_local(gathered: torch.Tensor, local: torch.Tensor, start: int) -> torch.Tensor:
+    """``gathered`` in ``local``'s dtype, with rows start.. taken from ``local`` itself (this process's rows)."""
+    end = start + local.shape[0]
+    return torch.cat([gathered[:start].to(local.dtype), local, gathered[end:].to(local.dtype)])
 
 
 def _rows(t: torch.Tensor, start: int, count: int) -> torch.Tensor:
@@ -200,8 +222,10 @@ def info_nce_loss(
     Args:
         image_features: ``(N, D)`` fp32/fp16/bf16/float64, any strides, need not be unit-norm.
         text_features: ``(M, D)`` same dtype and device. ``M == N`` unless groups are given.
-        logit_scale: the *exp'd* temperature ``s`` (0-dim or one-element tensor, differentiable, or a float).
-        logit_bias: optional ``b``; the loss does not depend on it (its gradient is exactly 0), accepted for parity.
+        logit_scale: the *exp'd* temperature ``s`` (0-dim or one-element tensor, differentiable, or a Python or
+            numpy number).
+        logit_bias: optional ``b``; the loss does not depend on it (its gradient is exactly 0), accepted for parity;
+            a NaN/inf bias makes the loss and every gradient NaN, as open_clip's NaN logits do.
         image_groups: optional ``(N,)`` int64 group ids; image i and text j are positives when the ids are equal
             (e.g. 5 captions of one image).
         text_groups: ``(M,)`` int64, given together with ``image_groups``.

@@ -192,7 +192,7 @@ def siglip_fwd(x, y, scale, bias, x_groups, y_groups, row_offset, col_offset, in
 
 @torch.library.custom_op("vlkernels::lse_pair", mutates_args=())
 def _lse_pair_op(
-    x: torch.Tensor, y: torch.Tensor, scale: torch.Tensor, diag_offset: int
+    x: torch.Tensor, y: torch.Tensor, scale: torch.Tensor, diag_offset: int, compute_dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     if x.shape[0] == 0 or y.shape[0] == 0:
         acc = acc_dtype(x.dtype)
@@ -202,9 +202,10 @@ def _lse_pair_op(
             x.new_full((y.shape[0],), inf, dtype=acc),
             x.new_zeros((x.shape[0],), dtype=acc),
         )
-    if on_triton(x):
+    xc, yc = x.to(compute_dtype), y.to(compute_dtype)
+    if on_triton(xc):
         # A Triton compile/launch failure on first use falls back to the chunked torch path (vlkernels._triton).
-        row, col, diag = run_triton("lse_pair_fwd", lse_pair_fwd, lse_pair_fwd_cpu, x, y, scale, diag_offset)
+        row, col, diag = run_triton("lse_pair_fwd", lse_pair_fwd, lse_pair_fwd_cpu, xc, yc, scale, diag_offset)
     else:
         row, col, diag = lse_pair_fwd_cpu(x, y, scale, diag_offset)
     bad = _nonfinite_flag(x, y, scale)
@@ -212,7 +213,7 @@ def _lse_pair_op(
 
 
 @_lse_pair_op.register_fake
-def _(x, y, scale, diag_offset):
+def _(x, y, scale, diag_offset, compute_dtype):
     acc = acc_dtype(x.dtype)
     return x.new_empty(x.shape[0], dtype=acc), x.new_empty(y.shape[0], dtype=acc), x.new_empty(x.shape[0], dtype=acc)
 
@@ -226,23 +227,28 @@ def _lse_pair_bwd_op(
     col_lse: torch.Tensor,
     d_row: torch.Tensor,
     d_col: torch.Tensor,
+    compute_dtype: torch.dtype,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     acc = acc_dtype(x.dtype)
     d_row, d_col = d_row.to(acc).contiguous(), d_col.to(acc).contiguous()
     if x.shape[0] == 0 or y.shape[0] == 0:
         return torch.zeros_like(x), torch.zeros_like(y), scale.new_zeros((), dtype=acc)
-    if on_triton(x):
-        return run_triton("lse_pair_bwd", lse_pair_bwd, lse_pair_bwd_cpu, x, y, scale, row_lse, col_lse, d_row, d_col)
+    xc, yc = x.to(compute_dtype), y.to(compute_dtype)
+    if on_triton(xc):
+        args = (xc, yc, scale, row_lse, col_lse, d_row, d_col)
+        dx, dy, ds = run_triton("lse_pair_bwd", lse_pair_bwd, lse_pair_bwd_cpu, *args)
+        return dx.to(x.dtype), dy.to(y.dtype), ds
     return lse_pair_bwd_cpu(x, y, scale, row_lse, col_lse, d_row, d_col)
 
 
 @_lse_pair_bwd_op.register_fake
-def _(x, y, scale, row_lse, col_lse, d_row, d_col):
+def _(x, y, scale, row_lse, col_lse, d_row, d_col, compute_dtype):
     return torch.empty_like(x), torch.empty_like(y), scale.new_empty((), dtype=acc_dtype(x.dtype))
 
 
 def _lse_pair_setup(ctx, inputs, output):
-    x, y, scale, _ = inputs
+    x, y, scale, _, compute_dtype = inputs
+    ctx.compute_dtype = compute_dtype
     ctx.save_for_backward(x, y, scale, *output[:2])
 
 
@@ -251,8 +257,8 @@ def _lse_pair_backward(ctx, d_row, d_col, _d_diag):
     x, y, scale, row, col = ctx.saved_tensors
     d_row = torch.zeros_like(row) if d_row is None else d_row
     d_col = torch.zeros_like(col) if d_col is None else d_col
-    dx, dy, ds = _lse_pair_bwd_op(x, y, scale, row, col, d_row, d_col)
-    return dx, dy, ds.reshape(scale.shape).to(scale.dtype), None
+    dx, dy, ds = _lse_pair_bwd_op(x, y, scale, row, col, d_row, d_col, ctx.compute_dtype)
+    return dx, dy, ds.reshape(scale.shape).to(scale.dtype), None, None
 
 
 _lse_pair_op.register_autograd(_lse_pair_backward, setup_context=_lse_pair_setup)
@@ -297,6 +303,13 @@ def _siglip_setup(ctx, inputs, output):
 
 
 def _siglip_backward(ctx, g_loss, *_):
+    if torch.is_grad_enabled():
+        # create_graph=True: the gradients below are values saved by the forward, so a graph through them would
+        # give every second derivative as 0 without a word.
+        raise RuntimeError(
+            "siglip_loss is not twice differentiable (its gradients are computed in the forward pass); "
+            "backward with create_graph=True is not supported"
+        )
     gx, gy, ds, db = ctx.saved_tensors
     if gx.numel() == 0 and ctx.needs_input_grad[0]:
         raise RuntimeError("siglip_fused ran without gradients (need_grad=False) but a gradient was requested")
@@ -310,15 +323,23 @@ _siglip_op.register_autograd(_siglip_backward, setup_context=_siglip_setup)
 
 
 def lse_pair(
-    x: torch.Tensor, y: torch.Tensor, scale: torch.Tensor, diag_offset: int = 0
+    x: torch.Tensor,
+    y: torch.Tensor,
+    scale: torch.Tensor,
+    diag_offset: int = 0,
+    compute_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(logsumexp_j ℓ_ij, logsumexp_i ℓ_ij, ℓ_{i, i+diag_offset})`` of ``ℓ = s·x·yᵀ`` without the N×M matrix, in
     fp32 (float64 for float64 features); the first two are differentiable, the third (0 where the column does not
     exist) is a value from the same products as the log-sum-exps, so ``lse - diag >= 0`` holds exactly.
 
     Inputs are validated by the public losses; ``scale`` is a 0-dim tensor of the accumulation dtype.
+    ``compute_dtype``: the dtype the kernels read (default: x's). The losses pass fp32 copies of fp16/bf16 features
+    with compute_dtype fp16/bf16 (the values are exact in it): the kernels run at the narrow dtype's speed, and the
+    gradients come back in fp32, where they meet the linear terms' gradients before one rounding to the features'
+    dtype (two gradients rounded separately, then added, lose a confident batch's small gradient to cancellation).
     """
-    return _lse_pair_op(x, y, scale, int(diag_offset))
+    return _lse_pair_op(x, y, scale, int(diag_offset), compute_dtype or x.dtype)
 
 
 def siglip_fused(x, y, scale, bias, x_groups, y_groups, row_offset, col_offset, inv_norm, need_grad) -> torch.Tensor:

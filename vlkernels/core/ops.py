@@ -109,7 +109,8 @@ def l2_normalize_bwd(x: torch.Tensor, dy: torch.Tensor, eps: float) -> torch.Ten
 
 @torch.library.custom_op("vlkernels::l2_normalize", mutates_args=())
 def _l2_normalize_op(x: torch.Tensor, eps: float) -> torch.Tensor:
-    if use_triton(x):
+    # The kernel accumulates in fp32: float64 rows, and an eps whose inverse would overflow fp32, take the reference.
+    if x.dtype != torch.float64 and eps >= torch.finfo(torch.float32).tiny and use_triton(x):
         return run_triton("l2_normalize", l2_normalize_fwd, l2_normalize_ref, x, eps)
     return l2_normalize_ref(x, eps).contiguous()
 
@@ -149,8 +150,9 @@ def l2_normalize(x: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
         ValueError: wrong type, dtype, rank, or a non-unit column stride.
 
     Note:
-        Triton on CUDA (and on CPU under ``TRITON_INTERPRET=1``): the norm accumulates in fp32, one read pass and
-        one write pass, no fp32 copy. Elsewhere the fp32 reference. Differentiable; a ``torch.library`` custom op
+        Triton on CUDA (and on CPU under ``TRITON_INTERPRET=1``) for fp16/bf16/fp32 rows and eps at least fp32's
+        smallest normal (1.2e-38): the norm accumulates in fp32, one read pass and one write pass, no fp32 copy.
+        Elsewhere the reference (float64 rows in float64). Differentiable; a ``torch.library`` custom op
         (``vlkernels::l2_normalize``), so ``torch.compile(fullgraph=True)`` traces through it. Returns a
         contiguous tensor.
 
