@@ -183,15 +183,17 @@ def grad_sweep_traffic(
     group_n: int = 1,
 ) -> Traffic:
     """``_grad_sweep_kernel`` over the tiles of a (n, d) · b (m, d)ᵀ. Per program the scale; per tile its operands
-    and the gradient tile's per-row and per-column vectors (InfoNCE: lse and upstream gradient, fp32; SigLIP: int64
-    group ids when given, the bias when given); ``acc_a``: b's rows again for ``G·b`` and, once per ``group_n``
-    column tiles, the program's fp32 accumulator rows read and written; ``acc_b``: a's rows again for ``Gᵀ·a`` and
-    its fp32 atomics into b's rows; at the end the per-row fp32 outputs."""
+    and the gradient tile's per-row and per-column vectors (InfoNCE: lse and upstream gradient, fp32, and per row the
+    positives' gradient; SigLIP: int64 group ids when given, the bias when given); ``acc_a``: b's rows again for
+    ``G·b`` and, once per ``group_n`` column tiles, the program's fp32 accumulator rows read and written; ``acc_b``:
+    a's rows again for ``Gᵀ·a`` and its fp32 atomics into b's rows; at the end the per-row fp32 outputs."""
     tm, tn = _cdiv(n, block_m), _cdiv(m, block_n)
     rows_x_tiles, cols_x_tiles = n * tn, m * tm
     load = 4.0 * tm + _tile_operands(n, m, d, elem, block_m, block_n)
     if loss == "info_nce" or groups:
         load += 8.0 * (rows_x_tiles + cols_x_tiles)
+    if loss == "info_nce":
+        load += 4.0 * rows_x_tiles  # the positives' gradient, one fp32 per row
     if loss != "info_nce" and bias:
         load += 4.0 * tm * tn
     store = 4.0 * n * (write_ds + write_loss + write_gsum)

@@ -52,6 +52,16 @@ def _diag_part(tile: torch.Tensor, first_row: int, diag_offset: int, out: torch.
         out[first_row + lo : first_row + hi] = tile[idx, start + idx]
 
 
+def _add_diag(tile: torch.Tensor, first_row: int, diag_offset: int, values: torch.Tensor) -> None:
+    """tile[i, diag_offset + first_row + i] += values[first_row + i] where that column exists (_diag_part's inverse)."""
+    rows, cols = tile.shape
+    start = diag_offset + first_row
+    lo, hi = max(0, -start), min(rows, cols - start)
+    if hi > lo:
+        idx = torch.arange(lo, hi, device=tile.device)
+        tile[idx, start + idx] += values[first_row + lo : first_row + hi]
+
+
 def lse_pair_fwd_cpu(
     x: torch.Tensor, y: torch.Tensor, scale: torch.Tensor, diag_offset: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -85,9 +95,10 @@ def lse_pair_fwd_cpu(
     return row, col, diag
 
 
-def lse_pair_bwd_cpu(x, y, scale, row_lse, col_lse, d_row, d_col):
-    """G = d_row·softmax_rows + d_col·softmax_cols, recomputed per chunk; dx = s·G·y, dy = s·Gᵀ·x, ds = Σ G⟨x, y⟩:
-    the twin of ops.lse_pair_bwd, with the arguments and returns of the ``vlkernels::lse_pair_backward`` op."""
+def lse_pair_bwd_cpu(x, y, scale, row_lse, col_lse, d_row, d_col, d_diag, diag_offset):
+    """G = d_row·softmax_rows + d_col·softmax_cols, plus d_diag at (i, i + diag_offset), recomputed per chunk;
+    dx = s·G·y, dy = s·Gᵀ·x, ds = Σ G⟨x, y⟩: the twin of ops.lse_pair_bwd, with the arguments and returns of the
+    ``vlkernels::lse_pair_backward`` op."""
     xf, yf, ys = _acc(x), _acc(y), _scaled(y, scale)
     n, m = xf.shape[0], yf.shape[0]
     s = scale.to(xf.dtype)
@@ -112,6 +123,7 @@ def lse_pair_bwd_cpu(x, y, scale, row_lse, col_lse, d_row, d_col):
             by_col = torch.exp(tile - col_lse[None, :]).mul_(d_col[None, :])
             g = tile.sub_(r[:, None]).exp_().mul_(dr[:, None]).add_(by_col)
             del by_col
+        _add_diag(g, i, diag_offset, d_diag.to(g.dtype))
         torch.mm(g, yf, out=gx[i : i + step])
         gy.addmm_(g.t(), xc)
     # ds = Σ_ij G_ij ⟨x_i, y_j⟩ = Σ_i ⟨x_i, (G·y)_i⟩, taken from the accumulator before any rounding; per row first,

@@ -84,8 +84,11 @@ def _lse_pair_fwd_kernel(
 # more function of this signature (and its launcher); the sweep kernel below is shared.
 
 
-# InfoNCE from the saved log-sum-exps: G = d_a·exp(ℓ - lse_a) + d_b·exp(ℓ - lse_b) (row and column softmax). The
-# loss itself comes from the forward (lse_pair), so the element loss is 0.
+# InfoNCE from the saved log-sum-exps: G = d_a·exp(ℓ - lse_a) + d_b·exp(ℓ - lse_b) (row and column softmax), plus
+# the positive logits' own gradient d_pos (bias_ptr, one per row of A) where offset_a + i == offset_b + j. Added here,
+# in fp32, a confident positive's G = d·(p - 1) keeps its small value when the tile is rounded to fp16/bf16 for the
+# tensor-core product (added after the rounding, the positive's p ≈ 1 would lose it). The loss itself comes from the
+# forward (lse_pair), so the element loss is 0.
 @triton.jit
 def _info_nce_grad_tile(
     s, offs_m, offs_n, mask_m, mask_n, lse_a_ptr, d_a_ptr, lse_b_ptr, d_b_ptr, bias_ptr, offset_a, offset_b, inv_norm
@@ -94,7 +97,11 @@ def _info_nce_grad_tile(
     b_da = tl.load(d_a_ptr + offs_m, mask=mask_m, other=0.0)
     b_lse_b = tl.load(lse_b_ptr + offs_n, mask=mask_n, other=0.0)
     b_db = tl.load(d_b_ptr + offs_n, mask=mask_n, other=0.0)
+    b_dpos = tl.load(bias_ptr + offs_m, mask=mask_m, other=0.0)
     g = b_da[:, None] * tl.exp(s - b_lse_a[:, None]) + b_db[None, :] * tl.exp(s - b_lse_b[None, :])
+    # int32 positions (sizes are int32 here): a 2-D int64 comparison spills registers at 128x64 tiles on sm_90.
+    pos = (offs_m + offset_a).to(tl.int32)[:, None] == (offs_n + offset_b).to(tl.int32)[None, :]
+    g = tl.where(pos, g + b_dpos[:, None], g)
     g = tl.where(mask_m[:, None] & mask_n[None, :], g, 0.0)
     return g, tl.zeros_like(g)
 

@@ -156,13 +156,14 @@ def info_nce_shard(
                 "no image and text share a group id (image_groups and text_groups have no common value): "
                 "InfoNCE needs at least one positive pair"
             )
-    # Σ_j q_ij·logit_ij is linear in x_i: its gradient comes from these dot products with the targets t.
-    pos_row, pos_col = s * torch.linalg.vecdot(xf, t_row), s * torch.linalg.vecdot(yf, t_col)
     if gx is None and row_offset == col_offset:
-        # The positive logit's value comes from the same products as the log-sum-exp (which is >= it exactly):
-        # a confident pair's cross-entropy is then 0, not a rounding difference of two dot products.
-        pos_row = pos_row + (diag - pos_row).detach()
-        pos_col = pos_col + (diag - pos_col).detach()
+        # The positive logits from the same products as the log-sum-exps (which are >= them exactly: a confident
+        # pair's cross-entropy is 0, not a rounding difference of two dot products), differentiable through lse_pair:
+        # their gradient joins the softmax's in its backward's tile, before any rounding to fp16/bf16.
+        pos_row = pos_col = diag
+    else:
+        # Σ_j q_ij·logit_ij is linear in x_i: its gradient comes from these dot products with the targets t.
+        pos_row, pos_col = s * torch.linalg.vecdot(xf, t_row), s * torch.linalg.vecdot(yf, t_col)
     if smoothing > 0:
         # Target q = (1-ε)·uniform over the positives + ε/M over all columns.
         pos_row = (1 - smoothing) * pos_row + smoothing * s * torch.linalg.vecdot(xf, all_yf.mean(0))

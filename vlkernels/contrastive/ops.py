@@ -148,19 +148,24 @@ def _grad_rows(
     return out
 
 
-def lse_pair_bwd(x, y, scale, row_lse, col_lse, d_row, d_col):
+def lse_pair_bwd(x, y, scale, row_lse, col_lse, d_row, d_col, d_diag, diag_offset):
     from vlkernels.contrastive.kernels import _info_nce_grad_tile as tile
 
     x, y = x.contiguous(), y.contiguous()
+    # The positives' gradient d_diag enters the tile at (i, i + diag_offset) (the kernel's bias_ptr, a row vector).
+    rows_x = dict(rows=(row_lse, d_row), cols=(col_lse, d_col), bias=d_diag, offset_a=diag_offset)
     if deterministic():
         # Two sweeps, each program owning its rows: 2 + 2 GEMM units, bitwise reproducible.
-        first = _grad_rows(x, y, scale, tile, tiles_of="info_nce_", rows=(row_lse, d_row), cols=(col_lse, d_col),
-                           write_ds=True)  # fmt: skip
-        gy = _grad_rows(y, x, scale, tile, tiles_of="info_nce_", rows=(col_lse, d_col), cols=(row_lse, d_row))["ga"]
+        first = _grad_rows(x, y, scale, tile, tiles_of="info_nce_", write_ds=True, **rows_x)
+        # Swapped, the positives' gradient is a row vector of y: d_diag moved to the columns i + diag_offset.
+        d_diag_y = torch.zeros(y.shape[0], dtype=torch.float32, device=y.device)
+        n_pos = max(0, min(x.shape[0], y.shape[0] - diag_offset))
+        d_diag_y[diag_offset : diag_offset + n_pos] = d_diag[:n_pos]
+        rows_y = dict(rows=(col_lse, d_col), cols=(row_lse, d_row), bias=d_diag_y, offset_b=diag_offset)
+        gy = _grad_rows(y, x, scale, tile, tiles_of="info_nce_", **rows_y)["ga"]
     else:
         # One sweep: 1 recompute + 2 GEMM units; dy's partials are added with fp32 atomics.
-        first = _grad_rows(x, y, scale, tile, tiles_of="info_nce_", rows=(row_lse, d_row), cols=(col_lse, d_col),
-                           write_ds=True, acc_b=True)  # fmt: skip
+        first = _grad_rows(x, y, scale, tile, tiles_of="info_nce_", write_ds=True, acc_b=True, **rows_x)
         gy = first["gb"]
     s = scale.float()
     # ds from per-row partials reduced in a fixed order: exact and reproducible on both paths.
@@ -227,37 +232,39 @@ def _lse_pair_bwd_op(
     col_lse: torch.Tensor,
     d_row: torch.Tensor,
     d_col: torch.Tensor,
+    d_diag: torch.Tensor,
+    diag_offset: int,
     compute_dtype: torch.dtype,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     acc = acc_dtype(x.dtype)
-    d_row, d_col = d_row.to(acc).contiguous(), d_col.to(acc).contiguous()
+    d_row, d_col, d_diag = (t.to(acc).contiguous() for t in (d_row, d_col, d_diag))
     if x.shape[0] == 0 or y.shape[0] == 0:
         return torch.zeros_like(x), torch.zeros_like(y), scale.new_zeros((), dtype=acc)
     xc, yc = x.to(compute_dtype), y.to(compute_dtype)
     if on_triton(xc):
-        args = (xc, yc, scale, row_lse, col_lse, d_row, d_col)
+        args = (xc, yc, scale, row_lse, col_lse, d_row, d_col, d_diag, diag_offset)
         dx, dy, ds = run_triton("lse_pair_bwd", lse_pair_bwd, lse_pair_bwd_cpu, *args)
         return dx.to(x.dtype), dy.to(y.dtype), ds
-    return lse_pair_bwd_cpu(x, y, scale, row_lse, col_lse, d_row, d_col)
+    return lse_pair_bwd_cpu(x, y, scale, row_lse, col_lse, d_row, d_col, d_diag, diag_offset)
 
 
 @_lse_pair_bwd_op.register_fake
-def _(x, y, scale, row_lse, col_lse, d_row, d_col, compute_dtype):
+def _(x, y, scale, row_lse, col_lse, d_row, d_col, d_diag, diag_offset, compute_dtype):
     return torch.empty_like(x), torch.empty_like(y), scale.new_empty((), dtype=acc_dtype(x.dtype))
 
 
 def _lse_pair_setup(ctx, inputs, output):
-    x, y, scale, _, compute_dtype = inputs
-    ctx.compute_dtype = compute_dtype
+    x, y, scale, diag_offset, compute_dtype = inputs
+    ctx.diag_offset, ctx.compute_dtype = diag_offset, compute_dtype
     ctx.save_for_backward(x, y, scale, *output[:2])
 
 
-def _lse_pair_backward(ctx, d_row, d_col, _d_diag):
-    # The diagonal logits are a value (the losses take their gradient from the linear terms): no gradient flows back.
+def _lse_pair_backward(ctx, d_row, d_col, d_diag):
     x, y, scale, row, col = ctx.saved_tensors
     d_row = torch.zeros_like(row) if d_row is None else d_row
     d_col = torch.zeros_like(col) if d_col is None else d_col
-    dx, dy, ds = _lse_pair_bwd_op(x, y, scale, row, col, d_row, d_col, ctx.compute_dtype)
+    d_diag = torch.zeros_like(row) if d_diag is None else d_diag
+    dx, dy, ds = _lse_pair_bwd_op(x, y, scale, row, col, d_row, d_col, d_diag, ctx.diag_offset, ctx.compute_dtype)
     return dx, dy, ds.reshape(scale.shape).to(scale.dtype), None, None
 
 
@@ -330,8 +337,9 @@ def lse_pair(
     compute_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(logsumexp_j ℓ_ij, logsumexp_i ℓ_ij, ℓ_{i, i+diag_offset})`` of ``ℓ = s·x·yᵀ`` without the N×M matrix, in
-    fp32 (float64 for float64 features); the first two are differentiable, the third (0 where the column does not
-    exist) is a value from the same products as the log-sum-exps, so ``lse - diag >= 0`` holds exactly.
+    fp32 (float64 for float64 features), all three differentiable. The third (0 where the column does not exist)
+    comes from the same products as the log-sum-exps, so ``lse - diag >= 0`` holds exactly, and its gradient joins
+    the softmax's in the backward's gradient tile (before any rounding to a narrow dtype).
 
     Inputs are validated by the public losses; ``scale`` is a 0-dim tensor of the accumulation dtype.
     ``compute_dtype``: the dtype the kernels read (default: x's). The losses pass fp32 copies of fp16/bf16 features
