@@ -59,9 +59,19 @@ def test_update_checks_its_batch():
         m.update(["a"], [[]])
     m.update("a dog", ["a dog", "the dog"])  # one sample given bare
     m.update(["a cat"], [["a cat"]])
-    m.update(["x"], [[3]])
-    with pytest.raises(ValueError, match="image 2 reference 0: expected str, got int"):
-        m.compute()
+    # Captions that would fail compute() (or, across ranks, the gather) are refused with their batch.
+    for preds, target, match in [
+        (["x", "y"], [["x"], [3]], r"target\[1\]\[0\]: expected a str, got int"),
+        (["x"], [b"a dog"], r"target\[0\]\[0\]: expected a str, got bytes"),
+        ([None], [["x"]], r"preds\[0\]: expected a str, got NoneType"),
+        (["a \ud800 dog"], [["x"]], r"preds\[0\]: not valid UTF-8"),
+        ([{"caption": "x"}], [["x"]], r"preds\[0\]: expected a str, got dict"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            m.update(preds, target)
+    assert len(m.preds) == 2 and float(m.compute()) == float(
+        _pycoco(["a dog", "a cat"], [["a dog", "the dog"], ["a cat"]])[0]
+    )
 
 
 def _worker(rank, world, port, out_dir):

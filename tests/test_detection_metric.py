@@ -148,6 +148,76 @@ def test_mean_average_precision_bad_input_raises():
         mean_average_precision(p, t, iou_type="keypoints")
 
 
+def test_metric_update_refuses_whole_batches_and_copies_its_inputs():
+    """A refused batch adds nothing (its earlier images included); a box of negative size is refused at update()
+    (else every later compute() would fail); a caller's buffer changed after update() leaves the state as it was."""
+    preds, target = _batch(8, seed=21)
+    m = MeanAveragePrecision()
+    m.update(preds[:3], target[:3])
+    nan = {**preds[4], "scores": torch.full_like(preds[4]["scores"], float("nan"))}
+    with pytest.raises(ValueError, match=r"preds\[4\]\['scores'\]"):
+        m.update([preds[3], nan], target[3:5])
+    inverted = {"boxes": torch.tensor([[5.0, 5, 1, 1]]), "labels": torch.tensor([1])}
+    with pytest.raises(ValueError, match=r"target\[4\]\['boxes'\]\[0\] has a negative size \(xyxy\)"):
+        m.update(preds[3:5], [target[3], inverted])
+    with pytest.raises(ValueError, match=r"preds\[3\]\['labels'\] has dtype torch.uint16"):
+        m.update([{**preds[3], "labels": preds[3]["labels"].to(torch.uint16)}], target[3:4])
+    buf = [{k: v.clone() for k, v in d.items()} for d in preds[3:]]
+    m.update(buf, target[3:])
+    for d in buf:
+        d["scores"].fill_(0.5)
+        d["labels"].fill_(7)
+    _same(m.compute(), _torchmetrics(preds, target))
+
+
+def _mixed_dtypes():
+    """Per rank, images whose tensors differ in dtype from the other rank's: int64 boxes and uint8 labels and fp16
+    scores on rank 0, fractional fp32 boxes, a label past uint8 and close fp32 scores on rank 1, an image without
+    detections given as float tensors (as torchmetrics' tests do), int16 labels and iscrowd."""
+    t = torch.tensor
+    a = (
+        {
+            "boxes": t([[0, 0, 10, 10], [20, 20, 30, 30]]),
+            "labels": t([1, 1], dtype=torch.uint8),
+            "scores": t([0.5, 0.25], dtype=torch.float16),
+        },
+        {"boxes": t([[0, 0, 10, 10]]), "labels": t([1], dtype=torch.uint8), "iscrowd": t([0], dtype=torch.int16)},
+    )
+    b = (
+        {"boxes": t([[0.5, 0.5, 10.25, 10.75], [1.0, 1, 9, 9]]), "labels": t([300, 300]), "scores": t([0.5, 0.5001])},
+        {"boxes": t([[0.0, 0, 10, 10]]), "labels": t([300], dtype=torch.int16)},
+    )
+    e = (
+        {"boxes": torch.zeros(0, 4), "labels": t([]), "scores": t([])},
+        {"boxes": t([[0.0, 0, 5, 5]]), "labels": t([1], dtype=torch.int16)},
+    )
+    return [a, e], [b]  # interleaved: a, b, e
+
+
+def _mixed_worker(rank, world, port, out):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        m = MeanAveragePrecision(class_metrics=True)
+        items = _mixed_dtypes()[rank]
+        m.update([p for p, _ in items], [t for _, t in items])
+        res = m.compute()
+        save_file({k: v.contiguous() for k, v in res.items()}, os.path.join(out, f"rank{rank}.safetensors"))
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_metric_distributed_gloo_keeps_each_images_dtypes(tmp_path):
+    """The gather sends every value in a dtype that holds all ranks' values exactly and restores each image's own
+    dtype (it used to cast every rank's values to rank 0's: fractional boxes truncated, close scores tied, labels
+    wrapped, an empty float tensor refused)."""
+    run_ranks(_mixed_worker, 2, str(tmp_path))
+    (a, e), (b,) = _mixed_dtypes()
+    want = mean_average_precision([a[0], b[0], e[0]], [a[1], b[1], e[1]], class_metrics=True)
+    for r in range(2):
+        _same(load_file(tmp_path / f"rank{r}.safetensors"), want)
+
+
 # The first 20 of each image's 100 detections: the gather's work is the full-image uint8 masks (~300 MB with 100,
 # seconds of decoding and exchanging them a rank on 2 cores); the fields, dtypes and per-image orders it restores are
 # the same with 20, and the detections still outnumber the ground truths (up to 12 an image, one crowd).

@@ -54,7 +54,8 @@ def _sweep_args(loss: str, given: set[str]) -> dict:
               write_gsum="gsum" in given)  # fmt: skip
     if loss == "info_nce":
         kw.update(rows=(torch.randn(N, generator=g), torch.randn(N, generator=g)),
-                  cols=(torch.randn(M, generator=g), torch.randn(M, generator=g)), bias=torch.randn(N, generator=g))  # fmt: skip
+                  cols=(torch.randn(M, generator=g), torch.randn(M, generator=g)),
+                  bias=torch.randn(N, generator=g))  # fmt: skip
     elif "groups" in given:
         ids = torch.randint(0, 5, (N + M,), generator=g)
         kw.update(rows=(ids[:N], None), cols=(ids[N:], None))

@@ -306,7 +306,7 @@ def test_siglip_double_backward_refused():
 
 
 def test_numpy_scalar_scale_and_bias_accepted():
-    x, y, s, b = (t.float() for t in make_inputs(6, 8, 5.0, seed=19))
+    x, y, _, _ = (t.float() for t in make_inputs(6, 8, 5.0, seed=19))
     for fn in (vlkernels.info_nce_loss, vlkernels.siglip_loss):
         want = fn(x, y, 5.0, -2.0)
         for kind in (np.float32, np.float64, np.int64):

@@ -70,6 +70,7 @@ class CiderMetric(torch.nn.Module):
     ) -> None:
         super().__init__()
         self._scorer = (CiderOriginal if original else Cider)(n, sigma, tokenize=tokenize)
+        self._tokenize = tokenize
         self.sync_on_compute = sync_on_compute
         self.process_group = process_group
         self.scores: np.ndarray | None = None
@@ -85,7 +86,10 @@ class CiderMetric(torch.nn.Module):
         a single caption is taken as a list of one). Captions are str (or ``{"caption": str}`` with tokenize).
 
         Raises:
-            ValueError: preds and target of different lengths, or a sample without a reference.
+            ValueError: preds and target of different lengths, a sample without a reference, or a caption that is
+                not a str (a dict with a str "caption" under tokenize) of valid UTF-8. Checked before anything is
+                stored: a refused batch adds nothing, and no caption can fail a later ``compute()`` (or, across
+                ranks, the gather).
         """
         if isinstance(preds, str):
             preds = [preds]
@@ -93,12 +97,25 @@ class CiderMetric(torch.nn.Module):
         preds, target = list(preds), list(target)
         if len(preds) != len(target):
             raise ValueError(f"preds has {len(preds)} captions but target has {len(target)} reference lists")
-        refs = [[t] if isinstance(t, (str, dict)) else list(t) for t in target]
-        for i, r in enumerate(refs):
+        refs = [[t] if isinstance(t, (str, dict, bytes)) else list(t) for t in target]
+        for i, (p, r) in enumerate(zip(preds, refs)):
             if not r:
                 raise ValueError(f"target[{i}]: no reference captions")
+            self._check_caption(p, f"preds[{i}]")
+            for j, c in enumerate(r):
+                self._check_caption(c, f"target[{i}][{j}]")
         self.preds.extend(preds)
         self.target.extend(refs)
+
+    def _check_caption(self, c: Any, where: str) -> None:
+        text = c.get("caption") if isinstance(c, dict) and self._tokenize else c
+        if not isinstance(text, str):
+            want = 'a str or {"caption": str}' if self._tokenize else "a str"
+            raise ValueError(f"{where}: expected {want}, got {type(c).__name__}")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"{where}: not valid UTF-8 (lone surrogate)") from None
 
     def compute(self) -> torch.Tensor:
         """Corpus CIDEr(-D) of all samples of all ranks, as a float64 scalar tensor (also stores ``scores``).

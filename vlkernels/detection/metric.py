@@ -69,6 +69,7 @@ def _check_item(item: dict, k: int, name: str, iou_type: tuple, pred: bool) -> i
     for key in need:
         if not isinstance(item.get(key), torch.Tensor):
             raise ValueError(f"{name}[{k}]['{key}'] must be a tensor")
+    _check_dtypes(item, k, name)
     labels = item["labels"]
     if labels.dim() != 1 or (labels.numel() and (labels.dtype.is_floating_point or labels.dtype == torch.bool)):
         raise ValueError(f"{name}[{k}]['labels'] must be a 1-D integer tensor")
@@ -136,7 +137,9 @@ def _anns(items: list[dict], i_type: str, box_format: str, pred: bool, micro: bo
         bbox = torch.cat(bs).numpy() if bs else np.zeros((0, 4))
         bad = np.flatnonzero((bbox[:, 2] < 0) | (bbox[:, 3] < 0))
         if bad.size:
-            raise ValueError(f"{'preds' if pred else 'target'}: box {bad[0]} (in update order) has a negative size")
+            k = int(img[bad[0]])
+            j = int(bad[0] - np.searchsorted(img, k))
+            raise ValueError(f"{'preds' if pred else 'target'}[{k}]['boxes'][{j}] has a negative size ({box_format})")
         area = bbox[:, 2] * bbox[:, 3]
     else:
         masks = _masks_of([it["masks"].detach() for _, it in rows])
@@ -309,16 +312,22 @@ class MeanAveragePrecision:
         self._target: list[dict] = []
 
     def update(self, preds: Sequence[dict], target: Sequence[dict]) -> None:
-        """Append one batch (tensors are detached and moved to the CPU)."""
+        """Append one batch (tensors are copied to the CPU: a caller's buffer reused later does not change the
+        state). The whole batch is checked first, so a refused batch adds nothing; so is every box's size, which
+        would otherwise fail every later ``compute()``."""
         _check_lists(preds, target)
         types = self.kwargs.get("iou_type", "bbox")
         types = (types,) if isinstance(types, str) else tuple(types)
+        fmt = self.kwargs.get("box_format", "xyxy")
         base = len(self._preds)
         for k, (p, t) in enumerate(zip(preds, target)):
-            _check_item(p, base + k, "preds", types, True)
-            _check_item(t, base + k, "target", types, False)
-            self._preds.append({key: v.detach().cpu() for key, v in p.items() if isinstance(v, torch.Tensor)})
-            self._target.append({key: v.detach().cpu() for key, v in t.items() if isinstance(v, torch.Tensor)})
+            for item, name, pred in ((p, "preds", True), (t, "target", False)):
+                _check_item(item, base + k, name, types, pred)
+                if "bbox" in types:
+                    _check_box_sizes(item, base + k, name, fmt)
+        for p, t in zip(preds, target):
+            self._preds.append(_copy(p))
+            self._target.append(_copy(t))
 
     def _gathered(self) -> tuple[list, list]:
         dist = torch.distributed
@@ -338,46 +347,7 @@ class MeanAveragePrecision:
 
 
 _FIELDS = ("boxes", "scores", "labels", "masks", "iscrowd", "area")
-
-
-def _gather_items(items: list[dict]) -> list[list[dict]]:
-    """Each rank's list of per-image tensor dicts, exchanged as flat tensors (shape table + data per field)."""
-    per_rank: list[list[dict]] | None = None
-    for key in _FIELDS:
-        # Shape table: [ndim, d0, d1, d2] per image (ndim -1: the image has no such field).
-        shapes, flat, dtype = [], [], None
-        for it in items:
-            v = it.get(key)
-            if v is None:
-                shapes.append([-1, 0, 0, 0])
-                continue
-            dtype = v.dtype
-            dims = list(v.shape) + [0] * (3 - v.dim())
-            shapes.append([v.dim(), *dims[:3]])
-            flat.append(v.reshape(-1).to(torch.uint8 if v.dtype == torch.bool else v.dtype))
-        code = torch.tensor([_DTYPES.index(dtype) if dtype is not None else -1], dtype=torch.int64)
-        codes = all_gather_rows(code)
-        known = [int(c) for c in codes if int(c) >= 0]
-        wire = _DTYPES[known[0]] if known else torch.float64
-        wire = torch.uint8 if wire == torch.bool else wire
-        data = torch.cat(flat).to(wire) if flat else torch.zeros(0, dtype=wire)
-        table = torch.tensor(shapes, dtype=torch.int64).reshape(-1)
-        tables, datas = all_gather_rows(table), all_gather_rows(data)
-        if per_rank is None:
-            per_rank = [[{} for _ in range(t.numel() // 4)] for t in tables]
-        for r, (tab, dat) in enumerate(zip(tables, datas)):
-            pos = 0
-            for j, row in enumerate(tab.reshape(-1, 4).tolist()):
-                if row[0] < 0:
-                    continue
-                shape = row[1 : 1 + row[0]]
-                n = int(np.prod(shape)) if shape else 1
-                v = dat[pos : pos + n].reshape(shape)
-                per_rank[r][j][key] = v.bool() if _DTYPES[int(codes[r])] == torch.bool else v
-                pos += n
-    return per_rank or []
-
-
+# The dtypes a state tensor may have (each item's own is sent beside its values and restored after a gather).
 _DTYPES = [
     torch.float32,
     torch.float64,
@@ -385,6 +355,69 @@ _DTYPES = [
     torch.bfloat16,
     torch.int64,
     torch.int32,
+    torch.int16,
+    torch.int8,
     torch.uint8,
     torch.bool,
 ]
+
+
+def _copy(item: dict) -> dict:
+    return {key: v.detach().to("cpu", copy=True) for key, v in item.items() if isinstance(v, torch.Tensor)}
+
+
+def _check_dtypes(item: dict, k: int, name: str) -> None:
+    for key in _FIELDS:
+        v = item.get(key)
+        if isinstance(v, torch.Tensor) and v.dtype not in _DTYPES:
+            raise ValueError(f"{name}[{k}]['{key}'] has dtype {v.dtype}; expected a real float, integer or bool tensor")
+
+
+def _check_box_sizes(item: dict, k: int, name: str, fmt: str) -> None:
+    b = item["boxes"]
+    if b.numel():
+        wh = _xywh(b.detach().cpu().reshape(-1, 4), fmt)[:, 2:].double()
+        bad = torch.nonzero((wh < 0).any(dim=1)).flatten()
+        if bad.numel():
+            raise ValueError(f"{name}[{k}]['boxes'][{int(bad[0])}] has a negative size ({fmt})")
+
+
+def _gather_items(items: list[dict]) -> list[list[dict]]:
+    """Each rank's list of per-image tensor dicts, exchanged as flat tensors: a table row per image (its shape and
+    dtype), then the values of every image in one wire dtype that holds all of them exactly (uint8 when every image
+    of every rank is bool/uint8, int64 when all are integers, else float64), each cast back to its own dtype."""
+    per_rank: list[list[dict]] | None = None
+    for key in _FIELDS:
+        # Table: [ndim, d0, d1, d2, dtype] per image (ndim -1: the image has no such field).
+        rows, flat = [], []
+        for it in items:
+            v = it.get(key)
+            if v is None:
+                rows.append([-1, 0, 0, 0, -1])
+                continue
+            dims = list(v.shape) + [0] * (3 - v.dim())
+            rows.append([v.dim(), *dims[:3], _DTYPES.index(v.dtype)])
+            flat.append(v.reshape(-1))
+        table = torch.tensor(rows, dtype=torch.int64).reshape(-1, 5)
+        tables = all_gather_rows(table)
+        kinds = {_DTYPES[c] for t in tables for c in t[:, 4].tolist() if c >= 0}
+        if kinds <= {torch.bool, torch.uint8}:
+            wire = torch.uint8
+        elif not any(d.is_floating_point for d in kinds):
+            wire = torch.int64
+        else:
+            wire = torch.float64
+        data = torch.cat([v.to(wire) for v in flat]) if flat else torch.zeros(0, dtype=wire)
+        datas = all_gather_rows(data)
+        if per_rank is None:
+            per_rank = [[{} for _ in range(t.shape[0])] for t in tables]
+        for r, (tab, dat) in enumerate(zip(tables, datas)):
+            pos = 0
+            for j, row in enumerate(tab.tolist()):
+                if row[0] < 0:
+                    continue
+                shape = row[1 : 1 + row[0]]
+                n = int(np.prod(shape)) if shape else 1
+                per_rank[r][j][key] = dat[pos : pos + n].reshape(shape).to(_DTYPES[row[4]])
+                pos += n
+    return per_rank or []
