@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .harness import Bench, register
+from .harness import Bench, register, require_java
 
 TOL = 1e-12
 _MAX_WORDS = 50  # a generated caption stops here if the chain has not ended it (COCO's longest are ~50 tokens)
@@ -108,6 +108,7 @@ def _cider_karpathy(images: int, device: str):
     res_raw = {k: [{"caption": c} for c in v] for k, v in raw[1].items()}
 
     def pyc_raw():
+        require_java()
         t = PTBTokenizer()
         return PCider().compute_score(t.tokenize(gts_raw), t.tokenize(res_raw))
 

@@ -4,13 +4,12 @@ COCO Karpathy-test captions shipped in the package (vlkernels.data)."""
 from __future__ import annotations
 
 import itertools
-import shutil
 
 from vlkernels.captioning._text import tokenize_dicts
 from vlkernels.captioning.tokenizer import PTBTokenizer, ptb_tokenize
 from vlkernels.data import karpathy_test_captions, leave_one_out
 
-from .harness import Bench, register
+from .harness import Bench, register, require_java
 
 _VAL2014_CAPTIONS = 202654  # COCO val2014's caption count: the full case's size
 
@@ -30,20 +29,19 @@ def _java(caps: list[str]) -> list[str]:
 
 @register("captioning", "ptb_tokenize", quick={"n": 20000}, full={"n": _VAL2014_CAPTIONS}, devices=("cpu",))
 def _ptb_tokenize(n: int, device: str) -> Bench:
+    require_java()
     caps = _captions(n)
-    providers = {"vlkernels": lambda: ptb_tokenize(caps)}
-    if shutil.which("java"):
-        # One JVM start plus the whole batch, as pycocoevalcap does per call; timed once (it takes seconds).
-        providers["pycocoevalcap_java"] = lambda: _java(caps)
+    # One JVM start plus the whole batch, as pycocoevalcap does per call; timed once (it takes seconds).
+    providers = {"vlkernels": lambda: ptb_tokenize(caps), "pycocoevalcap_java": lambda: _java(caps)}
 
     def check(out):
-        if "pycocoevalcap_java" in out and out["vlkernels"] != out["pycocoevalcap_java"]:
+        if out["vlkernels"] != out["pycocoevalcap_java"]:
             bad = sum(a != b for a, b in zip(out["vlkernels"], out["pycocoevalcap_java"]))
             raise AssertionError(f"{bad} of {len(caps)} captions tokenized differently from pycocoevalcap")
 
     return Bench(
         providers=providers,
-        baseline="pycocoevalcap_java" if "pycocoevalcap_java" in providers else None,
+        baseline="pycocoevalcap_java",
         check=check,
         bytes=sum(len(c.encode()) for c in caps),
         repeats=1,
@@ -56,6 +54,7 @@ def _ptb_tokenize_karpathy(images: int, device: str) -> list[Bench]:
     """The tokenizer half of CIDEr-D from raw strings: Karpathy-test refs (4-5 per image, shipped) and one candidate
     per image (the held-out human caption), as {id: [{"caption": str}]} dicts, tokenized one dict at a time as
     pycocoevalcap's evaluation does."""
+    require_java()
     caps = karpathy_test_captions()
     refs, cands = leave_one_out({k: caps[k] for k in list(caps)[:images]})
     gts = {k: [{"caption": c} for c in v] for k, v in refs.items()}
@@ -64,11 +63,10 @@ def _ptb_tokenize_karpathy(images: int, device: str) -> list[Bench]:
         "vlkernels": lambda: tokenize_dicts(gts, res),
         "vlkernels_PTBTokenizer": lambda: (PTBTokenizer().tokenize(gts), PTBTokenizer().tokenize(res)),
     }
-    if shutil.which("java"):
-        from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer as JavaPTBTokenizer
+    from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer as JavaPTBTokenizer
 
-        # Two JVM runs per evaluation, as pycocoevalcap's scorers get them.
-        providers["pycocoevalcap_java"] = lambda: (JavaPTBTokenizer().tokenize(gts), JavaPTBTokenizer().tokenize(res))
+    # Two JVM runs per evaluation, as pycocoevalcap's scorers get them.
+    providers["pycocoevalcap_java"] = lambda: (JavaPTBTokenizer().tokenize(gts), JavaPTBTokenizer().tokenize(res))
 
     def check(out):
         for name, got in out.items():
@@ -79,7 +77,7 @@ def _ptb_tokenize_karpathy(images: int, device: str) -> list[Bench]:
     return [
         Bench(
             providers=providers,
-            baseline="pycocoevalcap_java" if "pycocoevalcap_java" in providers else None,
+            baseline="pycocoevalcap_java",
             check=check,
             bytes=sum(len(c["caption"].encode()) for d in (gts, res) for v in d.values() for c in v),
             repeats=3,

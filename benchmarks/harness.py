@@ -21,10 +21,12 @@ import ctypes
 import dataclasses
 import gc
 import importlib
+import importlib.util
 import io
 import json
 import os
 import pkgutil
+import shutil
 import statistics
 import sys
 import time
@@ -162,26 +164,26 @@ def time_runs(fn: Callable[[], Any], device: str, warmup: int, repeats: int) -> 
     return _stats(_run_times(fn, device, warmup, repeats))
 
 
-def _busy_loop(cores: set[int]) -> None:
-    os.sched_setaffinity(0, cores)
-    while True:
-        pass
-
-
 @contextlib.contextmanager
 def contention(processes: int):
     """`processes` busy-loop processes pinned to the cores this process may run on, for the duration of the block:
     the load of a data loader or another job beside an evaluation. Started (and stopped) as whole processes, so
-    the timed code shares the cores with them exactly as it would with any other program."""
+    the timed code shares the cores with them exactly as it would with any other program; the block starts once
+    every one of them has reported that it is spinning."""
     import multiprocessing
+
+    from .busy import busy_loop
 
     cores = os.sched_getaffinity(0)
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_busy_loop, args=(cores,), daemon=True) for _ in range(processes)]
+    ready = [ctx.Event() for _ in range(processes)]
+    procs = [ctx.Process(target=busy_loop, args=(cores, r), daemon=True) for r in ready]
     for p in procs:
         p.start()
-    time.sleep(0.2)  # every busy process running before the first timed call
     try:
+        for p, r in zip(procs, ready):
+            if not r.wait(timeout=60):
+                raise RuntimeError(f"a busy-loop process did not start within 60 s (exit code {p.exitcode})")
         yield
     finally:
         for p in procs:
@@ -231,9 +233,19 @@ def peak_memory(fn: Callable[[], Any], device: str) -> int | None:
 from vlkernels._environment import cpu_info, device_name, environment  # noqa: E402, F401
 
 
-def _skipped(case: Case, params: dict, quick: bool, why: str) -> list[dict[str, Any]]:
+def _skipped(case: Case, params: dict, quick: bool, why: str, status: str = "skipped") -> list[dict[str, Any]]:
     row = {"family": case.family, "case": case.name, "label": case.name, "mode": "-", "params": params}
-    return [{**row, "quick": quick, "baseline": None, "status": f"skipped: {why}", "results": {}, "notes": ""}]
+    return [{**row, "quick": quick, "baseline": None, "status": f"{status}: {why}", "results": {}, "notes": ""}]
+
+
+def require_java() -> None:
+    """Skip (raised in a case or a provider) where pycocoevalcap's Java PTB tokenizer cannot run."""
+    if shutil.which("java") is None:
+        raise Skip("needs Java 8+ on PATH (pycocoevalcap's PTB tokenizer is a Java program)")
+
+
+def _error(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}".splitlines()[0][:300]
 
 
 @contextlib.contextmanager
@@ -271,16 +283,23 @@ def run_case(
         return _skipped(case, params, quick, f"needs {e.name} (pip install 'vlkernels[bench]' or pip install {e.name})")
     except Skip as e:
         return _skipped(case, params, quick, str(e))
+    except Exception as e:  # reported as this case's failure; the other cases still run
+        return _skipped(case, params, quick, _error(e), status="error")
     benches = benches if isinstance(benches, list) else [benches]
     if not benches:
         return _skipped(case, params, quick, "the case built nothing to run (its input data is missing)")
     rows = []
     for b in benches:
-        with _quiet_fds():
-            outputs = {name: fn() for name, fn in b.providers.items()}
-        _sync(device)
-        status = "ok"
-        if b.check is not None:
+        status, outputs = "ok", {}
+        try:
+            with _quiet_fds():
+                outputs = {name: fn() for name, fn in b.providers.items()}
+            _sync(device)
+        except Skip as e:
+            status = f"skipped: {e}"
+        except Exception as e:
+            status = f"error: {_error(e)}"
+        if status == "ok" and b.check is not None:
             try:
                 b.check(outputs)
             except AssertionError as e:
@@ -418,9 +437,9 @@ def write_jsonl(rows: list[dict[str, Any]], env: dict[str, Any], path: Path) -> 
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
 
 
-def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
+def plot(rows: list[dict[str, Any]], path: Path, title: str) -> bool:
     """One panel per family: horizontal bars of vlkernels' speedup over each row's anchor (log scale), the anchor
-    named on the bar, a line at 1x (parity)."""
+    named on the bar, a line at 1x (parity). False (nothing written) when no row has an anchor's time."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -430,7 +449,7 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     ok = [r for r in rows if r["status"] == "ok" and _ours(r) and r["baseline"] in r["results"]]
     families = sorted({r["family"] for r in ok})
     if not families:
-        return
+        return False
     heights = [max(1, sum(r["family"] == f for r in ok)) for f in families]
     fig, axes = plt.subplots(
         len(families),
@@ -468,6 +487,7 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110, format=path.suffix[1:].lower())  # the file named, whatever matplotlib's default
     plt.close(fig)
+    return True
 
 
 def run(
@@ -493,6 +513,9 @@ def run(
     if plot_path is not None and plot_path.suffix.lower() not in PLOT_SUFFIXES:
         print(f"error: --plot {plot_path}: expected a {', '.join(PLOT_SUFFIXES)} file", file=sys.stderr)
         return 2
+    if plot_path is not None and importlib.util.find_spec("matplotlib") is None:
+        print("error: --plot needs matplotlib (pip install matplotlib, or 'vlkernels[bench]')", file=sys.stderr)
+        return 2
     # The machine's load when the run started (1, 5, 15 min): other processes on the cores inflate every time.
     env = {**environment(device), "loadavg": [round(x, 2) for x in os.getloadavg()]}
     cpu = env["cpu"]
@@ -503,25 +526,33 @@ def run(
     if load:
         echo(f"load: every provider timed quiet and beside {load} busy-loop processes on its cores, {rounds} rounds")
     all_rows, failed = [], False
-    for fam in selected:
-        for case in REGISTRY[fam].values():
-            if device not in case.devices:
-                continue
-            rows = run_case(case, device, quick, load=load, rounds=rounds)
-            failed |= any(r["status"].startswith("check failed") for r in rows)
-            echo(format_rows(rows))
-            all_rows += rows
-            if json_path is not None:
-                try:
-                    write_jsonl(rows, env, json_path)
-                except OSError as e:  # a full disk, a path that turned unwritable during the run
-                    print(f"error: cannot write {json_path}: {e}", file=sys.stderr)
-                    return 2
+    try:
+        for fam in selected:
+            for case in REGISTRY[fam].values():
+                if device not in case.devices:
+                    continue
+                rows = run_case(case, device, quick, load=load, rounds=rounds)
+                failed |= any(r["status"].startswith(("check failed", "error")) for r in rows)
+                echo(format_rows(rows))
+                all_rows += rows
+                if json_path is not None:
+                    try:
+                        write_jsonl(rows, env, json_path)
+                    except OSError as e:  # a full disk, a path that turned unwritable during the run
+                        print(f"error: cannot write {json_path}: {e}", file=sys.stderr)
+                        return 2
+    except KeyboardInterrupt:
+        written = f", written to {json_path}" if json_path is not None and all_rows else ""
+        print(f"interrupted: {len(all_rows)} rows finished{written}", file=sys.stderr)
+        return 130
     echo(summary(all_rows))
-    if plot_path is not None and all_rows:
+    if plot_path is not None:
         try:
-            plot(all_rows, plot_path, f"{env['device_name']} · {env['date']}")
+            drawn = plot(all_rows, plot_path, f"{env['device_name']} · {env['date']}")
         except OSError as e:
             print(f"error: cannot write {plot_path}: {e}", file=sys.stderr)
             return 2
+        if not drawn:
+            print(f"error: --plot {plot_path} not written: no row has an anchor's time to compare", file=sys.stderr)
+            return 1
     return 1 if failed else 0

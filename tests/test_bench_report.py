@@ -173,3 +173,73 @@ def test_bench_write_failure_is_one_error_line(harness, which, capsys):
     paths = (path, None) if which == "json" else (None, path)
     assert harness.run(["fake"], "cpu", True, *paths, echo=lines.append) == 2
     assert capsys.readouterr().err.startswith(f"error: cannot write {path}: ")
+
+
+def test_bench_provider_errors_and_skips_are_rows_and_the_run_goes_on(harness, tmp_path, capsys):
+    """A provider that cannot run here (Skip, e.g. no Java) is a skipped row; one that raises is an error row and the
+    exit code 1; neither stops the other cases. A --plot with no anchor time to draw is an error, not silence."""
+
+    def no_java():
+        raise harness.Skip("needs Java 8+ on PATH")
+
+    def broken():
+        raise FileNotFoundError("java")
+
+    @harness.register("fake", "mixed", quick={"n": 1})
+    def _(n, device):
+        return [
+            harness.Bench(providers={"vlkernels": lambda: 1, "anchor": no_java}, baseline="anchor", label="skips"),
+            harness.Bench(providers={"vlkernels": lambda: 1, "anchor": broken}, baseline="anchor", label="breaks"),
+        ]
+
+    @harness.register("fake", "after", quick={"n": 1})
+    def _(n, device):
+        return harness.Bench(providers={"vlkernels": lambda: 1}, baseline=None, label="still runs")
+
+    lines = []
+    js = tmp_path / "r.jsonl"
+    png = tmp_path / "r.png"
+    assert harness.run(["fake"], "cpu", True, js, png, echo=lines.append) == 1
+    status = {r["label"]: r["status"] for r in map(json.loads, js.read_text().splitlines())}
+    assert status == {
+        "skips": "skipped: needs Java 8+ on PATH",
+        "breaks": "error: FileNotFoundError: java",
+        "still runs": "ok",
+    }
+    assert not png.exists() and "--plot" in capsys.readouterr().err
+
+
+def test_bench_interrupt_is_one_line(harness, tmp_path, capsys):
+    def interrupted():
+        raise KeyboardInterrupt
+
+    @harness.register("fake", "first", quick={"n": 1})
+    def _(n, device):
+        return harness.Bench(providers={"vlkernels": lambda: 1}, baseline=None, label="done")
+
+    @harness.register("fake", "second", quick={"n": 1})
+    def _(n, device):
+        return harness.Bench(providers={"vlkernels": interrupted}, baseline=None, label="stopped")
+
+    js = tmp_path / "r.jsonl"
+    assert harness.run(["fake"], "cpu", True, js, None, echo=lambda s: None) == 130
+    assert f"interrupted: 1 rows finished, written to {js}" in capsys.readouterr().err
+    assert len(js.read_text().splitlines()) == 1
+
+
+def test_bench_rows_name_the_anchor_versions():
+    import importlib.metadata
+
+    from vlkernels._environment import environment
+
+    v = environment("cpu")["versions"]
+    for name, dist in (
+        ("open_clip", "open_clip_torch"),
+        ("pycocotools", "pycocotools"),
+        ("torchmetrics", "torchmetrics"),
+    ):
+        try:
+            want = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            want = None
+        assert v[name] == want

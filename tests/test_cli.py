@@ -96,6 +96,24 @@ def test_bench_case_with_missing_anchor_is_skipped_not_failed(monkeypatch):
     assert any("skipped: needs vlkernels_no_such_anchor" in line for line in lines)
 
 
+def test_bench_option_errors_before_running(monkeypatch, capsys, tmp_path):
+    """--rounds without --load, a bad VLKERNELS_BACKEND and --plot without matplotlib are refused up front."""
+    from vlkernels.cli import main
+
+    assert main(["bench", "core", "--quick", "--rounds", "7"]) == 2
+    assert "--rounds sets the rounds of --load" in capsys.readouterr().err
+    monkeypatch.setenv("VLKERNELS_BACKEND", "bogus")
+    assert main(["bench", "core", "--quick"]) == 2
+    assert "VLKERNELS_BACKEND" in capsys.readouterr().err
+    monkeypatch.delenv("VLKERNELS_BACKEND")
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name, *a))
+    assert main(["bench", "core", "--quick", "--plot", str(tmp_path / "p.png")]) == 2
+    assert "--plot needs matplotlib" in capsys.readouterr().err
+
+
 def test_version_flag(capsys):
     import vlkernels
 

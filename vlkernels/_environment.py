@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime
 import functools
-import importlib
 import os
 import platform
 import subprocess
@@ -38,6 +37,33 @@ _ISA = (
     "asimd",
     "sve",
 )
+
+
+# The libraries a row may be measured against (and numpy): the name recorded, the distributions that provide it.
+# Read from the installed metadata, not by importing (open_clip's package needs torchvision; its loss.py is loaded
+# by path), so a row names the version of every anchor that is installed.
+ANCHORS = {
+    "numpy": ("numpy",),
+    "torchvision": ("torchvision",),
+    "pycocotools": ("pycocotools",),
+    "faiss": ("faiss-cpu", "faiss-gpu", "faiss"),
+    "open_clip": ("open_clip_torch",),
+    "pycocoevalcap": ("pycocoevalcap",),
+    "torchmetrics": ("torchmetrics",),
+    "faster_coco_eval": ("faster-coco-eval",),
+    "lvis": ("lvis",),
+    "nltk": ("nltk",),
+    "matplotlib": ("matplotlib",),
+}
+
+
+def _dist_version(dist: str) -> str | None:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def cpu_info() -> dict[str, Any]:
@@ -84,11 +110,8 @@ def environment(device: str) -> dict[str, Any]:
         "triton": triton_version(),
         "python": platform.python_version(),
     }
-    for mod in ("numpy", "torchvision", "pycocotools", "faiss", "open_clip", "pycocoevalcap"):
-        try:
-            versions[mod] = getattr(importlib.import_module(mod), "__version__", "installed")
-        except Exception:
-            versions[mod] = None
+    for name, dists in ANCHORS.items():
+        versions[name] = next(filter(None, map(_dist_version, dists)), None)
     cuda = device == "cuda"
     return {
         "device": device,

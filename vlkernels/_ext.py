@@ -7,6 +7,7 @@ import importlib
 import importlib.util
 import os
 import sys
+import warnings
 from pathlib import Path
 from types import ModuleType
 
@@ -45,7 +46,20 @@ def load() -> ModuleType:
                 f"vlkernels._C is stale: built from sources {mod.source_hash}, but csrc/ and python/ are now {want}; "
                 f"{REBUILD_HINT}"
             )
+    _check_threads_env()
     return mod
+
+
+def _check_threads_env() -> None:
+    """The C++ kernels read VLKERNELS_NUM_THREADS (a positive integer) and fall back to every core otherwise: say so
+    rather than ignore a typo."""
+    v = os.environ.get("VLKERNELS_NUM_THREADS")
+    if v is not None and not (v.strip().isdigit() and int(v) > 0):
+        warnings.warn(
+            f"VLKERNELS_NUM_THREADS={v!r} is not a positive integer; the C++ kernels use every core",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 def available() -> bool:

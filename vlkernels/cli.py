@@ -87,9 +87,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         print("error: --device cuda but no CUDA device is visible", file=sys.stderr)
         return 2
+    from vlkernels._triton import get_backend
+
+    try:
+        get_backend()  # VLKERNELS_BACKEND, read by every case: refused here, not as a traceback mid-run
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.rounds is not None and not args.load:
+        print("error: --rounds sets the rounds of --load N; give --load too", file=sys.stderr)
+        return 2
     harness = _benchmarks()
+    rounds = 3 if args.rounds is None else args.rounds
     return harness.run(
-        args.families or None, args.device, args.quick, args.json, args.plot, load=args.load, rounds=args.rounds
+        args.families or None, args.device, args.quick, args.json, args.plot, load=args.load, rounds=rounds
     )
 
 
@@ -165,7 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--load", type=_count(0), default=0, metavar="N", help="also time every provider beside N busy processes"
     )
-    bench.add_argument("--rounds", type=_count(1), default=3, help="alternating quiet/loaded rounds with --load")
+    bench.add_argument(
+        "--rounds", type=_count(1), default=None, help="alternating quiet/loaded rounds with --load (default 3)"
+    )
     bench.set_defaults(func=cmd_bench)
     _register_gpu(sub)
     for mod_name in FAMILY_CLIS:
