@@ -1,5 +1,8 @@
 """vlk::parallel_for: per-call thread counts (no global mutation), and no abort when threads cannot be created."""
 
+import os
+import subprocess
+import sys
 import textwrap
 import threading
 
@@ -209,3 +212,25 @@ def test_cpu_retrieval_runs_the_calling_threads_torch_work_on_one_thread(monkeyp
     finally:
         torch.set_num_threads(before)
     assert seen and set(seen) == {1}, seen
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity (Linux)")
+def test_default_threads_follow_the_affinity_mask():
+    """A process pinned to one CPU (taskset) runs one C++ worker by default, as torch counts it; a bad
+    VLKERNELS_NUM_THREADS warns instead of being ignored without a word."""
+    code = (
+        "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); import warnings;"
+        "warnings.simplefilter('error');"
+        "import vlkernels, torch; print(vlkernels.get_num_threads(), torch.get_num_threads())"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "VLKERNELS_NUM_THREADS"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["1", "1"]
+    bad = subprocess.run(
+        [sys.executable, "-c", "import vlkernels; vlkernels.get_num_threads()"],
+        env={**env, "VLKERNELS_NUM_THREADS": "abc"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "VLKERNELS_NUM_THREADS='abc' is not a positive integer" in bad.stderr

@@ -15,9 +15,9 @@ del _metadata
 
 
 def set_num_threads(n: int) -> None:
-    """The process default of threads for the C++ CPU kernels (0 = all hardware threads; initial value from
-    VLKERNELS_NUM_THREADS). For one call or one Python thread use ``vlkernels.core.threads.limit(n)`` instead: it
-    never changes what other threads get."""
+    """The process default of threads for the C++ CPU kernels (0 = one per CPU this process may run on, its
+    affinity mask as taskset sets it; initial value from VLKERNELS_NUM_THREADS, else that count). For one call or
+    one Python thread use ``vlkernels.core.threads.limit(n)`` instead: it never changes what other threads get."""
     from vlkernels import _ext
 
     _ext.load().set_num_threads(int(n))

@@ -4,6 +4,10 @@
 #include <chrono>
 #include <cstdlib>
 
+#ifdef __linux__
+#include <sched.h>
+#endif
+
 namespace vlk {
 namespace {
 
@@ -12,6 +16,12 @@ int initial_threads() {
     int n = std::atoi(env);
     if (n > 0) return n;
   }
+#ifdef __linux__
+  // The CPUs this process may run on (taskset, cpusets), as torch counts them: hardware_concurrency() counts the
+  // whole machine, and a pinned process would run more workers than it has cores.
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0 && CPU_COUNT(&allowed) > 0) return CPU_COUNT(&allowed);
+#endif
   unsigned hw = std::thread::hardware_concurrency();
   return hw == 0 ? 1 : static_cast<int>(hw);
 }
