@@ -206,7 +206,8 @@ def _coco_mask_encode(n: int, h: int, w: int, device: str) -> Bench:
     full={"n": 100, "m": 100, "h": 480, "w": 640},
 )
 def _mask_iou(n: int, m: int, h: int, w: int, device: str) -> Bench:
-    from pycocotools import mask as coco_mask
+    # The inputs are decoded by vlkernels' own pycocotools-compatible codec: the anchor here is torch alone.
+    from vlkernels.boxes import coco_mask
 
     a = torch.from_numpy(coco_mask.decode(_coco_rles(n, h, w, 3)).transpose(2, 0, 1).copy()).bool().to(device)
     b = torch.from_numpy(coco_mask.decode(_coco_rles(m, h, w, 4)).transpose(2, 0, 1).copy()).bool().to(device)
