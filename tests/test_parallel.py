@@ -157,12 +157,17 @@ def test_concurrent_retrieval_calls_leave_thread_counts_alone():
 
     def work(k):
         try:
+            # Each thread's own torch count (OpenMP's is per thread) comes back as it was, whichever call ends first.
+            # torch sets a thread's count from the last one set anywhere at its first read: read first, then set.
+            torch.get_num_threads()
+            torch.set_num_threads(2)
             for _ in range(3):
                 if k % 2:
                     assert retrieval.evaluate(img, txt, t2i, ks=(1, 5)) == want
                 else:
                     v, i = retrieval.topk(txt, img, 7)
                     assert torch.equal(i, want_top[1]) and torch.equal(v, want_top[0])
+                assert torch.get_num_threads() == 2, f"thread {k} left at {torch.get_num_threads()}"
         except Exception as e:
             errors.append(e)
 

@@ -11,7 +11,6 @@ from vlkernels.retrieval import gemm
 
 _threads_lock = threading.Lock()
 _threads_users = 0
-_threads_saved = 1
 _blas_restore = None
 
 
@@ -22,15 +21,16 @@ def single_threaded():
     work (norms, finiteness checks, the cast of top-k values) runs on one thread too: each parallel torch op there
     leaves OpenMP's threads spinning for milliseconds after it, on the cores the workers are about to use.
 
-    Part of torch's setting is process-wide (MKL's), as numpy's BLAS setting is: calls in flight share one save and
-    restore, counted under a lock, so concurrent calls give back the caller's counts, never each other's 1. The C++
-    kernels are limited per worker thread (``cpu._run``), which leaves ``vlkernels.get_num_threads()`` untouched.
+    torch's count is the calling thread's (OpenMP's is per thread): each call saves and restores its own, on its own
+    thread, so one call ending while another runs leaves neither thread at 1. numpy's BLAS limit is process-wide:
+    calls in flight share one save and restore, counted under a lock. The C++ kernels are limited per worker thread
+    (``cpu._run``), which leaves ``vlkernels.get_num_threads()`` untouched.
     """
-    global _threads_users, _threads_saved, _blas_restore
+    global _threads_users, _blas_restore
+    mine = torch.get_num_threads()
+    torch.set_num_threads(1)
     with _threads_lock:
         if _threads_users == 0:
-            _threads_saved = torch.get_num_threads()
-            torch.set_num_threads(1)
             _blas_restore = gemm.limit_numpy_blas()
         _threads_users += 1
     try:
@@ -38,8 +38,7 @@ def single_threaded():
     finally:
         with _threads_lock:
             _threads_users -= 1
-            if _threads_users == 0:
-                torch.set_num_threads(_threads_saved)
-                if _blas_restore is not None:
-                    _blas_restore.restore_original_limits()
-                    _blas_restore = None
+            if _threads_users == 0 and _blas_restore is not None:
+                _blas_restore.restore_original_limits()
+                _blas_restore = None
+        torch.set_num_threads(mine)
