@@ -168,6 +168,15 @@ def test_l2_normalize_float64_and_tiny_eps_follow_torch():
     torch.testing.assert_close(l2_normalize(y, eps=1e-40), want, **FP32_TOL)
 
 
+def test_l2_normalize_nan_row_stays_nan():
+    """A row holding NaN is NaN throughout, as F.normalize gives (the kernel's max(norm, eps) dropped the NaN norm
+    and divided the row by eps)."""
+    x = torch.tensor([[float("nan"), 1.0, 2.0], [3.0, 4.0, 0.0]])
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        out = l2_normalize(x.to(dtype))
+        assert out[0].isnan().all() and torch.isfinite(out[1]).all(), dtype
+
+
 def test_l2_normalize_grad_and_zero_row():
     x = torch.randn(9, 33, dtype=torch.float64)
     x[4] = 0

@@ -110,6 +110,30 @@ def test_torch_path_matches_reference(integer):
         assert_topk_equal(v, i, wv, wi)
 
 
+def test_torch_path_fp64_entries_past_fp32_range():
+    """float64 rows with entries past fp32's range whose norms' product is still in the fp32 screen's window: the
+    narrowed entries are inf, the screen scores inf or NaN, and such pairs must be re-checked, not counted or
+    dropped (reference: the fp64 brute force)."""
+    q = torch.tensor([[1e39, 1.0], [1e39, -1.0], [1e39, 1e38]], dtype=torch.float64)
+    g = torch.tensor([[1e-39, 0.0], [2e-39, 0.0], [0.0, 1e-39], [0.0, 1e-37]], dtype=torch.float64)
+    pos = Positives.from_lists([[0], [0], [1]], 4)
+    _, r = rank_metrics(q, g, pos, backend="torch", device_chunk=2)
+    np.testing.assert_array_equal(r.ranks, ranks_ref((q @ g.T).numpy(), pos).ranks)
+    v, i = topk(q, g, 2, backend="torch", device_chunk=2)
+    assert_topk_equal(v, i, *topk_ref(q, g, 2))
+    # Ordinary scores from huge and tiny factors: every pair's screen score is NaN.
+    gen = torch.Generator().manual_seed(3)
+    a, b = (
+        torch.randn(20, 8, generator=gen, dtype=torch.float64),
+        torch.randn(30, 8, generator=gen, dtype=torch.float64),
+    )
+    qa, gb = a * 1e200, b * 1e-200
+    pos = Positives.from_lists([[j % 30] for j in range(20)], 30)
+    res = rank_metrics(qa, gb, pos, backend="torch", device_chunk=16)
+    np.testing.assert_array_equal(res[1].ranks, ranks_ref((qa @ gb.T).numpy(), pos).ranks)
+    assert res.meta["rechecked_pairs"] == 20 * 30  # every pair undecided, every one re-checked
+
+
 def _interpreter(monkeypatch):
     if not _triton.triton_installed() or os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("needs triton and TRITON_INTERPRET=1 (set by conftest without a GPU)")

@@ -15,7 +15,9 @@ def _l2_normalize_fwd_kernel(x_ptr, y_ptr, n_cols, stride_x, stride_y, eps, BLOC
         mask_d = offs_d < n_cols
         b_x = tl.load(x_row + offs_d, mask=mask_d, other=0.0).to(tl.float32)
         acc += b_x * b_x
-    inv = 1.0 / tl.maximum(tl.sqrt(tl.sum(acc, axis=0)), eps)
+    norm = tl.sqrt(tl.sum(acc, axis=0))
+    # tl.maximum returns eps for a NaN norm: keep the NaN, so a row holding NaN comes back NaN (as F.normalize).
+    inv = 1.0 / tl.where(norm == norm, tl.maximum(norm, eps), norm)
     for start in range(0, n_cols, BLOCK_D):
         offs_d = start + tl.arange(0, BLOCK_D)
         mask_d = offs_d < n_cols

@@ -102,7 +102,11 @@ class TorchScreenCount:
         coef = c.coef * (1 + u) ** 2 + (2 * u + u * u) * scr.INFLATE
         daz = 3 * c.daz if u else c.daz  # each side's rounding, and its flush in the product of the other
         s = (q.raw[r0:r1].float() @ g.raw[c0:c1].float().T).double()
-        return s, coef * nq * ng + daz * (nq + ng) + c.abs
+        bound = coef * nq * ng + daz * (nq + ng) + c.abs
+        # An fp64 entry past fp32's range narrows to inf (the norms' product may still be in range): such a pair's
+        # s_hat is inf or NaN, and its interval becomes (-inf, inf), undecided, as in the Triton screen.
+        finite = torch.isfinite(s)
+        return torch.where(finite, s, 0.0), torch.where(finite, bound, torch.inf)
 
     def tiles(self, q: Operand, g: Operand, k: int = 0):
         """(r0, r1, c0, c1, s_hat, B) over sub-tiles of a chunk pair; ``k``: room left beside each row for the
