@@ -67,7 +67,8 @@ def _dist_version(dist: str) -> str | None:
 
 
 def cpu_info() -> dict[str, Any]:
-    """The host CPU: model name, vendor, logical cores and the SIMD flags the C++ kernels and the retrieval screen
+    """The host CPU: model name, vendor, family / model number / stepping, logical cores and the SIMD flags the C++
+    kernels and the retrieval screen
     may dispatch on. Recorded with every result, because CPU figures do not carry across CPU families. Read once a
     process (the retrieval screen asks on every call)."""
     info = _read_cpu_info()
@@ -88,6 +89,10 @@ def _read_cpu_info() -> dict[str, Any]:
             info["model"] = val
         elif key == "vendor_id":
             info["vendor"] = val
+        elif key in ("cpu family", "model", "stepping") and val.isdigit():
+            # Family and model name the microarchitecture (AMD family 23 model 49: Zen 2) where the model name
+            # of a cloud VM does not ("AMD EPYC").
+            info[{"cpu family": "family", "model": "model_number", "stepping": "stepping"}[key]] = int(val)
         elif key in ("flags", "Features"):
             flags = set(val.split())
             info["isa"] = [f for f in _ISA if f in flags]
