@@ -36,8 +36,7 @@ if not torch.cuda.is_available():
 
 # After TRITON_INTERPRET: importing vlkernels may import triton.
 import fast_interpreter  # noqa: E402
-
-from vlkernels.testing import shared_data_dir  # noqa: E402
+from shared_data import shared_data_dir  # noqa: E402
 
 fast_interpreter.install()
 

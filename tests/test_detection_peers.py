@@ -20,10 +20,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from shared_data import shared_data_dir
 
 from vlkernels.detection import COCOeval, LVISEval
 from vlkernels.detection.synthetic import detection_data
-from vlkernels.testing import shared_data_dir
 
 pycoco = pytest.importorskip("pycocotools.cocoeval")
 coco_mask = pytest.importorskip("pycocotools.mask")

@@ -13,18 +13,6 @@ import torch
 FP32_TOL = {"rtol": 1e-5, "atol": 1e-6}
 
 
-def shared_data_dir() -> Path | None:
-    """The project's shared data folder (real COCO captions, golden pycocoevalcap scores), or None when absent.
-
-    ``VLKERNELS_SHARED_DATA`` if set, else ``shared/data`` beside the source checkout (or ``shared/data`` inside
-    a CI clone). Tests skip and benchmarks fall back to shipped data when it is None; nothing downloads it."""
-    env = os.environ.get("VLKERNELS_SHARED_DATA")
-    checkout = Path(__file__).resolve().parent.parent
-    candidates = [Path(env)] if env else []
-    candidates += [checkout.parent / "shared" / "data", checkout / "shared" / "data"]
-    return next((c for c in candidates if c.is_dir()), None)
-
-
 def max_rel_error(actual: torch.Tensor, expected: torch.Tensor, floor: float = 1e-6) -> float:
     """max |a - e| / max(|e|, floor), computed in fp64."""
     a, e = actual.detach().double().cpu(), expected.detach().double().cpu()
