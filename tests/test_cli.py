@@ -9,11 +9,16 @@ import pytest
 from vlkernels.cli import main
 
 
-def test_info_reports_backends(capsys):
+def test_info_reports_backends(capsys, monkeypatch):
     assert main(["info"]) == 0
     out = capsys.readouterr().out
     for needle in ("vlkernels", "torch", "triton", "C++ CPU kernels", "CUDA kernels", "Triton on GPU", "faiss", "GPU:"):
         assert needle in out
+    # The backend switch as every op reads it, a bad value named rather than a traceback.
+    monkeypatch.setenv("VLKERNELS_BACKEND", "torch")
+    assert main(["info"]) == 0 and "backend switch    torch" in capsys.readouterr().out
+    monkeypatch.setenv("VLKERNELS_BACKEND", "bogus")
+    assert main(["info"]) == 0 and "backend switch    invalid: " in capsys.readouterr().out
 
 
 def test_bench_core_writes_json_and_plot(tmp_path, capsys):

@@ -18,7 +18,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 
     import vlkernels
     from vlkernels import _ext
-    from vlkernels._triton import triton_version
+    from vlkernels._triton import get_backend, triton_version
     from vlkernels.retrieval.screen import describe as retrieval_screen
 
     print(f"vlkernels {vlkernels.__version__}")
@@ -39,6 +39,11 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"  CUDA kernels      {cuda_kernels}")
     triton_gpu = "yes" if gpu and triton_version() else "no (needs triton and a CUDA device)"
     print(f"  Triton on GPU     {triton_gpu}")
+    try:
+        switch = get_backend()
+    except ValueError as e:  # a bad VLKERNELS_BACKEND: said here, as every op would raise it
+        switch = f"invalid: {e}"
+    print(f"  backend switch    {switch} (VLKERNELS_BACKEND or vlkernels.set_backend: auto, triton or torch)")
     print(f"  retrieval screen  {retrieval_screen()}")
     try:
         import faiss
