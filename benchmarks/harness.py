@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
+import functools
 import gc
 import importlib
 import importlib.util
@@ -233,14 +234,21 @@ def peak_memory(fn: Callable[[], Any], device: str) -> int | None:
 from vlkernels._environment import cpu_info, device_name, environment  # noqa: E402, F401
 
 
-def _skipped(case: Case, params: dict, quick: bool, why: str, status: str = "skipped") -> list[dict[str, Any]]:
+def _unrun(case: Case, params: dict, quick: bool, status: str) -> list[dict[str, Any]]:
+    """The one row of a case that ran nothing: ``status`` says why ("skipped: ..." or "error: ...")."""
     row = {"family": case.family, "case": case.name, "label": case.name, "mode": "-", "params": params}
-    return [{**row, "quick": quick, "baseline": None, "status": f"{status}: {why}", "results": {}, "notes": ""}]
+    return [{**row, "quick": quick, "baseline": None, "status": status, "results": {}, "notes": ""}]
+
+
+@functools.cache
+def _java() -> str | None:
+    return shutil.which("java")
 
 
 def require_java() -> None:
-    """Skip (raised in a case or a provider) where pycocoevalcap's Java PTB tokenizer cannot run."""
-    if shutil.which("java") is None:
+    """Skip (raised in a case or a provider) where pycocoevalcap's Java PTB tokenizer cannot run (PATH searched once
+    a process, not in every timed call)."""
+    if _java() is None:
         raise Skip("needs Java 8+ on PATH (pycocoevalcap's PTB tokenizer is a Java program)")
 
 
@@ -280,14 +288,15 @@ def run_case(
             benches = case.fn(**params, device=device)
     except ModuleNotFoundError as e:
         # An anchor library (pycocotools, open_clip, ...) is optional: its case is reported as skipped, not failed.
-        return _skipped(case, params, quick, f"needs {e.name} (pip install 'vlkernels[bench]' or pip install {e.name})")
+        why = f"needs {e.name} (pip install 'vlkernels[bench]' or pip install {e.name})"
+        return _unrun(case, params, quick, f"skipped: {why}")
     except Skip as e:
-        return _skipped(case, params, quick, str(e))
+        return _unrun(case, params, quick, f"skipped: {e}")
     except Exception as e:  # reported as this case's failure; the other cases still run
-        return _skipped(case, params, quick, _error(e), status="error")
+        return _unrun(case, params, quick, f"error: {_error(e)}")
     benches = benches if isinstance(benches, list) else [benches]
     if not benches:
-        return _skipped(case, params, quick, "the case built nothing to run (its input data is missing)")
+        return _unrun(case, params, quick, "skipped: the case built nothing to run (its input data is missing)")
     rows = []
     for b in benches:
         status, outputs = "ok", {}

@@ -42,24 +42,27 @@ def _scaled(y: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return y * scale.to(y.dtype)
 
 
-def _diag_part(tile: torch.Tensor, first_row: int, diag_offset: int, out: torch.Tensor) -> None:
-    """Copy the tile's entries (i, diag_offset + first_row + i) (the positives' logits) into out[first_row + i]."""
+def _diag_cells(tile: torch.Tensor, first_row: int, diag_offset: int) -> tuple[torch.Tensor, torch.Tensor, slice]:
+    """The tile's cells (i, diag_offset + first_row + i) that exist (the positives of a row chunk starting at global
+    row first_row): their row and column indices, and the slice of a per-row vector they pair with."""
     rows, cols = tile.shape
     start = diag_offset + first_row
-    lo, hi = max(0, -start), min(rows, cols - start)
-    if hi > lo:
-        idx = torch.arange(lo, hi, device=tile.device)
-        out[first_row + lo : first_row + hi] = tile[idx, start + idx]
+    lo = max(0, -start)
+    hi = max(lo, min(rows, cols - start))
+    idx = torch.arange(lo, hi, device=tile.device)
+    return idx, start + idx, slice(first_row + lo, first_row + hi)
+
+
+def _diag_part(tile: torch.Tensor, first_row: int, diag_offset: int, out: torch.Tensor) -> None:
+    """Copy the tile's positives' logits into out (per row)."""
+    r, c, at = _diag_cells(tile, first_row, diag_offset)
+    out[at] = tile[r, c]
 
 
 def _add_diag(tile: torch.Tensor, first_row: int, diag_offset: int, values: torch.Tensor) -> None:
-    """tile[i, diag_offset + first_row + i] += values[first_row + i] where that column exists (_diag_part's inverse)."""
-    rows, cols = tile.shape
-    start = diag_offset + first_row
-    lo, hi = max(0, -start), min(rows, cols - start)
-    if hi > lo:
-        idx = torch.arange(lo, hi, device=tile.device)
-        tile[idx, start + idx] += values[first_row + lo : first_row + hi]
+    """Add a per-row vector to the tile's positives (_diag_part's inverse)."""
+    r, c, at = _diag_cells(tile, first_row, diag_offset)
+    tile[r, c] += values[at]
 
 
 def lse_pair_fwd_cpu(

@@ -48,6 +48,14 @@ def on_triton(x: torch.Tensor) -> bool:
     return x.dtype != torch.float64 and use_triton(x)
 
 
+def _narrow_for_triton(x: torch.Tensor, y: torch.Tensor, dtype: torch.dtype):
+    """``(x, y)`` in ``dtype`` (the dtype the kernels read) when the Triton kernels run for it, else None: the torch
+    path computes from the fp32 inputs as they are, so it gets no narrowed copies."""
+    if not on_triton(x.new_empty(0, dtype=dtype)):
+        return None
+    return x.to(dtype), y.to(dtype)
+
+
 def lse_pair_fwd(
     x: torch.Tensor, y: torch.Tensor, scale: torch.Tensor, diag_offset: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -207,10 +215,10 @@ def _lse_pair_op(
             x.new_full((y.shape[0],), inf, dtype=acc),
             x.new_zeros((x.shape[0],), dtype=acc),
         )
-    xc, yc = x.to(compute_dtype), y.to(compute_dtype)
-    if on_triton(xc):
+    narrow = _narrow_for_triton(x, y, compute_dtype)
+    if narrow is not None:
         # A Triton compile/launch failure on first use falls back to the chunked torch path (vlkernels._triton).
-        row, col, diag = run_triton("lse_pair_fwd", lse_pair_fwd, lse_pair_fwd_cpu, xc, yc, scale, diag_offset)
+        row, col, diag = run_triton("lse_pair_fwd", lse_pair_fwd, lse_pair_fwd_cpu, *narrow, scale, diag_offset)
     else:
         row, col, diag = lse_pair_fwd_cpu(x, y, scale, diag_offset)
     bad = _nonfinite_flag(x, y, scale)
@@ -240,9 +248,9 @@ def _lse_pair_bwd_op(
     d_row, d_col, d_diag = (t.to(acc).contiguous() for t in (d_row, d_col, d_diag))
     if x.shape[0] == 0 or y.shape[0] == 0:
         return torch.zeros_like(x), torch.zeros_like(y), scale.new_zeros((), dtype=acc)
-    xc, yc = x.to(compute_dtype), y.to(compute_dtype)
-    if on_triton(xc):
-        args = (xc, yc, scale, row_lse, col_lse, d_row, d_col, d_diag, diag_offset)
+    narrow = _narrow_for_triton(x, y, compute_dtype)
+    if narrow is not None:
+        args = (*narrow, scale, row_lse, col_lse, d_row, d_col, d_diag, diag_offset)
         dx, dy, ds = run_triton("lse_pair_bwd", lse_pair_bwd, lse_pair_bwd_cpu, *args)
         return dx.to(x.dtype), dy.to(y.dtype), ds
     return lse_pair_bwd_cpu(x, y, scale, row_lse, col_lse, d_row, d_col, d_diag, diag_offset)

@@ -108,8 +108,7 @@ def _open(a, b, name_a: str, name_b: str, backend: str) -> tuple[Embeddings, Emb
     The device paths compute on the accelerator of either input; host sources (CPU tensors, arrays, memory-mapped
     files) stream to it chunk by chunk, also when both are on the host and backend="triton" is asked for.
     """
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
+    check_backend(backend)
     ea, eb = Embeddings(a, name_a), Embeddings(b, name_b)
     if ea.shape[1] != eb.shape[1]:
         raise ValueError(f"embedding dims differ: {name_a} has D={ea.shape[1]}, {name_b} has D={eb.shape[1]}")
@@ -154,6 +153,11 @@ SCORE_LIMIT = 2.0**1020
 # "auto": C++ engine for host inputs; on a device, Triton or the torch path as the backend switch decides.
 # "cpu": the C++ engine. "triton": the Triton kernels, errors surfacing. "torch": the chunked torch path (any device).
 BACKENDS = ("auto", "cpu", "triton", "torch")
+
+
+def check_backend(backend: str) -> None:
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
 
 
 def _probe(device: torch.device, dtype: torch.dtype) -> torch.Tensor:

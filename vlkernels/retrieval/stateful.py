@@ -17,11 +17,11 @@ import torch
 
 from vlkernels.core.distributed import all_gather_rows
 from vlkernels.retrieval.functional import (
-    BACKENDS,
     RetrievalResult,
     _check_ks,
     _check_options,
     _check_policy,
+    check_backend,
     evaluate,
 )
 
@@ -113,8 +113,7 @@ def _check_evaluate_kwargs(kwargs: dict) -> None:
     unknown = sorted(set(kwargs) - set(_PASSED_ON))
     if unknown:
         raise ValueError(f"unknown option(s) {', '.join(unknown)}; evaluate options taken: {', '.join(_PASSED_ON)}")
-    if kwargs.get("backend", "auto") not in BACKENDS:
-        raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, got {kwargs['backend']!r}")
+    check_backend(kwargs.get("backend", "auto"))
     chunks = {k: kwargs[k] for k in ("chunk_rows", "chunk_cols", "device_chunk") if k in kwargs}
     _check_options(kwargs.get("screen"), **chunks)
 
